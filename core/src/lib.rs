@@ -1,0 +1,17 @@
+//! Tessera's protocol core.
+//!
+//! Pure state machines for the master ([`master`]) and the chunkserver ([`chunkserver`]),
+//! the wire and log types ([`pb`]), the traits of the abstract runtime ([`runtime`]), the
+//! drivers that run a state machine over those traits ([`driver`]) and the client library
+//! ([`client`]). Nothing here reads a clock, draws OS randomness or touches a socket or a
+//! disk: time and randomness come in as arguments, and I/O leaves as effects.
+
+pub mod error;
+pub mod master;
+pub mod path;
+pub mod pb;
+pub mod rng;
+pub mod types;
+
+pub use error::{FsError, RpcError, StoreError};
+pub use types::{BLOCK_SIZE, ChunkHandle, LogSeq, Time, Version};

@@ -1,0 +1,55 @@
+//! The master's knobs. The defaults are GFS's where the paper gives one.
+
+use std::time::Duration;
+
+use crate::types::DEFAULT_CHUNK_SIZE;
+
+#[derive(Clone, Debug)]
+pub struct MasterConfig {
+    /// Bytes per chunk. 64 MiB in production; tests make it tiny so chunk boundaries and
+    /// padding are hit often.
+    pub chunk_size: u64,
+    /// Replicas per chunk for files created without one.
+    pub default_replication: u8,
+    /// How long a lease lasts without extension (GFS: 60 s).
+    pub lease_duration: Duration,
+    /// The most any two nodes' clocks may disagree over one lease period. A new lease is
+    /// granted only once the old one has been expired this long on the master's clock.
+    pub max_clock_skew: Duration,
+    /// A chunkserver silent for this long is dead: its replicas stop counting.
+    pub heartbeat_timeout: Duration,
+    /// How long a deleted file stays recoverable before its space is reclaimed (GFS: 3 days).
+    pub gc_delay: Duration,
+    /// Namespace entries the garbage collector looks at per tick.
+    pub gc_scan_batch: usize,
+    /// Window and per-server limit for recent chunk creations (GFS §4.2).
+    pub creation_window: Duration,
+    pub creation_limit: u32,
+    /// Clones one server may take part in at once, and clones in the whole cluster.
+    pub clones_per_server: u32,
+    pub clones_cluster: u32,
+    /// A checkpoint is taken after this many log records.
+    pub checkpoint_every: u64,
+    /// Seed for the master's tie-breaking choices (placement, primaries).
+    pub rng_seed: u64,
+}
+
+impl Default for MasterConfig {
+    fn default() -> Self {
+        MasterConfig {
+            chunk_size: DEFAULT_CHUNK_SIZE,
+            default_replication: 3,
+            lease_duration: Duration::from_secs(60),
+            max_clock_skew: Duration::from_secs(2),
+            heartbeat_timeout: Duration::from_secs(15),
+            gc_delay: Duration::from_secs(3 * 24 * 3600),
+            gc_scan_batch: 1000,
+            creation_window: Duration::from_secs(60),
+            creation_limit: 20,
+            clones_per_server: 2,
+            clones_cluster: 16,
+            checkpoint_every: 100_000,
+            rng_seed: 0,
+        }
+    }
+}

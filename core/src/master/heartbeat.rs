@@ -1,0 +1,166 @@
+//! Chunkserver heartbeats and liveness (GFS §2.6.2, §4.4.2, §4.5).
+//!
+//! A heartbeat registers the server, reports every chunk it holds with its version, and
+//! asks for lease extensions. The reply lists the replicas the master does not want:
+//! chunks it does not know (orphans), older versions (stale) and copies reported corrupt.
+//! A version newer than the master's means a grant was logged on the replicas but not on
+//! the master before a crash: the master adopts it.
+
+use std::collections::{HashMap, HashSet};
+
+use super::chunks::ServerIdx;
+use super::{Master, RequestId, ok};
+use crate::pb::{self, log_record::Op, master_response::Resp};
+use crate::types::{ChunkHandle, millis};
+
+#[derive(Debug, Default)]
+pub(super) struct PendingDeletes(pub(super) HashMap<ServerIdx, Vec<ChunkHandle>>);
+
+impl Master {
+    pub(super) fn on_heartbeat(&mut self, id: RequestId, r: &pb::HeartbeatRequest) {
+        if r.address.is_empty() {
+            self.reply_err(
+                id,
+                crate::error::FsError::InvalidArgument("heartbeat without an address".into()),
+            );
+            return;
+        }
+        let (idx, revived) = self.servers.heartbeat(
+            self.now,
+            &r.address,
+            &r.rack,
+            r.capacity_bytes,
+            r.used_bytes,
+        );
+        if revived {
+            tracing::info!(server = %r.address, rack = %r.rack, "chunkserver up");
+        }
+        let mut delete = self.gc.pending_deletes.0.remove(&idx).unwrap_or_default();
+        let mut matched = 0u64;
+        for rep in &r.chunks {
+            let h = rep.handle;
+            let Some(c) = self.meta.chunks.get(h) else {
+                delete.push(h);
+                continue;
+            };
+            if self.leases.is_granting(h) {
+                // Versions are moving; judge this chunk on a later heartbeat.
+                matched += u64::from(c.replicas.contains(idx));
+                continue;
+            }
+            if rep.version < c.version || c.version == 0 {
+                // Version 0 means no replica was ever confirmed: a leftover of a failed grant.
+                if c.replicas.contains(idx) {
+                    self.drop_replica(h, idx);
+                }
+                delete.push(h);
+                continue;
+            }
+            if rep.version > c.version {
+                tracing::info!(
+                    chunk = h,
+                    from = c.version,
+                    to = rep.version,
+                    "adopting newer version"
+                );
+                if let Err(e) = self.log(Op::SetVersion(pb::SetVersionOp {
+                    handle: h,
+                    version: rep.version,
+                })) {
+                    panic!("adopting version of chunk {h}: {e}");
+                }
+                let old: Vec<_> = self
+                    .meta
+                    .chunks
+                    .get(h)
+                    .expect("present")
+                    .replicas
+                    .as_slice()
+                    .to_vec();
+                for s in old {
+                    self.drop_replica(h, s);
+                }
+                self.repl.check(h);
+            }
+            self.add_replica(h, idx);
+            matched += 1;
+        }
+        if matched < self.servers.get(idx).replicas {
+            // The master lists this server for chunks it no longer reports.
+            let reported: HashSet<ChunkHandle> = r.chunks.iter().map(|c| c.handle).collect();
+            self.drop_replicas_where(idx, |h| !reported.contains(&h));
+        }
+        let extended_leases = self.extend_leases(idx, &r.lease_extensions);
+        self.reply(
+            id,
+            Resp::Heartbeat(pb::HeartbeatResponse {
+                delete_chunks: delete,
+                extended_leases,
+                lease_duration_ms: millis(self.cfg.lease_duration),
+            }),
+        );
+    }
+
+    pub(super) fn on_report_corrupt(&mut self, id: RequestId, r: &pb::ReportCorruptRequest) {
+        if let Some(idx) = self.servers.find(&r.address)
+            && self.meta.chunks.get(r.handle).is_some()
+        {
+            tracing::warn!(chunk = r.handle, server = %r.address, "corrupt replica reported");
+            self.drop_replica(r.handle, idx);
+            self.gc
+                .pending_deletes
+                .0
+                .entry(idx)
+                .or_default()
+                .push(r.handle);
+        }
+        self.out.replies.push((id, ok(Resp::Empty(pb::Empty {}))));
+    }
+
+    /// Declares silent servers dead: their replicas stop counting.
+    pub(super) fn check_liveness(&mut self) {
+        for idx in self.servers.expire(self.now, self.cfg.heartbeat_timeout) {
+            tracing::warn!(server = %self.servers.get(idx).addr, "chunkserver down");
+            self.drop_replicas_where(idx, |_| true);
+        }
+    }
+
+    /// Removes `server` from the replicas of every chunk for which `pred` holds. A full
+    /// scan of the chunk table: it happens when a server dies or lost chunks, not per op.
+    fn drop_replicas_where(&mut self, server: ServerIdx, pred: impl Fn(ChunkHandle) -> bool) {
+        let mut dropped = Vec::new();
+        for (h, c) in self.meta.chunks.iter_mut() {
+            if pred(h) && c.replicas.remove(server) {
+                dropped.push(h);
+            }
+        }
+        let s = self.servers.get_mut(server);
+        s.replicas -= dropped.len() as u64;
+        for h in dropped {
+            self.repl.check(h);
+        }
+    }
+
+    pub(super) fn add_replica(&mut self, h: ChunkHandle, s: ServerIdx) {
+        let c = self
+            .meta
+            .chunks
+            .get_mut(h)
+            .expect("adding a replica of a known chunk");
+        if c.replicas.insert(s) {
+            self.servers.get_mut(s).replicas += 1;
+        }
+    }
+
+    pub(super) fn drop_replica(&mut self, h: ChunkHandle, s: ServerIdx) {
+        let c = self
+            .meta
+            .chunks
+            .get_mut(h)
+            .expect("dropping a replica of a known chunk");
+        if c.replicas.remove(s) {
+            self.servers.get_mut(s).replicas -= 1;
+            self.repl.check(h);
+        }
+    }
+}

@@ -1,0 +1,451 @@
+//! Chunk leases (GFS §3.1) and the write-target request that needs them.
+//!
+//! A grant first asks the replicas to record a new version durably (`SetVersion`); only
+//! when they answer is the version logged and the client told. A replica that did not
+//! answer keeps the old version and is stale from then on.
+//!
+//! Safety: a new lease is never granted while an old one may still be valid on its holder.
+//! The holder counts its lease from when the `SetVersion` (or extension) *reached* it; the
+//! master counts from when the answer came back, which is later, and then waits out
+//! `max_clock_skew` more. After a restart the master does not know which leases are out,
+//! so it grants none on existing chunks for one lease period plus the skew.
+
+use std::collections::HashMap;
+
+use super::chunks::ServerIdx;
+use super::locks::{LockSet, Mode};
+use super::placement::{self, Candidate};
+use super::{CallCtx, Master, MasterConfig, RequestId, ok};
+use crate::error::FsError;
+use crate::pb::{self, chunk_request::Req as CReq, log_record::Op, master_response::Resp};
+use crate::types::{ChunkHandle, LogSeq, Time, Version, millis};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    pub primary: ServerIdx,
+    pub version: Version,
+    /// On the master's clock; the holder's own view ends no later than this.
+    pub expires: Time,
+    /// True when the grant failed or was revoked without an answer: the holder may think
+    /// it has a lease, but nobody is told it does.
+    pub void: bool,
+}
+
+#[derive(Debug)]
+struct Grant {
+    primary: ServerIdx,
+    version: Version,
+    create: bool,
+    pending: usize,
+    acked: Vec<ServerIdx>,
+    /// Requests waiting for the grant, each with the log record it must also wait for.
+    waiters: Vec<(RequestId, LogSeq)>,
+}
+
+#[derive(Debug)]
+pub struct Leases {
+    held: HashMap<ChunkHandle, Lease>,
+    granting: HashMap<ChunkHandle, Grant>,
+    /// No lease on an existing chunk before this time (see the module comment).
+    quiet_until: Time,
+}
+
+impl Leases {
+    pub fn starting(now: Time, cfg: &MasterConfig) -> Leases {
+        Leases {
+            held: HashMap::new(),
+            granting: HashMap::new(),
+            quiet_until: now + cfg.lease_duration + cfg.max_clock_skew,
+        }
+    }
+
+    pub fn forget(&mut self, h: ChunkHandle) {
+        self.held.remove(&h);
+        self.granting.remove(&h);
+    }
+
+    pub fn is_granting(&self, h: ChunkHandle) -> bool {
+        self.granting.contains_key(&h)
+    }
+
+    pub fn get(&self, h: ChunkHandle) -> Option<&Lease> {
+        self.held.get(&h)
+    }
+
+    /// Leases that are valid now, for invariant checks.
+    pub fn valid(&self, now: Time) -> impl Iterator<Item = (ChunkHandle, &Lease)> {
+        self.held
+            .iter()
+            .filter(move |(_, l)| !l.void && now < l.expires)
+            .map(|(h, l)| (*h, l))
+    }
+}
+
+impl Master {
+    pub fn leases(&self) -> &Leases {
+        &self.leases
+    }
+
+    pub(super) fn on_get_write_target(
+        &mut self,
+        id: RequestId,
+        r: &pb::GetWriteTargetRequest,
+    ) -> Result<bool, FsError> {
+        let path = crate::path::normalize(&r.path)?;
+        let have = self
+            .meta
+            .ns
+            .file(&path)
+            .map(|f| f.chunks.len() as u64)
+            .unwrap_or(0);
+        let allocate = r.chunk_index >= have;
+        let max_chunks = u64::MAX / self.cfg.chunk_size.max(1);
+        if r.chunk_index >= max_chunks {
+            return Err(FsError::InvalidArgument(format!(
+                "chunk index {} too large",
+                r.chunk_index
+            )));
+        }
+        let set = LockSet::on(&path, if allocate { Mode::Write } else { Mode::Read })?;
+        if !self.lock(&set) {
+            return Ok(false);
+        }
+        let f = match self.meta.ns.file(&path) {
+            Ok(f) => f,
+            Err(e) => {
+                self.locks.release(&set);
+                return Err(e);
+            }
+        };
+        let mut after = 0;
+        if !allocate {
+            let h = f.chunks[r.chunk_index as usize];
+            self.locks.release(&set);
+            self.write_target(id, h, after);
+            return Ok(true);
+        }
+        // Allocate every chunk up to the one asked for (a write past the end leaves a
+        // hole of chunks that read as empty until written).
+        let mut last = None;
+        for _ in have..=r.chunk_index {
+            let handle = self.meta.next_handle;
+            match self.log(Op::AddChunk(pb::AddChunkOp {
+                path: path.clone(),
+                handle,
+            })) {
+                Ok((seq, _)) => last = Some((seq, handle)),
+                Err(e) => {
+                    self.release_or_hold(last.map(|l| l.0), set);
+                    return Err(e);
+                }
+            }
+        }
+        let (seq, h) = last.expect("at least one chunk allocated");
+        after = seq;
+        self.hold(seq, None, Some(set));
+        self.write_target(id, h, after);
+        Ok(true)
+    }
+
+    /// Replies with the lease holder of `h`, granting a lease first if none is valid.
+    /// The reply also waits for log record `after`.
+    fn write_target(&mut self, id: RequestId, h: ChunkHandle, after: LogSeq) {
+        let now = self.now;
+        if let Some(g) = self.leases.granting.get_mut(&h) {
+            g.waiters.push((id, after));
+            return;
+        }
+        if let Some(l) = self.leases.held.get(&h) {
+            if !l.void && now < l.expires && self.servers.is_alive(l.primary) {
+                let reply = self.target_reply(h, l.primary, l.expires);
+                self.hold(after, Some((id, reply)), None);
+                return;
+            }
+            let free_at = l.expires + self.cfg.max_clock_skew;
+            if now < free_at {
+                let wait = millis(free_at.saturating_sub(now));
+                self.reply_err(
+                    id,
+                    FsError::Unavailable(format!(
+                        "chunk {h}: previous lease may be valid for {wait} ms"
+                    )),
+                );
+                return;
+            }
+            self.leases.held.remove(&h);
+        }
+        if let Err(e) = self.start_grant(h) {
+            self.reply_err(id, e);
+            return;
+        }
+        let g = self
+            .leases
+            .granting
+            .get_mut(&h)
+            .expect("grant just started");
+        g.waiters.push((id, after));
+    }
+
+    fn target_reply(
+        &self,
+        h: ChunkHandle,
+        primary: ServerIdx,
+        expires: Time,
+    ) -> pb::MasterResponse {
+        let c = self
+            .meta
+            .chunks
+            .get(h)
+            .expect("leased chunk is in the table");
+        let secondaries = c
+            .replicas
+            .as_slice()
+            .iter()
+            .copied()
+            .filter(|&s| s != primary && self.servers.is_alive(s))
+            .map(|s| self.servers.get(s).addr.clone())
+            .collect();
+        ok(Resp::WriteTarget(pb::WriteTarget {
+            handle: h,
+            version: c.version,
+            primary: self.servers.get(primary).addr.clone(),
+            secondaries,
+            lease_expires_in_ms: millis(expires.saturating_sub(self.now)),
+            chunk_size: self.cfg.chunk_size,
+        }))
+    }
+
+    fn start_grant(&mut self, h: ChunkHandle) -> Result<(), FsError> {
+        let c = self
+            .meta
+            .chunks
+            .get(h)
+            .ok_or_else(|| FsError::ChunkNotFound(format!("chunk {h}")))?;
+        let create = c.version == 0;
+        let goal = c.goal as usize;
+        let version = c.version + 1;
+        let holders: Vec<ServerIdx> = c.replicas.as_slice().to_vec();
+        let targets: Vec<ServerIdx> = if create {
+            let chosen = self.place(goal, &[]);
+            if chosen.is_empty() {
+                return Err(FsError::Unavailable(
+                    "no chunkserver with free space".into(),
+                ));
+            }
+            for &s in &chosen {
+                self.servers
+                    .note_creation(s, self.now, self.cfg.creation_window);
+            }
+            chosen
+        } else {
+            if self.now < self.leases.quiet_until {
+                return Err(FsError::Unavailable(format!(
+                    "master restarted: no leases for {} ms",
+                    millis(self.leases.quiet_until.saturating_sub(self.now))
+                )));
+            }
+            let live: Vec<_> = holders
+                .into_iter()
+                .filter(|&s| self.servers.is_alive(s))
+                .collect();
+            if live.is_empty() {
+                return Err(FsError::Unavailable(format!(
+                    "chunk {h}: no live up-to-date replica"
+                )));
+            }
+            live
+        };
+        let primary = targets[self.rng.below(targets.len() as u64) as usize];
+        let lease_ms = millis(self.cfg.lease_duration);
+        for &s in &targets {
+            let req = CReq::SetVersion(pb::SetVersionRequest {
+                handle: h,
+                version,
+                create,
+                lease_ms: if s == primary { lease_ms } else { 0 },
+            });
+            self.call(
+                s,
+                CallCtx::SetVersion {
+                    handle: h,
+                    server: s,
+                },
+                req,
+            );
+        }
+        tracing::debug!(chunk = h, version, primary = %self.servers.get(primary).addr, "granting lease");
+        self.leases.granting.insert(
+            h,
+            Grant {
+                primary,
+                version,
+                create,
+                pending: targets.len(),
+                acked: Vec::new(),
+                waiters: Vec::new(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Picks `n` servers for new replicas, avoiding `exclude` and their racks.
+    pub(super) fn place(&mut self, n: usize, exclude: &[ServerIdx]) -> Vec<ServerIdx> {
+        let racks: Vec<&str> = exclude
+            .iter()
+            .map(|&s| self.servers.get(s).rack.as_str())
+            .collect();
+        let cands: Vec<Candidate<'_>> = self
+            .servers
+            .live()
+            .map(|(idx, s)| Candidate {
+                idx,
+                rack: &s.rack,
+                utilization: s.utilization(),
+                recent_creations: s.recent_creations,
+            })
+            .collect();
+        let rng = &mut self.rng;
+        placement::choose(
+            &cands,
+            n,
+            exclude,
+            &racks,
+            self.cfg.creation_limit,
+            &mut || rng.next_u64(),
+        )
+    }
+
+    pub(super) fn on_set_version_result(&mut self, h: ChunkHandle, server: ServerIdx, ok: bool) {
+        let Some(g) = self.leases.granting.get_mut(&h) else {
+            return;
+        };
+        g.pending -= 1;
+        if ok {
+            g.acked.push(server);
+        }
+        if g.pending == 0 {
+            let g = self.leases.granting.remove(&h).expect("present above");
+            self.finish_grant(h, g);
+        }
+    }
+
+    fn finish_grant(&mut self, h: ChunkHandle, g: Grant) {
+        let now = self.now;
+        if self.meta.chunks.get(h).is_none() {
+            // The file went away while the grant was out.
+            for (id, _) in g.waiters {
+                self.reply_err(id, FsError::NotFound(format!("chunk {h} was deleted")));
+            }
+            return;
+        }
+        let primary_ok = g.acked.contains(&g.primary);
+        // The holder may believe in its lease even if its answer was lost.
+        let lease = Lease {
+            primary: g.primary,
+            version: g.version,
+            expires: now + self.cfg.lease_duration,
+            void: !primary_ok,
+        };
+        self.leases.held.insert(h, lease.clone());
+        if g.acked.is_empty() {
+            for (id, _) in g.waiters {
+                self.reply_err(
+                    id,
+                    FsError::Unavailable(format!("chunk {h}: no replica took the new version")),
+                );
+            }
+            return;
+        }
+        let seq = match self.log(Op::SetVersion(pb::SetVersionOp {
+            handle: h,
+            version: g.version,
+        })) {
+            Ok((seq, _)) => seq,
+            Err(e) => panic!("logging version {} of chunk {h} failed: {e}", g.version),
+        };
+        // Replicas that did not take the new version are stale now.
+        let old: Vec<ServerIdx> = self
+            .meta
+            .chunks
+            .get(h)
+            .expect("checked")
+            .replicas
+            .as_slice()
+            .to_vec();
+        for s in old {
+            if !g.acked.contains(&s) {
+                self.drop_replica(h, s);
+            }
+        }
+        for &s in &g.acked {
+            self.add_replica(h, s);
+        }
+        if g.create {
+            tracing::debug!(chunk = h, replicas = g.acked.len(), "chunk created");
+        }
+        self.repl.check(h);
+        for (id, after) in g.waiters {
+            if primary_ok {
+                let reply = self.target_reply(h, g.primary, lease.expires);
+                self.hold(seq.max(after), Some((id, reply)), None);
+            } else {
+                self.reply_err(
+                    id,
+                    FsError::Unavailable(format!("chunk {h}: primary did not answer")),
+                );
+            }
+        }
+    }
+
+    /// Extends the leases `server` holds among `handles`; returns those extended.
+    pub(super) fn extend_leases(
+        &mut self,
+        server: ServerIdx,
+        handles: &[ChunkHandle],
+    ) -> Vec<ChunkHandle> {
+        let now = self.now;
+        let mut out = Vec::new();
+        for &h in handles {
+            if let Some(l) = self.leases.held.get_mut(&h)
+                && l.primary == server
+                && !l.void
+                && now < l.expires
+            {
+                l.expires = now + self.cfg.lease_duration;
+                out.push(h);
+            }
+        }
+        out
+    }
+
+    /// Asks the holder of `h`'s lease to give it up (snapshots need this). Until it
+    /// answers the lease is void but still blocks a new grant until it expires.
+    pub fn revoke_lease(&mut self, h: ChunkHandle) {
+        let Some(l) = self.leases.held.get_mut(&h) else {
+            return;
+        };
+        if l.void || self.now >= l.expires {
+            return;
+        }
+        l.void = true;
+        let server = l.primary;
+        self.call(
+            server,
+            CallCtx::Revoke { handle: h, server },
+            CReq::RevokeLease(pb::RevokeLeaseRequest { handle: h }),
+        );
+    }
+
+    pub(super) fn on_revoke_result(&mut self, h: ChunkHandle, server: ServerIdx, ok: bool) {
+        if ok
+            && self
+                .leases
+                .held
+                .get(&h)
+                .is_some_and(|l| l.primary == server && l.void)
+        {
+            // The holder has dropped it: nothing can still be valid.
+            self.leases.held.remove(&h);
+        }
+    }
+}

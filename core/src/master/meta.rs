@@ -1,0 +1,176 @@
+//! The master's persistent state — the namespace and the chunk table's version, reference
+//! count and goal — and the one function that changes it: `apply`, run on the live path
+//! and on replay alike, so the two cannot drift. Checkpoints are this state, whole.
+
+use crate::error::FsError;
+use crate::pb::{self, log_record::Op};
+use crate::types::{ChunkHandle, LogSeq};
+
+use super::chunks::ChunkTable;
+use super::namespace::{Namespace, Node};
+
+#[derive(Debug, Default)]
+pub struct Meta {
+    pub ns: Namespace,
+    pub chunks: ChunkTable,
+    /// The next chunk handle to give out; never reused.
+    pub next_handle: ChunkHandle,
+}
+
+/// What an applied record did beyond the state change, for the master to follow up.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Chunks whose last reference went: their replicas are garbage now.
+    pub reclaimed: Vec<ChunkHandle>,
+}
+
+impl Meta {
+    pub fn new() -> Meta {
+        Meta {
+            ns: Namespace::new(),
+            chunks: ChunkTable::default(),
+            next_handle: 1,
+        }
+    }
+
+    /// Applies one record. On the live path an error means the operation is refused and
+    /// nothing is logged; on replay it means the log is corrupt.
+    pub fn apply(&mut self, rec: &pb::LogRecord) -> Result<Applied, FsError> {
+        let t = rec.time_ms;
+        let mut out = Applied::default();
+        match &rec.op {
+            None => return Err(FsError::InvalidArgument("log record without an op".into())),
+            Some(Op::Mkdir(o)) => self.ns.mkdir(&o.path, t)?,
+            Some(Op::Create(o)) => {
+                let r = u8::try_from(o.replication)
+                    .map_err(|_| FsError::InvalidArgument("replication above 255".into()))?;
+                self.ns.create(&o.path, r, t)?
+            }
+            Some(Op::Rename(o)) => self.ns.rename(&o.src, &o.dst)?,
+            Some(Op::Remove(o)) => {
+                for h in self.ns.remove(&o.path)? {
+                    if self.chunks.unref(h) {
+                        out.reclaimed.push(h);
+                    }
+                }
+            }
+            Some(Op::AddChunk(o)) => {
+                let f = self.ns.file(&o.path)?;
+                if o.handle < self.next_handle || self.chunks.get(o.handle).is_some() {
+                    return Err(FsError::Internal(format!(
+                        "chunk handle {} reused",
+                        o.handle
+                    )));
+                }
+                let goal = f.replication;
+                self.ns.add_chunk(&o.path, o.handle)?;
+                self.chunks.insert(o.handle, 0, goal);
+                self.next_handle = o.handle + 1;
+            }
+            Some(Op::SetVersion(o)) => {
+                let c = self.chunks.get_mut(o.handle).ok_or_else(|| {
+                    FsError::ChunkNotFound(format!("set version of unknown chunk {}", o.handle))
+                })?;
+                if o.version < c.version {
+                    return Err(FsError::Internal(format!(
+                        "chunk {} version would go back from {} to {}",
+                        o.handle, c.version, o.version
+                    )));
+                }
+                c.version = o.version;
+            }
+            Some(Op::SetLength(o)) => self.ns.set_length(&o.path, o.length, t)?,
+        }
+        Ok(out)
+    }
+
+    pub fn checkpoint(&self, through_seq: LogSeq) -> pb::Checkpoint {
+        let entries = self
+            .ns
+            .walk()
+            .into_iter()
+            .map(|(path, node)| match node {
+                Node::Dir { mtime_ms, .. } => pb::CheckpointEntry {
+                    path,
+                    is_dir: true,
+                    mtime_ms: *mtime_ms,
+                    ..Default::default()
+                },
+                Node::File(f) => pb::CheckpointEntry {
+                    path,
+                    is_dir: false,
+                    mtime_ms: f.mtime_ms,
+                    length: f.length,
+                    replication: f.replication.into(),
+                    chunks: f.chunks.to_vec(),
+                },
+            })
+            .collect();
+        let chunks = self
+            .chunks
+            .iter()
+            .map(|(handle, c)| pb::CheckpointChunk {
+                handle,
+                version: c.version,
+                refcount: c.refcount,
+                goal: c.goal.into(),
+            })
+            .collect();
+        pb::Checkpoint {
+            through_seq,
+            next_handle: self.next_handle,
+            entries,
+            chunks,
+        }
+    }
+
+    /// Rebuilds the state from a checkpoint, checking it for consistency: a checkpoint
+    /// comes from disk, and a bad one must be an error, not a crash.
+    pub fn restore(cp: &pb::Checkpoint) -> Result<Meta, FsError> {
+        let bad = |m: String| FsError::Internal(format!("corrupt checkpoint: {m}"));
+        let mut meta = Meta::new();
+        meta.next_handle = cp.next_handle.max(1);
+        for c in &cp.chunks {
+            if c.refcount == 0
+                || meta.chunks.get(c.handle).is_some()
+                || c.handle >= meta.next_handle
+            {
+                return Err(bad(format!("chunk {}", c.handle)));
+            }
+            let goal = u8::try_from(c.goal).map_err(|_| bad(format!("goal of {}", c.handle)))?;
+            meta.chunks.insert(c.handle, c.version, goal);
+            meta.chunks
+                .get_mut(c.handle)
+                .expect("just inserted")
+                .refcount = c.refcount;
+        }
+        let mut refs: std::collections::HashMap<ChunkHandle, u32> = Default::default();
+        for e in &cp.entries {
+            if e.is_dir {
+                meta.ns.mkdir(&e.path, e.mtime_ms)?;
+                continue;
+            }
+            let r = u8::try_from(e.replication).map_err(|_| bad(e.path.clone()))?;
+            meta.ns.create(&e.path, r, e.mtime_ms)?;
+            for &h in &e.chunks {
+                if meta.chunks.get(h).is_none() {
+                    return Err(bad(format!("{} names unknown chunk {h}", e.path)));
+                }
+                *refs.entry(h).or_default() += 1;
+                meta.ns.add_chunk(&e.path, h)?;
+            }
+            meta.ns.set_length(&e.path, e.length, e.mtime_ms)?;
+        }
+        for (h, c) in meta.chunks.iter() {
+            if refs.get(&h).copied().unwrap_or(0) != c.refcount {
+                return Err(bad(format!("chunk {h} reference count")));
+            }
+        }
+        Ok(meta)
+    }
+
+    /// A canonical dump of the whole state, for tests that compare two masters.
+    pub fn fingerprint(&self) -> pb::Checkpoint {
+        self.checkpoint(0)
+    }
+}

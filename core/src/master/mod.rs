@@ -1,0 +1,680 @@
+//! The master: a sans-IO state machine. `Master::handle(now, input)` returns `Effects`;
+//! the driver (`crate::driver::master`) carries them out.
+//!
+//! Ordering rules the types and this module keep:
+//! - A mutation is applied to memory, its record goes to `Effects::log`, and its reply is
+//!   held inside the master until the driver reports the record durable with
+//!   `Input::LogSynced`. So every reply in `Effects::replies` may be sent at once.
+//! - Until then the mutation keeps its path locks, so nobody reads what is not yet durable
+//!   (`locks.rs`).
+//! - `Effects::checkpoint`, when present, covers every record in `Effects::log` of the same
+//!   step and all before it; the driver writes it after those records.
+
+mod chunks;
+mod config;
+mod gc;
+mod heartbeat;
+mod leases;
+mod locks;
+mod meta;
+mod namespace;
+mod placement;
+mod replication;
+mod servers;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+pub use chunks::{Chunk, ChunkTable, Replicas, ServerIdx};
+pub use config::MasterConfig;
+pub use locks::{LockSet, Mode, PathLocks};
+pub use meta::{Applied, Meta};
+pub use namespace::{DELETED_PREFIX, FileMeta, Namespace, Node};
+pub use servers::{Registry, Server};
+
+use crate::error::{FsError, RpcError};
+use crate::pb::{self, log_record::Op, master_request::Req, master_response::Resp};
+use crate::rng::Rng;
+use crate::types::{LogSeq, Time};
+
+/// Names one inbound request, so its reply can find its way back. Chosen by the driver.
+pub type RequestId = u64;
+/// Names one call the master makes to a chunkserver. Chosen by the master.
+pub type CallId = u64;
+
+#[derive(Debug)]
+pub enum Input {
+    /// A request from a client or a chunkserver.
+    Request {
+        id: RequestId,
+        req: pb::MasterRequest,
+    },
+    /// The outcome of a call in an earlier `Effects::calls`.
+    CallResult {
+        id: CallId,
+        result: Result<pb::ChunkResponse, RpcError>,
+    },
+    /// Every log record up to and including `through` is durable.
+    LogSynced { through: LogSeq },
+    /// Time passed: check liveness, leases, re-replication and garbage.
+    Tick,
+}
+
+/// A call to a chunkserver.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Call {
+    pub id: CallId,
+    pub to: String,
+    pub req: pb::ChunkRequest,
+}
+
+#[derive(Debug, Default)]
+pub struct Effects {
+    /// Records to append to the op log, in order, numbered consecutively.
+    pub log: Vec<(LogSeq, pb::LogRecord)>,
+    /// Replies that may be sent now: whatever they depend on is durable.
+    pub replies: Vec<(RequestId, pb::MasterResponse)>,
+    /// Calls to chunkservers; each answers with one `Input::CallResult`.
+    pub calls: Vec<Call>,
+    /// A checkpoint of the state through the last record in `log` (or before).
+    pub checkpoint: Option<pb::Checkpoint>,
+}
+
+/// A reply, and the locks to release, once a log record is durable.
+#[derive(Debug)]
+struct Held {
+    reply: Option<(RequestId, pb::MasterResponse)>,
+    locks: Option<LockSet>,
+}
+
+/// What a master→chunkserver call was for.
+#[derive(Debug)]
+enum CallCtx {
+    SetVersion {
+        handle: u64,
+        server: ServerIdx,
+    },
+    Clone {
+        handle: u64,
+        source: ServerIdx,
+        target: ServerIdx,
+        version: u64,
+    },
+    Revoke {
+        handle: u64,
+        server: ServerIdx,
+    },
+}
+
+pub struct Master {
+    cfg: MasterConfig,
+    meta: Meta,
+    servers: Registry,
+    locks: PathLocks,
+    rng: Rng,
+    now: Time,
+    /// The last record given a sequence number, and the last one known durable.
+    last_seq: LogSeq,
+    synced_seq: LogSeq,
+    held: BTreeMap<LogSeq, Vec<Held>>,
+    /// Requests waiting for locks, oldest first.
+    queued: VecDeque<(RequestId, pb::MasterRequest)>,
+    calls: HashMap<CallId, CallCtx>,
+    next_call: CallId,
+    leases: leases::Leases,
+    repl: replication::Replication,
+    gc: gc::Gc,
+    checkpoint_seq: LogSeq,
+    out: Effects,
+}
+
+impl Master {
+    /// A master with an empty namespace, as on a fresh cluster.
+    pub fn new(cfg: MasterConfig, now: Time) -> Master {
+        Master::from_meta(cfg, now, Meta::new(), 0)
+    }
+
+    fn from_meta(cfg: MasterConfig, now: Time, meta: Meta, seq: LogSeq) -> Master {
+        let rng = Rng::new(cfg.rng_seed);
+        let leases = leases::Leases::starting(now, &cfg);
+        Master {
+            cfg,
+            meta,
+            servers: Registry::default(),
+            locks: PathLocks::default(),
+            rng,
+            now,
+            last_seq: seq,
+            synced_seq: seq,
+            held: BTreeMap::new(),
+            queued: VecDeque::new(),
+            calls: HashMap::new(),
+            next_call: 1,
+            leases,
+            repl: Default::default(),
+            gc: Default::default(),
+            checkpoint_seq: seq,
+            out: Effects::default(),
+        }
+    }
+
+    /// Start-up is recovery: the latest checkpoint (if any), then every durable record
+    /// after it, in order. Replica locations are not persisted; heartbeats bring them.
+    pub fn recover(
+        cfg: MasterConfig,
+        now: Time,
+        checkpoint: Option<&pb::Checkpoint>,
+        tail: impl IntoIterator<Item = (LogSeq, pb::LogRecord)>,
+    ) -> Result<Master, FsError> {
+        let (mut meta, mut seq) = match checkpoint {
+            Some(cp) => (Meta::restore(cp)?, cp.through_seq),
+            None => (Meta::new(), 0),
+        };
+        let base = seq;
+        for (s, rec) in tail {
+            if s <= base {
+                continue;
+            }
+            if s != seq + 1 {
+                return Err(FsError::Internal(format!(
+                    "op log has a gap: record {s} follows {seq}"
+                )));
+            }
+            meta.apply(&rec)
+                .map_err(|e| FsError::Internal(format!("op log record {s} does not apply: {e}")))?;
+            seq = s;
+        }
+        Ok(Master::from_meta(cfg, now, meta, seq))
+    }
+
+    pub fn config(&self) -> &MasterConfig {
+        &self.cfg
+    }
+
+    pub fn meta(&self) -> &Meta {
+        &self.meta
+    }
+
+    pub fn servers(&self) -> &Registry {
+        &self.servers
+    }
+
+    pub fn last_seq(&self) -> LogSeq {
+        self.last_seq
+    }
+
+    /// Whether any operation still waits for durability or locks.
+    pub fn is_quiescent(&self) -> bool {
+        self.held.is_empty() && self.queued.is_empty() && self.locks.is_idle()
+    }
+
+    pub fn handle(&mut self, now: Time, input: Input) -> Effects {
+        // The master's clock never goes back, even if the driver's does.
+        self.now = self.now.max(now);
+        match input {
+            Input::Request { id, req } => {
+                if !self.on_request(id, &req) {
+                    self.queued.push_back((id, req));
+                }
+            }
+            Input::CallResult { id, result } => self.on_call_result(id, result),
+            Input::LogSynced { through } => self.on_log_synced(through),
+            Input::Tick => self.on_tick(),
+        }
+        self.maybe_checkpoint();
+        std::mem::take(&mut self.out)
+    }
+
+    // ---- logging and holding replies -------------------------------------------------
+
+    /// Applies `op` and logs it. On error nothing is logged.
+    fn log(&mut self, op: Op) -> Result<(LogSeq, Applied), FsError> {
+        let rec = pb::LogRecord {
+            time_ms: self.now.as_millis(),
+            op: Some(op),
+        };
+        let applied = self.meta.apply(&rec)?;
+        self.last_seq += 1;
+        self.out.log.push((self.last_seq, rec));
+        for &h in &applied.reclaimed {
+            self.forget_chunk(h);
+        }
+        Ok((self.last_seq, applied))
+    }
+
+    /// Releases `reply` and `locks` once record `seq` is durable (at once if it is).
+    fn hold(
+        &mut self,
+        seq: LogSeq,
+        reply: Option<(RequestId, pb::MasterResponse)>,
+        locks: Option<LockSet>,
+    ) {
+        if seq <= self.synced_seq {
+            if let Some(l) = locks {
+                self.locks.release(&l);
+            }
+            if let Some(r) = reply {
+                self.out.replies.push(r);
+            }
+        } else {
+            self.held
+                .entry(seq)
+                .or_default()
+                .push(Held { reply, locks });
+        }
+    }
+
+    fn reply(&mut self, id: RequestId, resp: Resp) {
+        self.out.replies.push((id, ok(resp)));
+    }
+
+    fn reply_err(&mut self, id: RequestId, e: FsError) {
+        self.out.replies.push((id, err(e)));
+    }
+
+    fn on_log_synced(&mut self, through: LogSeq) {
+        assert!(
+            through <= self.last_seq,
+            "log synced through {through}, but only {} records exist",
+            self.last_seq
+        );
+        if through <= self.synced_seq {
+            return;
+        }
+        self.synced_seq = through;
+        let later = self.held.split_off(&(through + 1));
+        let ready = std::mem::replace(&mut self.held, later);
+        let mut released = false;
+        for (_, hs) in ready {
+            for h in hs {
+                if let Some(l) = h.locks {
+                    self.locks.release(&l);
+                    released = true;
+                }
+                if let Some(r) = h.reply {
+                    self.out.replies.push(r);
+                }
+            }
+        }
+        if released {
+            self.retry_queued();
+        }
+    }
+
+    fn retry_queued(&mut self) {
+        for _ in 0..self.queued.len() {
+            let (id, req) = self.queued.pop_front().expect("counted");
+            if !self.on_request(id, &req) {
+                self.queued.push_back((id, req));
+            }
+        }
+    }
+
+    fn maybe_checkpoint(&mut self) {
+        if self.last_seq - self.checkpoint_seq >= self.cfg.checkpoint_every {
+            self.checkpoint_seq = self.last_seq;
+            self.out.checkpoint = Some(self.meta.checkpoint(self.last_seq));
+        }
+    }
+
+    /// A checkpoint of everything logged so far (for an operator, or a test).
+    pub fn checkpoint_now(&mut self) -> pb::Checkpoint {
+        self.checkpoint_seq = self.last_seq;
+        self.meta.checkpoint(self.last_seq)
+    }
+
+    // ---- requests ---------------------------------------------------------------------
+
+    /// Handles a request; returns false if it must wait for locks (nothing was done).
+    fn on_request(&mut self, id: RequestId, req: &pb::MasterRequest) -> bool {
+        let Some(r) = &req.req else {
+            self.reply_err(id, FsError::InvalidArgument("empty request".into()));
+            return true;
+        };
+        let result = match r {
+            Req::Mkdir(r) => self.on_mkdir(id, r),
+            Req::Create(r) => self.on_create(id, r),
+            Req::Delete(r) => self.on_delete(id, r),
+            Req::Rename(r) => self.on_rename(id, r),
+            Req::List(r) => self.on_list(id, r),
+            Req::Stat(r) => self.on_stat(id, r),
+            Req::GetChunks(r) => self.on_get_chunks(id, r),
+            Req::GetWriteTarget(r) => self.on_get_write_target(id, r),
+            Req::ExtendFile(r) => self.on_extend_file(id, r),
+            Req::Heartbeat(r) => {
+                self.on_heartbeat(id, r);
+                Ok(true)
+            }
+            Req::ReportCorrupt(r) => {
+                self.on_report_corrupt(id, r);
+                Ok(true)
+            }
+        };
+        match result {
+            Ok(done) => done,
+            Err(e) => {
+                self.reply_err(id, e);
+                true
+            }
+        }
+    }
+
+    /// Takes `set`; Ok(false) if it must wait.
+    fn lock(&mut self, set: &LockSet) -> bool {
+        self.locks.try_acquire(set)
+    }
+
+    /// Runs a one-record mutation under `set`: applied and logged, reply held until
+    /// durable; or refused, locks released and the error returned at once.
+    fn mutate(&mut self, id: RequestId, set: LockSet, op: Op) -> Result<bool, FsError> {
+        if !self.lock(&set) {
+            return Ok(false);
+        }
+        match self.log(op) {
+            Ok((seq, _)) => {
+                self.hold(seq, Some((id, ok(Resp::Empty(pb::Empty {})))), Some(set));
+                Ok(true)
+            }
+            Err(e) => {
+                self.locks.release(&set);
+                Err(e)
+            }
+        }
+    }
+
+    fn on_mkdir(&mut self, id: RequestId, r: &pb::MkdirRequest) -> Result<bool, FsError> {
+        let path = crate::path::normalize(&r.path)?;
+        if !r.parents {
+            let set = LockSet::on(&path, Mode::Write)?;
+            return self.mutate(id, set, Op::Mkdir(pb::MkdirOp { path }));
+        }
+        // mkdir -p: create each missing component, all under one lock set.
+        let mut todo = crate::path::ancestors(&path)?;
+        todo.push(path.clone());
+        todo.retain(|p| p != "/");
+        let mut set = LockSet::default();
+        for p in &todo {
+            set.add(p, Mode::Write)?;
+        }
+        if !self.lock(&set) {
+            return Ok(false);
+        }
+        let mut last = None;
+        for p in todo {
+            match self.meta.ns.get(&p) {
+                Ok(Node::Dir { .. }) => continue,
+                Ok(Node::File(_)) => {
+                    self.release_or_hold(last, set);
+                    return Err(FsError::NotADirectory(p));
+                }
+                Err(_) => {}
+            }
+            match self.log(Op::Mkdir(pb::MkdirOp { path: p })) {
+                Ok((seq, _)) => last = Some(seq),
+                Err(e) => {
+                    self.release_or_hold(last, set);
+                    return Err(e);
+                }
+            }
+        }
+        let reply = Some((id, ok(Resp::Empty(pb::Empty {}))));
+        match last {
+            Some(seq) => self.hold(seq, reply, Some(set)),
+            None => {
+                self.locks.release(&set);
+                self.out.replies.extend(reply);
+            }
+        }
+        Ok(true)
+    }
+
+    /// After a partial multi-record mutation fails: keep the locks until what was logged
+    /// is durable, or release them now if nothing was.
+    fn release_or_hold(&mut self, last: Option<LogSeq>, set: LockSet) {
+        match last {
+            Some(seq) => self.hold(seq, None, Some(set)),
+            None => self.locks.release(&set),
+        }
+    }
+
+    fn on_create(&mut self, id: RequestId, r: &pb::CreateRequest) -> Result<bool, FsError> {
+        let path = crate::path::normalize(&r.path)?;
+        let replication = match r.replication {
+            0 => u32::from(self.cfg.default_replication),
+            n => n,
+        };
+        if replication > 255 {
+            return Err(FsError::InvalidArgument(format!(
+                "replication {replication} above 255"
+            )));
+        }
+        let set = LockSet::on(&path, Mode::Write)?;
+        self.mutate(id, set, Op::Create(pb::CreateOp { path, replication }))
+    }
+
+    fn on_rename(&mut self, id: RequestId, r: &pb::RenameRequest) -> Result<bool, FsError> {
+        let src = crate::path::normalize(&r.src)?;
+        let dst = crate::path::normalize(&r.dst)?;
+        let mut set = LockSet::on(&src, Mode::Write)?;
+        set.add(&dst, Mode::Write)?;
+        self.mutate(id, set, Op::Rename(pb::RenameOp { src, dst }))
+    }
+
+    fn on_list(&mut self, id: RequestId, r: &pb::ListRequest) -> Result<bool, FsError> {
+        let path = crate::path::normalize(&r.path)?;
+        let set = LockSet::on(&path, Mode::Read)?;
+        if !self.lock(&set) {
+            return Ok(false);
+        }
+        let result = self.meta.ns.list(&path).map(|entries| {
+            entries
+                .into_iter()
+                .filter(|e| r.include_deleted || !e.name.starts_with(DELETED_PREFIX))
+                .map(|e| {
+                    let full = if path == "/" {
+                        format!("/{}", e.name)
+                    } else {
+                        format!("{path}/{}", e.name)
+                    };
+                    file_info(full, e.node)
+                })
+                .collect::<Vec<_>>()
+        });
+        self.locks.release(&set);
+        let entries = result?;
+        self.reply(id, Resp::List(pb::ListResponse { entries }));
+        Ok(true)
+    }
+
+    fn on_stat(&mut self, id: RequestId, r: &pb::StatRequest) -> Result<bool, FsError> {
+        let path = crate::path::normalize(&r.path)?;
+        let set = LockSet::on(&path, Mode::Read)?;
+        if !self.lock(&set) {
+            return Ok(false);
+        }
+        let info = if path == "/" {
+            Ok(pb::FileInfo {
+                path: path.clone(),
+                is_dir: true,
+                ..Default::default()
+            })
+        } else {
+            self.meta.ns.get(&path).map(|n| file_info(path.clone(), n))
+        };
+        self.locks.release(&set);
+        self.reply(id, Resp::Stat(info?));
+        Ok(true)
+    }
+
+    fn on_get_chunks(&mut self, id: RequestId, r: &pb::GetChunksRequest) -> Result<bool, FsError> {
+        let path = crate::path::normalize(&r.path)?;
+        let set = LockSet::on(&path, Mode::Read)?;
+        if !self.lock(&set) {
+            return Ok(false);
+        }
+        let result = self.chunk_locations(&path, r.first_index, r.count);
+        self.locks.release(&set);
+        self.reply(id, Resp::GetChunks(result?));
+        Ok(true)
+    }
+
+    fn chunk_locations(
+        &self,
+        path: &str,
+        first: u64,
+        count: u64,
+    ) -> Result<pb::GetChunksResponse, FsError> {
+        let f = self.meta.ns.file(path)?;
+        let end = if count == 0 {
+            f.chunks.len() as u64
+        } else {
+            first.saturating_add(count).min(f.chunks.len() as u64)
+        };
+        let mut chunks = Vec::new();
+        for index in first..end {
+            let handle = f.chunks[index as usize];
+            let c = self
+                .meta
+                .chunks
+                .get(handle)
+                .expect("a file's chunks are in the table");
+            chunks.push(pb::ChunkLocation {
+                index,
+                handle,
+                version: c.version,
+                replicas: self.addrs(c.replicas.as_slice()),
+            });
+        }
+        Ok(pb::GetChunksResponse {
+            file_length: f.length,
+            chunk_size: self.cfg.chunk_size,
+            chunks,
+        })
+    }
+
+    fn addrs(&self, servers: &[ServerIdx]) -> Vec<String> {
+        servers
+            .iter()
+            .filter(|&&s| self.servers.is_alive(s))
+            .map(|&s| self.servers.get(s).addr.clone())
+            .collect()
+    }
+
+    fn on_extend_file(
+        &mut self,
+        id: RequestId,
+        r: &pb::ExtendFileRequest,
+    ) -> Result<bool, FsError> {
+        let path = crate::path::normalize(&r.path)?;
+        let set = LockSet::on(&path, Mode::Write)?;
+        if !self.lock(&set) {
+            return Ok(false);
+        }
+        match self.meta.ns.file(&path) {
+            Ok(f) if f.length >= r.length => {
+                self.locks.release(&set);
+                self.reply(id, Resp::Empty(pb::Empty {}));
+                Ok(true)
+            }
+            Ok(_) => {
+                self.locks.release(&set);
+                let set = LockSet::on(&path, Mode::Write)?;
+                self.mutate(
+                    id,
+                    set,
+                    Op::SetLength(pb::SetLengthOp {
+                        path,
+                        length: r.length,
+                    }),
+                )
+            }
+            Err(e) => {
+                self.locks.release(&set);
+                Err(e)
+            }
+        }
+    }
+
+    // ---- calls to chunkservers -------------------------------------------------------
+
+    fn call(&mut self, to: ServerIdx, ctx: CallCtx, req: pb::chunk_request::Req) {
+        let id = self.next_call;
+        self.next_call += 1;
+        self.calls.insert(id, ctx);
+        self.out.calls.push(Call {
+            id,
+            to: self.servers.get(to).addr.clone(),
+            req: pb::ChunkRequest { req: Some(req) },
+        });
+    }
+
+    fn on_call_result(&mut self, id: CallId, result: Result<pb::ChunkResponse, RpcError>) {
+        let Some(ctx) = self.calls.remove(&id) else {
+            tracing::warn!(call = id, "result for an unknown call");
+            return;
+        };
+        let ok = match &result {
+            Ok(resp) => resp.error.is_none(),
+            Err(_) => false,
+        };
+        match ctx {
+            CallCtx::SetVersion { handle, server } => {
+                self.on_set_version_result(handle, server, ok)
+            }
+            CallCtx::Clone {
+                handle,
+                source,
+                target,
+                version,
+            } => self.on_clone_result(handle, source, target, version, ok),
+            CallCtx::Revoke { handle, server } => self.on_revoke_result(handle, server, ok),
+        }
+    }
+
+    fn on_tick(&mut self) {
+        self.check_liveness();
+        self.schedule_clones();
+        self.collect_garbage();
+    }
+
+    /// A chunk left the table: forget its lease and repair work.
+    fn forget_chunk(&mut self, h: u64) {
+        self.leases.forget(h);
+        self.repl.forget(h);
+    }
+}
+
+fn ok(resp: Resp) -> pb::MasterResponse {
+    pb::MasterResponse {
+        error: None,
+        resp: Some(resp),
+    }
+}
+
+fn err(e: FsError) -> pb::MasterResponse {
+    pb::MasterResponse {
+        error: Some(e.to_pb()),
+        resp: None,
+    }
+}
+
+fn file_info(path: String, node: &Node) -> pb::FileInfo {
+    match node {
+        Node::Dir { mtime_ms, .. } => pb::FileInfo {
+            path,
+            is_dir: true,
+            mtime_ms: *mtime_ms,
+            ..Default::default()
+        },
+        Node::File(f) => pb::FileInfo {
+            path,
+            is_dir: false,
+            length: f.length,
+            replication: f.replication.into(),
+            chunk_count: f.chunks.len() as u64,
+            mtime_ms: f.mtime_ms,
+        },
+    }
+}

@@ -1,0 +1,387 @@
+//! The namespace: a lookup table from path names to metadata (GFS §4.1).
+//!
+//! Entries are keyed by (parent directory id, name), which is the table's prefix
+//! compression: a path's leading components are stored once, as a directory id, not in
+//! every entry. Renaming a directory re-keys one entry. There are no links, and a directory
+//! has no list of its own: listing is a range scan of the table.
+//!
+//! Every method here is a pure function of the table; locking and logging are the
+//! master's concern (`locks.rs`, `oplog.rs`).
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::error::FsError;
+use crate::path;
+use crate::types::ChunkHandle;
+
+pub type DirId = u64;
+/// A table key: (parent directory, name).
+pub type Key = (DirId, Box<str>);
+pub const ROOT: DirId = 0;
+
+/// The prefix of a name that a delete gives a file or directory; see `gc.rs`.
+pub const DELETED_PREFIX: &str = ".tessera-deleted-";
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Node {
+    Dir { id: DirId, mtime_ms: u64 },
+    File(FileMeta),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileMeta {
+    /// Chunk handles in file order. A boxed slice rather than a `Vec`: files gain chunks
+    /// rarely, and the saved capacity word is 8 bytes on every file.
+    pub chunks: Box<[ChunkHandle]>,
+    pub length: u64,
+    pub mtime_ms: u64,
+    pub replication: u8,
+}
+
+#[derive(Clone, Debug)]
+struct DirInfo {
+    parent: DirId,
+    name: Box<str>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Namespace {
+    entries: BTreeMap<(DirId, Box<str>), Node>,
+    /// Where each directory lives, so a path can be rebuilt from an id.
+    dirs: HashMap<DirId, DirInfo>,
+    next_dir: DirId,
+    files: u64,
+}
+
+/// A listed entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry<'a> {
+    pub name: &'a str,
+    pub node: &'a Node,
+}
+
+impl Namespace {
+    pub fn new() -> Namespace {
+        Namespace {
+            next_dir: ROOT + 1,
+            ..Default::default()
+        }
+    }
+
+    pub fn file_count(&self) -> u64 {
+        self.files
+    }
+
+    pub fn entry_count(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The id of the directory at `path`.
+    pub fn dir_id(&self, path: &str) -> Result<DirId, FsError> {
+        let mut dir = ROOT;
+        for c in path::components(path)? {
+            match self.entries.get(&(dir, Box::from(c))) {
+                Some(Node::Dir { id, .. }) => dir = *id,
+                Some(Node::File(_)) => return Err(FsError::NotADirectory(path.to_string())),
+                None => return Err(FsError::NotFound(path.to_string())),
+            }
+        }
+        Ok(dir)
+    }
+
+    /// (parent directory id, last component) of `path`; the parent must exist.
+    fn parent_key(&self, path: &str) -> Result<(DirId, Box<str>), FsError> {
+        let (parent, name) = path::split_last(path)?;
+        let dir = self.dir_id(&parent).map_err(|e| match e {
+            FsError::NotFound(_) => FsError::NotFound(format!("{path}: parent {parent}")),
+            other => other,
+        })?;
+        Ok((dir, name.into_boxed_str()))
+    }
+
+    pub fn get(&self, path: &str) -> Result<&Node, FsError> {
+        let key = self.parent_key(path)?;
+        self.entries
+            .get(&key)
+            .ok_or_else(|| FsError::NotFound(path.to_string()))
+    }
+
+    pub fn exists(&self, path: &str) -> bool {
+        path == "/" || self.get(path).is_ok()
+    }
+
+    pub fn file(&self, path: &str) -> Result<&FileMeta, FsError> {
+        match self.get(path)? {
+            Node::File(f) => Ok(f),
+            Node::Dir { .. } => Err(FsError::IsADirectory(path.to_string())),
+        }
+    }
+
+    fn file_mut(&mut self, path: &str) -> Result<&mut FileMeta, FsError> {
+        let key = self.parent_key(path)?;
+        match self.entries.get_mut(&key) {
+            Some(Node::File(f)) => Ok(f),
+            Some(Node::Dir { .. }) => Err(FsError::IsADirectory(path.to_string())),
+            None => Err(FsError::NotFound(path.to_string())),
+        }
+    }
+
+    fn insert_new(&mut self, path: &str, node: Node) -> Result<(), FsError> {
+        let key = self.parent_key(path)?;
+        if self.entries.contains_key(&key) {
+            return Err(FsError::AlreadyExists(path.to_string()));
+        }
+        if let Node::Dir { id, .. } = node {
+            self.dirs.insert(
+                id,
+                DirInfo {
+                    parent: key.0,
+                    name: key.1.clone(),
+                },
+            );
+        } else {
+            self.files += 1;
+        }
+        self.entries.insert(key, node);
+        Ok(())
+    }
+
+    pub fn mkdir(&mut self, path: &str, mtime_ms: u64) -> Result<(), FsError> {
+        if path::components(path)?.is_empty() {
+            return Err(FsError::AlreadyExists("/".into()));
+        }
+        let id = self.next_dir;
+        self.insert_new(path, Node::Dir { id, mtime_ms })?;
+        self.next_dir += 1;
+        Ok(())
+    }
+
+    pub fn create(&mut self, path: &str, replication: u8, mtime_ms: u64) -> Result<(), FsError> {
+        if replication == 0 {
+            return Err(FsError::InvalidArgument(
+                "replication must be at least 1".into(),
+            ));
+        }
+        let meta = FileMeta {
+            chunks: Box::new([]),
+            length: 0,
+            mtime_ms,
+            replication,
+        };
+        self.insert_new(path, Node::File(meta))
+    }
+
+    /// Moves `src` to `dst`, which must not exist and whose parent must. A directory moves
+    /// with everything below it, and cannot move into its own subtree.
+    pub fn rename(&mut self, src: &str, dst: &str) -> Result<(), FsError> {
+        let src_key = self.parent_key(src)?;
+        if !self.entries.contains_key(&src_key) {
+            return Err(FsError::NotFound(src.to_string()));
+        }
+        let dst_key = self.parent_key(dst)?;
+        if self.entries.contains_key(&dst_key) {
+            return Err(FsError::AlreadyExists(dst.to_string()));
+        }
+        if let Some(Node::Dir { id, .. }) = self.entries.get(&src_key) {
+            if self.is_ancestor_dir(*id, dst_key.0) {
+                return Err(FsError::InvalidArgument(format!(
+                    "cannot move {src} into itself ({dst})"
+                )));
+            }
+            let info = self
+                .dirs
+                .get_mut(id)
+                .expect("every directory has a DirInfo");
+            info.parent = dst_key.0;
+            info.name = dst_key.1.clone();
+        }
+        let node = self.entries.remove(&src_key).expect("checked above");
+        self.entries.insert(dst_key, node);
+        Ok(())
+    }
+
+    /// Whether directory `anc` is `dir` or one of its ancestors.
+    fn is_ancestor_dir(&self, anc: DirId, mut dir: DirId) -> bool {
+        loop {
+            if dir == anc {
+                return true;
+            }
+            if dir == ROOT {
+                return false;
+            }
+            dir = self
+                .dirs
+                .get(&dir)
+                .expect("every directory has a DirInfo")
+                .parent;
+        }
+    }
+
+    /// Removes a file, or a directory with everything below it. Returns the chunk handles
+    /// of every file removed, whose references the caller drops.
+    pub fn remove(&mut self, path: &str) -> Result<Vec<ChunkHandle>, FsError> {
+        let key = self.parent_key(path)?;
+        let node = self
+            .entries
+            .remove(&key)
+            .ok_or_else(|| FsError::NotFound(path.to_string()))?;
+        let mut chunks = Vec::new();
+        self.drop_node(node, &mut chunks);
+        Ok(chunks)
+    }
+
+    fn drop_node(&mut self, node: Node, chunks: &mut Vec<ChunkHandle>) {
+        match node {
+            Node::File(f) => {
+                self.files -= 1;
+                chunks.extend_from_slice(&f.chunks);
+            }
+            Node::Dir { id, .. } => {
+                self.dirs.remove(&id);
+                let children: Vec<_> = self.children_keys(id);
+                for k in children {
+                    let n = self.entries.remove(&k).expect("listed just now");
+                    self.drop_node(n, chunks);
+                }
+            }
+        }
+    }
+
+    fn children_keys(&self, dir: DirId) -> Vec<(DirId, Box<str>)> {
+        self.entries
+            .range((dir, Box::<str>::from(""))..(dir + 1, Box::<str>::from("")))
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Whether a directory has any entry at all, deleted ones included.
+    pub fn has_children(&self, dir: DirId) -> bool {
+        self.entries
+            .range((dir, Box::<str>::from(""))..(dir + 1, Box::<str>::from("")))
+            .next()
+            .is_some()
+    }
+
+    /// Entries of the directory at `path`, in name order.
+    pub fn list(&self, path: &str) -> Result<Vec<Entry<'_>>, FsError> {
+        let dir = self.dir_id(path)?;
+        Ok(self
+            .entries
+            .range((dir, Box::<str>::from(""))..(dir + 1, Box::<str>::from("")))
+            .map(|((_, name), node)| Entry { name, node })
+            .collect())
+    }
+
+    pub fn add_chunk(&mut self, path: &str, handle: ChunkHandle) -> Result<(), FsError> {
+        let f = self.file_mut(path)?;
+        let mut v = std::mem::take(&mut f.chunks).into_vec();
+        v.push(handle);
+        f.chunks = v.into_boxed_slice();
+        Ok(())
+    }
+
+    pub fn set_length(&mut self, path: &str, length: u64, mtime_ms: u64) -> Result<(), FsError> {
+        let f = self.file_mut(path)?;
+        f.length = f.length.max(length);
+        f.mtime_ms = mtime_ms;
+        Ok(())
+    }
+
+    /// The full path of a directory.
+    pub fn dir_path(&self, mut dir: DirId) -> String {
+        let mut names = Vec::new();
+        while dir != ROOT {
+            let info = self.dirs.get(&dir).expect("every directory has a DirInfo");
+            names.push(&*info.name);
+            dir = info.parent;
+        }
+        names.reverse();
+        path::join(&names)
+    }
+
+    /// Up to `limit` entries after `after` in table order, with their full paths; the
+    /// cursor for the next call is the last key returned. Used by the garbage collector's
+    /// incremental scan.
+    pub fn scan(&self, after: Option<&Key>, limit: usize) -> Vec<(Key, String, &Node)> {
+        use std::ops::Bound;
+        let range = match after {
+            Some(k) => self
+                .entries
+                .range((Bound::Excluded(k.clone()), Bound::Unbounded)),
+            None => self.entries.range::<(DirId, Box<str>), _>(..),
+        };
+        range
+            .take(limit)
+            .map(|(k, n)| {
+                let parent = self.dir_path(k.0);
+                let full = if parent == "/" {
+                    format!("/{}", k.1)
+                } else {
+                    format!("{parent}/{}", k.1)
+                };
+                (k.clone(), full, n)
+            })
+            .collect()
+    }
+
+    /// Every entry with its full path, parents before children (for checkpoints).
+    pub fn walk(&self) -> Vec<(String, &Node)> {
+        let mut out = Vec::with_capacity(self.entries.len());
+        let mut stack = vec![(ROOT, String::new())];
+        while let Some((dir, prefix)) = stack.pop() {
+            for ((_, name), node) in self
+                .entries
+                .range((dir, Box::<str>::from(""))..(dir + 1, Box::<str>::from("")))
+            {
+                let p = format!("{prefix}/{name}");
+                if let Node::Dir { id, .. } = node {
+                    stack.push((*id, p.clone()));
+                }
+                out.push((p, node));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_list_rename_remove() {
+        let mut ns = Namespace::new();
+        ns.mkdir("/a", 1).unwrap();
+        ns.mkdir("/a/b", 1).unwrap();
+        ns.create("/a/b/f", 3, 2).unwrap();
+        assert_eq!(
+            ns.create("/a/b/f", 3, 2),
+            Err(FsError::AlreadyExists("/a/b/f".into()))
+        );
+        assert!(matches!(ns.create("/x/f", 3, 2), Err(FsError::NotFound(_))));
+        assert!(matches!(
+            ns.create("/a/b/f/g", 3, 2),
+            Err(FsError::NotADirectory(_))
+        ));
+        ns.add_chunk("/a/b/f", 7).unwrap();
+        ns.rename("/a", "/z").unwrap();
+        assert_eq!(&*ns.file("/z/b/f").unwrap().chunks, &[7]);
+        assert!(ns.rename("/z", "/z/b/inside").is_err());
+        assert_eq!(ns.remove("/z").unwrap(), vec![7]);
+        assert_eq!(ns.file_count(), 0);
+        assert_eq!(ns.entry_count(), 0);
+        assert!(ns.dirs.is_empty());
+    }
+
+    #[test]
+    fn walk_lists_parents_first() {
+        let mut ns = Namespace::new();
+        ns.mkdir("/a", 1).unwrap();
+        ns.create("/a/f", 1, 1).unwrap();
+        ns.mkdir("/b", 1).unwrap();
+        let paths: Vec<_> = ns.walk().into_iter().map(|(p, _)| p).collect();
+        let pos = |p: &str| paths.iter().position(|x| x == p).unwrap();
+        assert!(pos("/a") < pos("/a/f"));
+        assert_eq!(paths.len(), 3);
+    }
+}

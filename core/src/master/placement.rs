@@ -1,0 +1,127 @@
+//! Where new replicas go (GFS §4.2, §4.3): servers with below-average disk use first, no
+//! server above its limit of recent creations while another is below it, and replicas
+//! spread across racks whenever there are enough racks. Never two replicas of a chunk on
+//! one server.
+//!
+//! A pure function of the candidates, so it is tested on its own.
+
+use std::collections::HashSet;
+
+use super::chunks::ServerIdx;
+
+#[derive(Clone, Debug)]
+pub struct Candidate<'a> {
+    pub idx: ServerIdx,
+    pub rack: &'a str,
+    pub utilization: f64,
+    pub recent_creations: u32,
+}
+
+/// Picks up to `n` servers from `candidates`, none of them in `exclude` and none on a
+/// rack already in `used_racks` while a server on another rack is free. `tiebreak` orders
+/// equally good servers (the master passes seeded random numbers, so load spreads).
+pub fn choose(
+    candidates: &[Candidate<'_>],
+    n: usize,
+    exclude: &[ServerIdx],
+    used_racks: &[&str],
+    creation_limit: u32,
+    tiebreak: &mut dyn FnMut() -> u64,
+) -> Vec<ServerIdx> {
+    let mut pool: Vec<(bool, bool, u64, &Candidate<'_>)> = Vec::new();
+    let avg = if candidates.is_empty() {
+        0.0
+    } else {
+        candidates.iter().map(|c| c.utilization).sum::<f64>() / candidates.len() as f64
+    };
+    for c in candidates {
+        if exclude.contains(&c.idx) || c.utilization >= 1.0 {
+            continue;
+        }
+        let busy = c.recent_creations >= creation_limit;
+        let above_avg = c.utilization > avg;
+        pool.push((busy, above_avg, tiebreak(), c));
+    }
+    // Best first: not busy, then below-average use, then lower use, then the tiebreak.
+    pool.sort_by(|a, b| {
+        (a.0, a.1)
+            .cmp(&(b.0, b.1))
+            .then(a.3.utilization.total_cmp(&b.3.utilization))
+            .then(a.2.cmp(&b.2))
+    });
+    let mut racks: HashSet<&str> = used_racks.iter().copied().collect();
+    let mut chosen = Vec::new();
+    // First pass: only new racks. Second pass: anything left.
+    for pass in 0..2 {
+        for (_, _, _, c) in &pool {
+            if chosen.len() == n {
+                return chosen;
+            }
+            if chosen.contains(&c.idx) || (pass == 0 && racks.contains(c.rack)) {
+                continue;
+            }
+            racks.insert(c.rack);
+            chosen.push(c.idx);
+        }
+    }
+    chosen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn cands(spec: &[(u32, &'static str, f64, u32)]) -> Vec<Candidate<'static>> {
+        spec.iter()
+            .map(|&(idx, rack, utilization, recent_creations)| Candidate {
+                idx,
+                rack,
+                utilization,
+                recent_creations,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn prefers_empty_disks_and_idle_servers() {
+        let c = cands(&[
+            (0, "r1", 0.9, 0),
+            (1, "r2", 0.1, 0),
+            (2, "r3", 0.1, 99),
+            (3, "r4", 0.5, 0),
+        ]);
+        let mut t = || 0;
+        assert_eq!(choose(&c, 1, &[], &[], 10, &mut t), vec![1]);
+        assert_eq!(choose(&c, 2, &[1], &[], 10, &mut t), vec![3, 0]);
+    }
+
+    #[test]
+    fn full_disks_never_chosen() {
+        let c = cands(&[(0, "r1", 1.0, 0), (1, "r1", 0.2, 0)]);
+        assert_eq!(choose(&c, 3, &[], &[], 10, &mut || 0), vec![1]);
+    }
+
+    proptest! {
+        #[test]
+        fn distinct_servers_and_racks_spread(
+            servers in proptest::collection::vec((0u8..4, 0.0f64..0.99, 0u32..5), 1..20),
+            n in 1usize..6,
+            seed in any::<u64>(),
+        ) {
+            const RACKS: [&str; 4] = ["a", "b", "c", "d"];
+            let c: Vec<_> = servers.iter().enumerate().map(|(i, &(r, u, rc))| Candidate {
+                idx: i as u32, rack: RACKS[r as usize], utilization: u, recent_creations: rc,
+            }).collect();
+            let mut rng = crate::rng::Rng::new(seed);
+            let got = choose(&c, n, &[], &[], 3, &mut || rng.next_u64());
+            let set: HashSet<_> = got.iter().collect();
+            prop_assert_eq!(set.len(), got.len(), "a server chosen twice");
+            prop_assert_eq!(got.len(), n.min(c.len()));
+            let racks_avail: HashSet<_> = c.iter().map(|c| c.rack).collect();
+            let racks_used: HashSet<_> = got.iter().map(|&i| c[i as usize].rack).collect();
+            prop_assert_eq!(racks_used.len(), got.len().min(racks_avail.len()),
+                "replicas share a rack while another rack had room");
+        }
+    }
+}

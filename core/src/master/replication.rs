@@ -1,0 +1,181 @@
+//! Re-replication (GFS §4.3): when a chunk has fewer live, up-to-date replicas than its
+//! goal, the master tells a new server to clone it from a live one. Chunks with the
+//! fewest replicas go first. Clone traffic is throttled: each server takes part in at
+//! most `clones_per_server` clones at once, the cluster in `clones_cluster`.
+
+use std::collections::{BTreeSet, HashMap};
+
+use super::chunks::ServerIdx;
+use super::{CallCtx, Master};
+use crate::pb::{self, chunk_request::Req as CReq};
+use crate::types::{ChunkHandle, Version};
+
+#[derive(Debug, Default)]
+pub(super) struct Replication {
+    /// Chunks whose replica count changed and may be below goal.
+    suspects: BTreeSet<ChunkHandle>,
+    /// Clones running, per chunk (their targets).
+    in_flight: HashMap<ChunkHandle, Vec<ServerIdx>>,
+    running: u32,
+}
+
+impl Replication {
+    pub fn check(&mut self, h: ChunkHandle) {
+        self.suspects.insert(h);
+    }
+
+    pub fn forget(&mut self, h: ChunkHandle) {
+        self.suspects.remove(&h);
+    }
+}
+
+/// A chunk that needs copies, in repair order.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Need {
+    pub live: usize,
+    pub missing: std::cmp::Reverse<usize>,
+    pub handle: ChunkHandle,
+}
+
+impl Master {
+    /// Chunks below their goal, most urgent first: fewest live replicas, then furthest
+    /// from goal. Chunks with no live replica are left out (nothing to copy from).
+    pub fn replication_queue(&mut self) -> Vec<Need> {
+        let mut needs = Vec::new();
+        let mut settled = Vec::new();
+        for &h in &self.repl.suspects {
+            let Some(c) = self.meta.chunks.get(h) else {
+                settled.push(h);
+                continue;
+            };
+            if c.version == 0 {
+                settled.push(h);
+                continue;
+            }
+            let live = c
+                .replicas
+                .as_slice()
+                .iter()
+                .filter(|&&s| self.servers.is_alive(s))
+                .count();
+            let coming = self.repl.in_flight.get(&h).map_or(0, Vec::len);
+            let goal = c.goal as usize;
+            if live + coming >= goal {
+                if coming == 0 {
+                    settled.push(h);
+                }
+                continue;
+            }
+            if live == 0 || self.leases.is_granting(h) {
+                continue;
+            }
+            needs.push(Need {
+                live,
+                missing: std::cmp::Reverse(goal - live - coming),
+                handle: h,
+            });
+        }
+        for h in settled {
+            self.repl.suspects.remove(&h);
+        }
+        needs.sort();
+        needs
+    }
+
+    pub(super) fn schedule_clones(&mut self) {
+        let per_server = self.cfg.clones_per_server;
+        for need in self.replication_queue() {
+            if self.repl.running >= self.cfg.clones_cluster {
+                return;
+            }
+            let h = need.handle;
+            let c = self.meta.chunks.get(h).expect("queued chunks exist");
+            let version = c.version;
+            let holders: Vec<ServerIdx> = c.replicas.as_slice().to_vec();
+            let source = holders
+                .iter()
+                .copied()
+                .filter(|&s| {
+                    self.servers.is_alive(s) && self.servers.get(s).clones_in_flight < per_server
+                })
+                .min_by_key(|&s| (self.servers.get(s).clones_in_flight, s));
+            let Some(source) = source else { continue };
+            let mut exclude = holders;
+            exclude.extend(self.repl.in_flight.get(&h).into_iter().flatten());
+            // Targets busy with clones are excluded too.
+            let busy: Vec<ServerIdx> = self
+                .servers
+                .live()
+                .filter(|(_, s)| s.clones_in_flight >= per_server)
+                .map(|(i, _)| i)
+                .collect();
+            exclude.extend(busy);
+            let Some(&target) = self.place(1, &exclude).first() else {
+                continue;
+            };
+            self.start_clone(h, version, source, target);
+        }
+    }
+
+    fn start_clone(
+        &mut self,
+        h: ChunkHandle,
+        version: Version,
+        source: ServerIdx,
+        target: ServerIdx,
+    ) {
+        tracing::info!(chunk = h, from = %self.servers.get(source).addr, to = %self.servers.get(target).addr, "re-replicating");
+        self.servers.get_mut(source).clones_in_flight += 1;
+        self.servers.get_mut(target).clones_in_flight += 1;
+        self.servers
+            .note_creation(target, self.now, self.cfg.creation_window);
+        self.repl.in_flight.entry(h).or_default().push(target);
+        self.repl.running += 1;
+        let req = CReq::Clone(pb::CloneChunkRequest {
+            handle: h,
+            version,
+            source: self.servers.get(source).addr.clone(),
+        });
+        self.call(
+            target,
+            CallCtx::Clone {
+                handle: h,
+                source,
+                target,
+                version,
+            },
+            req,
+        );
+    }
+
+    pub(super) fn on_clone_result(
+        &mut self,
+        h: ChunkHandle,
+        source: ServerIdx,
+        target: ServerIdx,
+        version: Version,
+        ok: bool,
+    ) {
+        self.servers.get_mut(source).clones_in_flight -= 1;
+        self.servers.get_mut(target).clones_in_flight -= 1;
+        self.repl.running -= 1;
+        if let Some(v) = self.repl.in_flight.get_mut(&h) {
+            v.retain(|&t| t != target);
+            if v.is_empty() {
+                self.repl.in_flight.remove(&h);
+            }
+        }
+        self.repl.check(h);
+        let current = self.meta.chunks.get(h).map(|c| c.version);
+        if ok
+            && current == Some(version)
+            && self.servers.is_alive(target)
+            && !self.leases.is_granting(h)
+        {
+            self.add_replica(h, target);
+        } else if ok {
+            // The copy is of an old version, or of a chunk now gone: collect it.
+            self.gc.pending_deletes.0.entry(target).or_default().push(h);
+        }
+    }
+}

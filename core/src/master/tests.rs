@@ -1,0 +1,883 @@
+//! Tests of the master state machine through its public input/effect interface.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::pb::{chunk_request::Req as CReq, master_request::Req as MReq};
+
+struct H {
+    m: Master,
+    now: Time,
+    next_id: RequestId,
+    /// Every record logged, as the driver would have stored it.
+    log: Vec<(LogSeq, pb::LogRecord)>,
+    calls: Vec<Call>,
+}
+
+fn cfg() -> MasterConfig {
+    MasterConfig {
+        chunk_size: 1024,
+        lease_duration: Duration::from_secs(10),
+        max_clock_skew: Duration::from_secs(1),
+        heartbeat_timeout: Duration::from_secs(5),
+        gc_delay: Duration::from_secs(100),
+        ..MasterConfig::default()
+    }
+}
+
+impl H {
+    fn new() -> H {
+        H::with(cfg())
+    }
+
+    fn with(cfg: MasterConfig) -> H {
+        H {
+            m: Master::new(cfg, Time(0)),
+            now: Time(0),
+            next_id: 1,
+            log: Vec::new(),
+            calls: Vec::new(),
+        }
+    }
+
+    fn step(&mut self, input: Input) -> Effects {
+        let e = self.m.handle(self.now, input);
+        self.log.extend(e.log.iter().cloned());
+        self.calls.extend(e.calls.iter().cloned());
+        e
+    }
+
+    /// Sends a request; returns its id and the effects of that step alone.
+    fn send(&mut self, req: MReq) -> (RequestId, Effects) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let e = self.step(Input::Request {
+            id,
+            req: pb::MasterRequest { req: Some(req) },
+        });
+        (id, e)
+    }
+
+    fn sync(&mut self) -> Effects {
+        let through = self.m.last_seq();
+        self.step(Input::LogSynced { through })
+    }
+
+    /// Sends a request, syncs the log, and returns the reply.
+    fn call(&mut self, req: MReq) -> pb::MasterResponse {
+        let (id, mut e) = self.send(req);
+        e.replies.extend(self.sync().replies);
+        reply_for(&e, id).unwrap_or_else(|| panic!("no reply to request {id}"))
+    }
+
+    fn advance(&mut self, d: Duration) {
+        self.now = self.now + d;
+    }
+
+    fn heartbeat(
+        &mut self,
+        addr: &str,
+        rack: &str,
+        chunks: &[(u64, u64)],
+    ) -> pb::HeartbeatResponse {
+        let r = self.call(MReq::Heartbeat(pb::HeartbeatRequest {
+            address: addr.into(),
+            rack: rack.into(),
+            capacity_bytes: 1 << 30,
+            used_bytes: 0,
+            chunks: chunks
+                .iter()
+                .map(|&(handle, version)| pb::ChunkReport {
+                    handle,
+                    version,
+                    length: 0,
+                })
+                .collect(),
+            lease_extensions: vec![],
+        }));
+        match r.resp {
+            Some(Resp::Heartbeat(h)) => h,
+            other => panic!("heartbeat reply {other:?}"),
+        }
+    }
+
+    /// Answers every outstanding call with success (or failure for the `fail` servers).
+    fn answer_calls(&mut self, fail: &[&str]) -> Effects {
+        let calls = std::mem::take(&mut self.calls);
+        let mut all = Effects::default();
+        for c in calls {
+            let result = if fail.contains(&c.to.as_str()) {
+                Err(RpcError::Unreachable(c.to.clone()))
+            } else {
+                Ok(pb::ChunkResponse {
+                    error: None,
+                    resp: Some(pb::chunk_response::Resp::Empty(pb::Empty {})),
+                })
+            };
+            let e = self.step(Input::CallResult { id: c.id, result });
+            all.replies.extend(e.replies);
+        }
+        all.replies.extend(self.sync().replies);
+        all
+    }
+
+    fn write_target(&mut self, path: &str, idx: u64) -> Result<pb::WriteTarget, FsError> {
+        let (id, mut e) = self.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+            path: path.into(),
+            chunk_index: idx,
+        }));
+        e.replies.extend(self.sync().replies);
+        if reply_for(&e, id).is_none() {
+            e.replies.extend(self.answer_calls(&[]).replies);
+        }
+        match reply_for(&e, id).expect("write target reply") {
+            pb::MasterResponse {
+                error: Some(err), ..
+            } => Err(FsError::from_pb(&err)),
+            pb::MasterResponse {
+                resp: Some(Resp::WriteTarget(t)),
+                ..
+            } => Ok(t),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+fn reply_for(e: &Effects, id: RequestId) -> Option<pb::MasterResponse> {
+    e.replies
+        .iter()
+        .find(|(i, _)| *i == id)
+        .map(|(_, r)| r.clone())
+}
+
+fn is_ok(r: &pb::MasterResponse) -> bool {
+    r.error.is_none()
+}
+
+fn mkdir(p: &str) -> MReq {
+    MReq::Mkdir(pb::MkdirRequest {
+        path: p.into(),
+        parents: false,
+    })
+}
+fn create(p: &str) -> MReq {
+    MReq::Create(pb::CreateRequest {
+        path: p.into(),
+        replication: 0,
+    })
+}
+fn delete(p: &str) -> MReq {
+    MReq::Delete(pb::DeleteRequest {
+        path: p.into(),
+        recursive: false,
+    })
+}
+fn rename(a: &str, b: &str) -> MReq {
+    MReq::Rename(pb::RenameRequest {
+        src: a.into(),
+        dst: b.into(),
+    })
+}
+fn stat(p: &str) -> MReq {
+    MReq::Stat(pb::StatRequest { path: p.into() })
+}
+fn listing(h: &mut H, p: &str, include_deleted: bool) -> Vec<String> {
+    match h
+        .call(MReq::List(pb::ListRequest {
+            path: p.into(),
+            include_deleted,
+        }))
+        .resp
+    {
+        Some(Resp::List(l)) => l.entries.into_iter().map(|e| e.path).collect(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn mutation_reply_waits_for_durability() {
+    let mut h = H::new();
+    let (id, e) = h.send(create("/f"));
+    assert_eq!(e.log.len(), 1, "the create is logged at once");
+    assert!(
+        reply_for(&e, id).is_none(),
+        "reply left before its record was durable"
+    );
+    // A stat of the same file waits too: nobody sees what is not durable.
+    let (sid, e) = h.send(stat("/f"));
+    assert!(reply_for(&e, sid).is_none());
+    let e = h.sync();
+    assert!(is_ok(&reply_for(&e, id).unwrap()));
+    assert!(
+        is_ok(&reply_for(&e, sid).unwrap()),
+        "queued stat ran after the lock was released"
+    );
+    assert!(h.m.is_quiescent());
+}
+
+#[test]
+fn siblings_proceed_while_directory_waits() {
+    let mut h = H::new();
+    assert!(is_ok(&h.call(mkdir("/d"))));
+    let (a, e1) = h.send(create("/d/a"));
+    let (b, e2) = h.send(create("/d/b"));
+    assert_eq!(
+        e1.log.len() + e2.log.len(),
+        2,
+        "two creates in one directory run together"
+    );
+    // Renaming the directory needs its write lock: it waits for both.
+    let (r, e3) = h.send(rename("/d", "/e"));
+    assert!(e3.log.is_empty());
+    let e = h.sync();
+    assert!(is_ok(&reply_for(&e, a).unwrap()) && is_ok(&reply_for(&e, b).unwrap()));
+    assert_eq!(
+        e.log.len(),
+        1,
+        "the rename ran once the creates were durable"
+    );
+    let e = h.sync();
+    assert!(is_ok(&reply_for(&e, r).unwrap()));
+    assert_eq!(listing(&mut h, "/e", false), vec!["/e/a", "/e/b"]);
+}
+
+#[test]
+fn malformed_requests_get_errors() {
+    let mut h = H::new();
+    let (id, e) = h.send(MReq::Create(pb::CreateRequest {
+        path: "relative".into(),
+        replication: 0,
+    }));
+    assert_eq!(
+        reply_for(&e, id).unwrap().error.unwrap().code,
+        pb::ErrorCode::InvalidArgument as i32
+    );
+    let e = h.step(Input::Request {
+        id: 99,
+        req: pb::MasterRequest { req: None },
+    });
+    assert!(reply_for(&e, 99).unwrap().error.is_some());
+    let r = h.call(MReq::Create(pb::CreateRequest {
+        path: "/x".into(),
+        replication: 1000,
+    }));
+    assert!(r.error.is_some());
+    let r = h.call(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+        path: "/nope".into(),
+        chunk_index: 0,
+    }));
+    assert_eq!(r.error.unwrap().code, pb::ErrorCode::NotFound as i32);
+}
+
+#[test]
+fn mkdir_parents() {
+    let mut h = H::new();
+    assert!(is_ok(&h.call(MReq::Mkdir(pb::MkdirRequest {
+        path: "/a/b/c".into(),
+        parents: true
+    }))));
+    assert!(is_ok(&h.call(MReq::Mkdir(pb::MkdirRequest {
+        path: "/a/b".into(),
+        parents: true
+    }))));
+    assert_eq!(listing(&mut h, "/a/b", false), vec!["/a/b/c"]);
+    assert!(h.m.is_quiescent());
+}
+
+fn cluster(h: &mut H, n: usize, racks: usize) {
+    for i in 0..n {
+        h.heartbeat(&format!("cs{i}"), &format!("rack{}", i % racks), &[]);
+    }
+}
+
+#[test]
+fn lease_grant_bumps_version_on_replicas_before_reply() {
+    let mut h = H::new();
+    cluster(&mut h, 4, 2);
+    assert!(is_ok(&h.call(create("/f"))));
+    let (id, mut e) = h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+        path: "/f".into(),
+        chunk_index: 0,
+    }));
+    e.replies.extend(h.sync().replies);
+    assert!(
+        reply_for(&e, id).is_none(),
+        "told the client before replicas had the version"
+    );
+    let sv: Vec<_> = h
+        .calls
+        .iter()
+        .filter_map(|c| match &c.req.req {
+            Some(CReq::SetVersion(s)) => Some((c.to.clone(), *s)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sv.len(), 3);
+    assert!(sv.iter().all(|(_, s)| s.version == 1 && s.create));
+    assert_eq!(
+        sv.iter().filter(|(_, s)| s.lease_ms > 0).count(),
+        1,
+        "exactly one primary"
+    );
+    let e = h.answer_calls(&[]);
+    let t = match reply_for(&e, id).unwrap().resp {
+        Some(Resp::WriteTarget(t)) => t,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(t.version, 1);
+    assert_eq!(t.secondaries.len(), 2);
+    // The version was logged before the reply was released.
+    assert!(
+        h.log
+            .iter()
+            .any(|(_, r)| matches!(&r.op, Some(Op::SetVersion(o)) if o.version == 1))
+    );
+    let racks: std::collections::HashSet<_> = std::iter::once(&t.primary)
+        .chain(&t.secondaries)
+        .map(|a| {
+            let i: usize = a[2..].parse().unwrap();
+            i % 2
+        })
+        .collect();
+    assert_eq!(racks.len(), 2, "replicas spread across both racks");
+    // While the lease is valid the same primary is returned with no new grant.
+    let again = h.write_target("/f", 0).unwrap();
+    assert_eq!((again.primary, again.version), (t.primary, 1));
+}
+
+#[test]
+fn no_new_lease_while_old_may_be_valid() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    let t = h.write_target("/f", 0).unwrap();
+    // The primary dies; its lease may still be valid on its own clock.
+    h.advance(Duration::from_secs(6));
+    for i in 0..3 {
+        let a = format!("cs{i}");
+        if a != t.primary {
+            h.heartbeat(&a, "r", &[(t.handle, 1)]);
+        }
+    }
+    h.step(Input::Tick);
+    assert!(
+        !h.m.servers()
+            .is_alive(h.m.servers().find(&t.primary).unwrap())
+    );
+    let e = h.write_target("/f", 0).unwrap_err();
+    assert!(matches!(e, FsError::Unavailable(_)), "{e:?}");
+    // Past expiry but within the skew bound: still refused.
+    h.advance(Duration::from_millis(4500));
+    for i in 0..3 {
+        let a = format!("cs{i}");
+        if a != t.primary {
+            h.heartbeat(&a, "r", &[(t.handle, 1)]);
+        }
+    }
+    assert!(matches!(
+        h.write_target("/f", 0),
+        Err(FsError::Unavailable(_))
+    ));
+    // Past expiry plus skew: a new primary at a new version.
+    h.advance(Duration::from_millis(600));
+    let t2 = h.write_target("/f", 0).unwrap();
+    assert_ne!(t2.primary, t.primary);
+    assert_eq!(t2.version, 2);
+}
+
+#[test]
+fn leases_extend_through_heartbeats_and_expire() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 1);
+    h.call(create("/f"));
+    let t = h.write_target("/f", 0).unwrap();
+    h.advance(Duration::from_secs(8));
+    let r = h.call(MReq::Heartbeat(pb::HeartbeatRequest {
+        address: t.primary.clone(),
+        rack: "rack0".into(),
+        capacity_bytes: 1 << 30,
+        chunks: vec![pb::ChunkReport {
+            handle: t.handle,
+            version: 1,
+            length: 0,
+        }],
+        lease_extensions: vec![t.handle],
+        ..Default::default()
+    }));
+    let Some(Resp::Heartbeat(hb)) = r.resp else {
+        panic!()
+    };
+    assert_eq!(hb.extended_leases, vec![t.handle]);
+    // A server that is not the primary gets no extension.
+    let other = if t.primary == "cs0" { "cs1" } else { "cs0" };
+    let r = h.call(MReq::Heartbeat(pb::HeartbeatRequest {
+        address: other.into(),
+        lease_extensions: vec![t.handle],
+        chunks: vec![pb::ChunkReport {
+            handle: t.handle,
+            version: 1,
+            length: 0,
+        }],
+        ..Default::default()
+    }));
+    let Some(Resp::Heartbeat(hb)) = r.resp else {
+        panic!()
+    };
+    assert!(hb.extended_leases.is_empty());
+    let l = h.m.leases().get(t.handle).unwrap();
+    assert_eq!(l.expires, Time(18_000));
+    assert_eq!(h.m.leases().valid(Time(17_999)).count(), 1);
+    assert_eq!(h.m.leases().valid(Time(18_000)).count(), 0);
+}
+
+#[test]
+fn failed_replica_is_stale_after_grant() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    let t = h.write_target("/f", 0).unwrap();
+    let h0 = t.handle;
+    // Lease expires; the next grant cannot reach one secondary.
+    h.advance(Duration::from_secs(12));
+    cluster_report(&mut h, &[("cs0", h0, 1), ("cs1", h0, 1), ("cs2", h0, 1)]);
+    let lagging = t.secondaries[0].clone();
+    let (id, _) = h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+        path: "/f".into(),
+        chunk_index: 0,
+    }));
+    let e = h.answer_calls(&[&lagging]);
+    let Some(Resp::WriteTarget(t2)) = reply_for(&e, id).unwrap().resp else {
+        panic!()
+    };
+    assert_eq!(t2.version, 2);
+    assert!(!t2.secondaries.contains(&lagging) && t2.primary != lagging);
+    // When the lagging server reports version 1, it is told to delete it.
+    let hb = h.heartbeat(&lagging, "r", &[(h0, 1)]);
+    assert_eq!(hb.delete_chunks, vec![h0]);
+    let locs = chunk_replicas(&mut h, "/f");
+    assert!(
+        !locs.contains(&lagging),
+        "stale replica listed as a location"
+    );
+}
+
+fn cluster_report(h: &mut H, reports: &[(&str, u64, u64)]) {
+    for (a, hd, v) in reports {
+        h.heartbeat(a, "r", &[(*hd, *v)]);
+    }
+}
+
+fn chunk_replicas(h: &mut H, path: &str) -> Vec<String> {
+    match h
+        .call(MReq::GetChunks(pb::GetChunksRequest {
+            path: path.into(),
+            first_index: 0,
+            count: 0,
+        }))
+        .resp
+    {
+        Some(Resp::GetChunks(c)) => c.chunks[0].replicas.clone(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn newer_version_reported_is_adopted() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    let t = h.write_target("/f", 0).unwrap();
+    let hb = h.heartbeat(&t.primary, "r", &[(t.handle, 5)]);
+    assert!(hb.delete_chunks.is_empty());
+    h.sync();
+    assert_eq!(h.m.meta().chunks.get(t.handle).unwrap().version, 5);
+    assert_eq!(chunk_replicas(&mut h, "/f"), vec![t.primary.clone()]);
+}
+
+#[test]
+fn restarted_master_waits_a_lease_period() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    let t = h.write_target("/f", 0).unwrap();
+    let log = h.log.clone();
+    let mut m = Master::recover(cfg(), Time(1000), None, log).unwrap();
+    let mut h2 = H {
+        m,
+        now: Time(1000),
+        next_id: 1,
+        log: vec![],
+        calls: vec![],
+    };
+    cluster_report(
+        &mut h2,
+        &[
+            ("cs0", t.handle, 1),
+            ("cs1", t.handle, 1),
+            ("cs2", t.handle, 1),
+        ],
+    );
+    assert!(matches!(
+        h2.write_target("/f", 0),
+        Err(FsError::Unavailable(_))
+    ));
+    h2.advance(Duration::from_secs(11));
+    cluster_report(
+        &mut h2,
+        &[
+            ("cs0", t.handle, 1),
+            ("cs1", t.handle, 1),
+            ("cs2", t.handle, 1),
+        ],
+    );
+    assert_eq!(h2.write_target("/f", 0).unwrap().version, 2);
+    m = h2.m;
+    assert_eq!(m.meta().chunks.get(t.handle).unwrap().version, 2);
+}
+
+#[test]
+fn rereplication_fewest_replicas_first_and_throttled() {
+    let mut c = cfg();
+    c.clones_cluster = 1;
+    let mut h = H::with(c);
+    cluster(&mut h, 5, 5);
+    h.call(create("/a"));
+    h.call(create("/b"));
+    let ta = h.write_target("/a", 0).unwrap();
+    let tb = h.write_target("/b", 0).unwrap();
+    let holders = |t: &pb::WriteTarget| {
+        let mut v = t.secondaries.clone();
+        v.push(t.primary.clone());
+        v
+    };
+    // Every server stays up, but /a is reported by one holder only and /b by two: /a is
+    // further from its goal and goes first, one clone at a time.
+    let (ha, hb) = (holders(&ta), holders(&tb));
+    for i in 0..5 {
+        let a = format!("cs{i}");
+        let mut rep = vec![];
+        if ha[0] == a {
+            rep.push((ta.handle, 1));
+        }
+        if hb[..2].contains(&a) {
+            rep.push((tb.handle, 1));
+        }
+        h.heartbeat(&a, "r", &rep);
+    }
+    h.calls.clear();
+    h.step(Input::Tick);
+    let q = h.m.replication_queue();
+    assert_eq!(q[0].handle, ta.handle, "{q:?}");
+    let clones: Vec<_> = h
+        .calls
+        .iter()
+        .filter(|c| matches!(c.req.req, Some(CReq::Clone(_))))
+        .cloned()
+        .collect();
+    assert_eq!(clones.len(), 1, "cluster-wide clone limit");
+    let Some(CReq::Clone(cl)) = &clones[0].req.req else {
+        unreachable!()
+    };
+    assert_eq!(cl.handle, ta.handle);
+    assert_ne!(ha[0], clones[0].to, "cloned onto the server it copies from");
+    h.answer_calls(&[]);
+    assert_eq!(h.m.meta().chunks.get(ta.handle).unwrap().replicas.len(), 2);
+}
+
+#[test]
+fn delete_undelete_and_reclaim() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    h.call(mkdir("/d"));
+    h.call(create("/d/f"));
+    let t = h.write_target("/d/f", 0).unwrap();
+    assert!(is_ok(&h.call(delete("/d/f"))));
+    assert!(listing(&mut h, "/d", false).is_empty());
+    let hidden = listing(&mut h, "/d", true);
+    assert_eq!(hidden.len(), 1);
+    assert!(hidden[0].starts_with("/d/.tessera-deleted-"));
+    // Undelete by renaming back.
+    assert!(is_ok(&h.call(rename(&hidden[0], "/d/f"))));
+    assert!(is_ok(&h.call(delete("/d/f"))));
+    let hidden = listing(&mut h, "/d", true);
+    // Not yet due.
+    h.advance(Duration::from_secs(50));
+    h.step(Input::Tick);
+    h.sync();
+    assert_eq!(listing(&mut h, "/d", true).len(), 1);
+    h.advance(Duration::from_secs(60));
+    for i in 0..3 {
+        h.heartbeat(&format!("cs{i}"), "r", &[(t.handle, 1)]);
+    }
+    h.step(Input::Tick);
+    h.sync();
+    assert!(
+        listing(&mut h, "/d", true).is_empty(),
+        "{hidden:?} not reclaimed"
+    );
+    assert!(h.m.meta().chunks.get(t.handle).is_none());
+    // The replicas are orphans now.
+    let hb = h.heartbeat("cs0", "r", &[(t.handle, 1)]);
+    assert_eq!(hb.delete_chunks, vec![t.handle]);
+}
+
+#[test]
+fn deleting_a_deleted_file_reclaims_at_once() {
+    let mut h = H::new();
+    h.call(create("/f"));
+    h.call(delete("/f"));
+    let hidden = listing(&mut h, "/", true);
+    assert!(is_ok(&h.call(delete(&hidden[0]))));
+    assert!(listing(&mut h, "/", true).is_empty());
+}
+
+#[test]
+fn directory_delete_needs_recursive() {
+    let mut h = H::new();
+    h.call(mkdir("/d"));
+    h.call(create("/d/f"));
+    assert_eq!(
+        h.call(delete("/d")).error.unwrap().code,
+        pb::ErrorCode::NotEmpty as i32
+    );
+    assert!(is_ok(&h.call(MReq::Delete(pb::DeleteRequest {
+        path: "/d".into(),
+        recursive: true
+    }))));
+    assert!(listing(&mut h, "/", false).is_empty());
+}
+
+#[test]
+fn checkpoint_is_emitted_and_restores() {
+    let mut c = cfg();
+    c.checkpoint_every = 5;
+    let mut h = H::with(c.clone());
+    let mut cp = None;
+    for i in 0..7 {
+        let (id, e) = h.send(create(&format!("/f{i}")));
+        cp = e.checkpoint.or(cp);
+        let e = h.sync();
+        assert!(reply_for(&e, id).is_some());
+    }
+    let cp = cp.expect("a checkpoint after 5 records");
+    assert_eq!(cp.through_seq, 5);
+    let tail: Vec<_> = h.log.iter().filter(|(s, _)| *s > 5).cloned().collect();
+    let m = Master::recover(c, Time(0), Some(&cp), tail).unwrap();
+    assert_eq!(m.meta().fingerprint(), h.m.meta().fingerprint());
+}
+
+#[test]
+fn recovery_rejects_gaps_and_bad_records() {
+    let mut h = H::new();
+    h.call(create("/a"));
+    h.call(create("/b"));
+    let mut log = h.log.clone();
+    log.remove(0);
+    assert!(Master::recover(cfg(), Time(0), None, log).is_err());
+    let bad = vec![(
+        1,
+        pb::LogRecord {
+            time_ms: 0,
+            op: Some(Op::Remove(pb::RemoveOp {
+                path: "/nope".into(),
+            })),
+        },
+    )];
+    assert!(Master::recover(cfg(), Time(0), None, bad).is_err());
+    let cp = pb::Checkpoint {
+        through_seq: 1,
+        next_handle: 1,
+        entries: vec![pb::CheckpointEntry {
+            path: "/x".into(),
+            chunks: vec![9],
+            replication: 3,
+            ..Default::default()
+        }],
+        chunks: vec![],
+    };
+    assert!(Master::recover(cfg(), Time(0), Some(&cp), vec![]).is_err());
+}
+
+// ---- property tests -------------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+enum NsOp {
+    Mkdir(usize),
+    Create(usize),
+    Delete(usize),
+    Rename(usize, usize),
+    AddChunk(usize),
+    Extend(usize, u64),
+}
+
+const PATHS: [&str; 8] = ["/a", "/b", "/a/x", "/a/y", "/b/x", "/a/x/z", "/c", "/b/q"];
+
+fn op_strategy() -> impl Strategy<Value = NsOp> {
+    let p = 0..PATHS.len();
+    prop_oneof![
+        p.clone().prop_map(NsOp::Mkdir),
+        p.clone().prop_map(NsOp::Create),
+        p.clone().prop_map(NsOp::Delete),
+        (p.clone(), p.clone()).prop_map(|(a, b)| NsOp::Rename(a, b)),
+        p.clone().prop_map(NsOp::AddChunk),
+        (p, 0u64..5000).prop_map(|(a, l)| NsOp::Extend(a, l)),
+    ]
+}
+
+/// The reference model: a map from full path to (is_dir, length).
+#[derive(Default, Debug)]
+struct Model(BTreeMap<String, (bool, u64)>);
+
+impl Model {
+    fn parent_ok(&self, p: &str) -> bool {
+        let (parent, _) = crate::path::split_last(p).unwrap();
+        parent == "/" || self.0.get(&parent).is_some_and(|e| e.0)
+    }
+
+    fn apply(&mut self, op: &NsOp) -> bool {
+        match *op {
+            NsOp::Mkdir(i) | NsOp::Create(i) => {
+                let p = PATHS[i];
+                if self.0.contains_key(p) || !self.parent_ok(p) {
+                    return false;
+                }
+                self.0.insert(p.into(), (matches!(op, NsOp::Mkdir(_)), 0));
+                true
+            }
+            NsOp::Delete(i) => {
+                // Deletion (with recursive) hides the subtree; the model drops it.
+                let p = PATHS[i];
+                if !self.0.contains_key(p) {
+                    return false;
+                }
+                self.0.retain(|k, _| !crate::path::is_within(k, p));
+                true
+            }
+            NsOp::Rename(a, b) => {
+                let (a, b) = (PATHS[a], PATHS[b]);
+                if !self.0.contains_key(a)
+                    || self.0.contains_key(b)
+                    || !self.parent_ok(b)
+                    || crate::path::is_within(b, a)
+                {
+                    return false;
+                }
+                let moved: Vec<_> = self
+                    .0
+                    .iter()
+                    .filter(|(k, _)| crate::path::is_within(k, a))
+                    .map(|(k, v)| (k.clone(), *v))
+                    .collect();
+                for (k, v) in moved {
+                    self.0.remove(&k);
+                    self.0.insert(format!("{b}{}", &k[a.len()..]), v);
+                }
+                true
+            }
+            NsOp::AddChunk(i) => self.0.get(PATHS[i]).is_some_and(|e| !e.0),
+            NsOp::Extend(i, l) => match self.0.get_mut(PATHS[i]) {
+                Some(e) if !e.0 => {
+                    e.1 = e.1.max(l);
+                    true
+                }
+                _ => false,
+            },
+        }
+    }
+}
+
+fn request(op: &NsOp) -> MReq {
+    match *op {
+        NsOp::Mkdir(i) => mkdir(PATHS[i]),
+        NsOp::Create(i) => create(PATHS[i]),
+        NsOp::Delete(i) => MReq::Delete(pb::DeleteRequest {
+            path: PATHS[i].into(),
+            recursive: true,
+        }),
+        NsOp::Rename(a, b) => rename(PATHS[a], PATHS[b]),
+        NsOp::AddChunk(i) => MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+            path: PATHS[i].into(),
+            chunk_index: 0,
+        }),
+        NsOp::Extend(i, l) => MReq::ExtendFile(pb::ExtendFileRequest {
+            path: PATHS[i].into(),
+            length: l,
+        }),
+    }
+}
+
+/// Every visible path and its (is_dir, length), walked through list requests.
+fn visible(h: &mut H) -> BTreeMap<String, (bool, u64)> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec!["/".to_string()];
+    while let Some(d) = stack.pop() {
+        let r = h.call(MReq::List(pb::ListRequest {
+            path: d,
+            include_deleted: false,
+        }));
+        let Some(Resp::List(l)) = r.resp else {
+            panic!("{r:?}")
+        };
+        for e in l.entries {
+            if e.is_dir {
+                stack.push(e.path.clone());
+            }
+            out.insert(e.path, (e.is_dir, e.length));
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// The namespace against a BTreeMap model: same successes, same final tree.
+    #[test]
+    fn namespace_matches_model(ops in proptest::collection::vec(op_strategy(), 1..40)) {
+        let mut h = H::new();
+        cluster(&mut h, 3, 3);
+        let mut model = Model::default();
+        for op in &ops {
+            let want = model.apply(op);
+            let (id, mut e) = h.send(request(op));
+            e.replies.extend(h.sync().replies);
+            if reply_for(&e, id).is_none() {
+                e.replies.extend(h.answer_calls(&[]).replies);
+            }
+            let got = reply_for(&e, id).expect("a reply");
+            prop_assert_eq!(got.error.is_none(), want, "{:?} -> {:?}", op, got);
+            h.advance(Duration::from_millis(7));
+        }
+        prop_assert_eq!(visible(&mut h), model.0);
+        prop_assert!(h.m.is_quiescent());
+    }
+
+    /// Replaying the op log reaches the live master's state; so does checkpoint + tail,
+    /// wherever the checkpoint is cut.
+    #[test]
+    fn replay_and_checkpoint_match_live(ops in proptest::collection::vec(op_strategy(), 1..40), cut in 0usize..40) {
+        let mut h = H::new();
+        cluster(&mut h, 3, 3);
+        let mut checkpoint = None;
+        for (i, op) in ops.iter().enumerate() {
+            h.send(request(op));
+            h.sync();
+            h.answer_calls(&[]);
+            h.advance(Duration::from_millis(3));
+            if i == cut {
+                checkpoint = Some(h.m.checkpoint_now());
+            }
+        }
+        let live = h.m.meta().fingerprint();
+        let replayed = Master::recover(cfg(), Time(0), None, h.log.clone()).unwrap();
+        prop_assert_eq!(&replayed.meta().fingerprint(), &live);
+        if let Some(cp) = checkpoint {
+            let tail: Vec<_> = h.log.iter().filter(|(s, _)| *s > cp.through_seq).cloned().collect();
+            let restored = Master::recover(cfg(), Time(0), Some(&cp), tail).unwrap();
+            prop_assert_eq!(&restored.meta().fingerprint(), &live);
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! Plain values shared by the master, the chunkserver and the client.
+
+use std::time::Duration;
+
+/// A chunk's immutable, cluster-unique name, given by the master.
+pub type ChunkHandle = u64;
+/// A chunk's version: bumped by the master on every lease grant.
+pub type Version = u64;
+/// A position in the master's operation log. The first record is 1.
+pub type LogSeq = u64;
+
+/// Checksums cover blocks of this many bytes (GFS §5.2).
+pub const BLOCK_SIZE: u64 = 64 * 1024;
+/// GFS's chunk size; the cluster's is configurable so tests can make chunks tiny.
+pub const DEFAULT_CHUNK_SIZE: u64 = 64 * 1024 * 1024;
+
+/// A node's clock reading in milliseconds since an arbitrary epoch. State machines never
+/// read a clock: the driver passes `Time` in with every input.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Time(pub u64);
+
+impl Time {
+    pub const ZERO: Time = Time(0);
+
+    pub fn from_millis(ms: u64) -> Time {
+        Time(ms)
+    }
+
+    pub fn as_millis(self) -> u64 {
+        self.0
+    }
+
+    pub fn saturating_sub(self, other: Time) -> Duration {
+        Duration::from_millis(self.0.saturating_sub(other.0))
+    }
+}
+
+impl std::ops::Add<Duration> for Time {
+    type Output = Time;
+    fn add(self, d: Duration) -> Time {
+        Time(self.0.saturating_add(d.as_millis() as u64))
+    }
+}
+
+/// Duration in whole milliseconds, saturating at `u64::MAX`.
+pub fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
