@@ -1,0 +1,1004 @@
+//! The chunkserver: a sans-IO state machine over one server's chunks.
+//!
+//! It keeps each chunk's metadata (version, length, block checksums) in memory and asks
+//! the driver for storage operations; data never passes through here except to be
+//! checksummed. Rules it keeps:
+//! - No byte leaves before its blocks' checksums verify. A mismatch is an error to the
+//!   reader and a report to the master; the copy is never served again.
+//! - A write, a new version or a clone is acknowledged only after the storage operation
+//!   that makes it durable completes (`StoreOp` documents what each one syncs).
+//! - Operations on one chunk run one at a time, in arrival order; different chunks
+//!   proceed together.
+
+pub mod checksum;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+
+use crate::error::{FsError, RpcError, StoreError};
+use crate::pb::{self, chunk_request::Req, chunk_response::Resp, master_request::Req as MReq};
+use crate::types::{BLOCK_SIZE, ChunkHandle, DEFAULT_CHUNK_SIZE, Time, Version};
+
+pub type RequestId = u64;
+pub type CallId = u64;
+pub type OpId = u64;
+
+#[derive(Clone, Debug)]
+pub struct ChunkserverConfig {
+    /// The address other nodes reach this server at; also its identity to the master.
+    pub address: String,
+    pub rack: String,
+    pub capacity_bytes: u64,
+    pub chunk_size: u64,
+    /// Largest piece read from a peer in one call while cloning.
+    pub clone_piece: u64,
+}
+
+impl Default for ChunkserverConfig {
+    fn default() -> Self {
+        ChunkserverConfig {
+            address: String::new(),
+            rack: "default".into(),
+            capacity_bytes: 1 << 40,
+            chunk_size: DEFAULT_CHUNK_SIZE,
+            clone_piece: 4 << 20,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub enum Input {
+    Request {
+        id: RequestId,
+        req: pb::ChunkRequest,
+    },
+    CallResult {
+        id: CallId,
+        result: Result<Reply, RpcError>,
+    },
+    StoreDone {
+        id: OpId,
+        result: Result<StoreOutput, StoreError>,
+    },
+    /// Time for a heartbeat.
+    Tick,
+}
+
+/// A reply to one of this server's calls.
+#[derive(Debug)]
+pub enum Reply {
+    Master(pb::MasterResponse),
+    Chunk(pb::ChunkResponse),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Dest {
+    Master,
+    Peer(String),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outgoing {
+    Master(pb::MasterRequest),
+    Chunk(pb::ChunkRequest),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Call {
+    pub id: CallId,
+    pub to: Dest,
+    pub req: Outgoing,
+}
+
+/// A storage operation. Each completes with one `Input::StoreDone`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StoreOp {
+    /// Reads byte ranges of a chunk's data (short at the end of the data).
+    Read {
+        handle: ChunkHandle,
+        ranges: Vec<(u64, u64)>,
+    },
+    /// Writes `data` at `offset`, then `meta`, then syncs both: on completion the write
+    /// and its checksums are durable.
+    Write {
+        handle: ChunkHandle,
+        offset: u64,
+        data: Bytes,
+        meta: pb::ChunkMeta,
+    },
+    /// Replaces the chunk's data and metadata whole (a clone), durably.
+    Replace {
+        handle: ChunkHandle,
+        data: Bytes,
+        meta: pb::ChunkMeta,
+    },
+    /// Writes the metadata (creating an empty chunk if none), durably.
+    WriteMeta {
+        handle: ChunkHandle,
+        meta: pb::ChunkMeta,
+    },
+    /// Removes the chunk's data and metadata.
+    Delete { handle: ChunkHandle },
+}
+
+#[derive(Debug)]
+pub enum StoreOutput {
+    Data(Vec<Bytes>),
+    Done,
+}
+
+#[derive(Debug, Default)]
+pub struct Effects {
+    pub replies: Vec<(RequestId, pb::ChunkResponse)>,
+    pub calls: Vec<Call>,
+    pub store: Vec<(OpId, StoreOp)>,
+}
+
+#[derive(Clone, Debug)]
+struct Chunk {
+    meta: pb::ChunkMeta,
+    /// This server is primary until then (its own clock).
+    lease_until: Option<Time>,
+    last_write: Time,
+}
+
+/// Work on one chunk, run in order.
+#[derive(Debug)]
+enum Job {
+    Request(RequestId, Req),
+    Delete,
+}
+
+#[derive(Debug)]
+enum Pending {
+    Read {
+        id: RequestId,
+        h: ChunkHandle,
+        off: u64,
+        len: u64,
+        start: u64,
+    },
+    WriteEdges {
+        id: RequestId,
+        h: ChunkHandle,
+        off: u64,
+        data: Bytes,
+        end: u64,
+    },
+    Commit {
+        id: Option<RequestId>,
+        h: ChunkHandle,
+        meta: Option<pb::ChunkMeta>,
+        lease: Option<Time>,
+    },
+}
+
+#[derive(Debug)]
+enum CallCtx {
+    Heartbeat {
+        sent_at: Time,
+    },
+    CloneRead {
+        id: RequestId,
+        h: ChunkHandle,
+        version: Version,
+        source: String,
+        buf: BytesMut,
+    },
+    ReportCorrupt,
+}
+
+pub struct Chunkserver {
+    cfg: ChunkserverConfig,
+    now: Time,
+    chunks: HashMap<ChunkHandle, Chunk>,
+    /// Copies that failed a checksum: never served, deleted on the master's word.
+    corrupt: HashSet<ChunkHandle>,
+    queues: HashMap<ChunkHandle, VecDeque<Job>>,
+    busy: HashSet<ChunkHandle>,
+    pending: HashMap<OpId, Pending>,
+    calls: HashMap<CallId, CallCtx>,
+    next_id: u64,
+    out: Effects,
+}
+
+fn ok(resp: Resp) -> pb::ChunkResponse {
+    pb::ChunkResponse {
+        error: None,
+        resp: Some(resp),
+    }
+}
+
+fn empty() -> pb::ChunkResponse {
+    ok(Resp::Empty(pb::Empty {}))
+}
+
+fn err(e: FsError) -> pb::ChunkResponse {
+    pb::ChunkResponse {
+        error: Some(e.to_pb()),
+        resp: None,
+    }
+}
+
+impl Chunkserver {
+    /// Start-up is recovery: the chunk metadata found on disk. A record that is
+    /// inconsistent (checksum count not matching its length) is treated as corrupt.
+    pub fn recover(cfg: ChunkserverConfig, now: Time, metas: Vec<pb::ChunkMeta>) -> Chunkserver {
+        let mut cs = Chunkserver {
+            cfg,
+            now,
+            chunks: HashMap::new(),
+            corrupt: HashSet::new(),
+            queues: HashMap::new(),
+            busy: HashSet::new(),
+            pending: HashMap::new(),
+            calls: HashMap::new(),
+            next_id: 1,
+            out: Effects::default(),
+        };
+        for meta in metas {
+            let h = meta.handle;
+            if meta.checksums.len() as u64 != meta.length.div_ceil(BLOCK_SIZE)
+                || meta.length > cs.cfg.chunk_size
+            {
+                tracing::warn!(
+                    chunk = h,
+                    "chunk metadata inconsistent; treating as corrupt"
+                );
+                cs.corrupt.insert(h);
+                continue;
+            }
+            cs.chunks.insert(
+                h,
+                Chunk {
+                    meta,
+                    lease_until: None,
+                    last_write: Time::ZERO,
+                },
+            );
+        }
+        cs
+    }
+
+    pub fn config(&self) -> &ChunkserverConfig {
+        &self.cfg
+    }
+
+    /// (handle, version, length) of every chunk held, for checks and tests.
+    pub fn chunks(&self) -> impl Iterator<Item = (ChunkHandle, Version, u64)> + '_ {
+        self.chunks
+            .iter()
+            .map(|(h, c)| (*h, c.meta.version, c.meta.length))
+    }
+
+    pub fn is_primary(&self, h: ChunkHandle, now: Time) -> bool {
+        self.chunks
+            .get(&h)
+            .and_then(|c| c.lease_until)
+            .is_some_and(|t| now < t)
+    }
+
+    pub fn handle(&mut self, now: Time, input: Input) -> Effects {
+        self.now = self.now.max(now);
+        match input {
+            Input::Request { id, req } => match req.req {
+                None => self
+                    .out
+                    .replies
+                    .push((id, err(FsError::InvalidArgument("empty request".into())))),
+                Some(r) => {
+                    let h = match &r {
+                        Req::Read(r) => r.handle,
+                        Req::Write(r) => r.handle,
+                        Req::SetVersion(r) => r.handle,
+                        Req::Clone(r) => r.handle,
+                        Req::RevokeLease(r) => r.handle,
+                    };
+                    self.enqueue(h, Job::Request(id, r));
+                }
+            },
+            Input::CallResult { id, result } => self.on_call_result(id, result),
+            Input::StoreDone { id, result } => self.on_store_done(id, result),
+            Input::Tick => self.heartbeat(),
+        }
+        std::mem::take(&mut self.out)
+    }
+
+    fn fresh_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    fn store(&mut self, pending: Pending, op: StoreOp) {
+        let id = self.fresh_id();
+        self.pending.insert(id, pending);
+        self.out.store.push((id, op));
+    }
+
+    fn call(&mut self, to: Dest, req: Outgoing, ctx: CallCtx) {
+        let id = self.fresh_id();
+        self.calls.insert(id, ctx);
+        self.out.calls.push(Call { id, to, req });
+    }
+
+    // ---- per-chunk queues -------------------------------------------------------------
+
+    fn enqueue(&mut self, h: ChunkHandle, job: Job) {
+        self.queues.entry(h).or_default().push_back(job);
+        self.run_next(h);
+    }
+
+    /// Starts the next job on `h` if none is running.
+    fn run_next(&mut self, h: ChunkHandle) {
+        while !self.busy.contains(&h) {
+            let Some(q) = self.queues.get_mut(&h) else {
+                return;
+            };
+            let Some(job) = q.pop_front() else {
+                self.queues.remove(&h);
+                return;
+            };
+            self.busy.insert(h);
+            match job {
+                Job::Request(id, req) => self.start(id, req),
+                Job::Delete => self.start_delete(h),
+            }
+        }
+    }
+
+    /// The running job on `h` is over.
+    fn finish(&mut self, h: ChunkHandle) {
+        assert!(
+            self.busy.remove(&h),
+            "finishing chunk {h}, which was not busy"
+        );
+        self.run_next(h);
+    }
+
+    fn done(&mut self, h: ChunkHandle, id: RequestId, resp: pb::ChunkResponse) {
+        self.out.replies.push((id, resp));
+        self.finish(h);
+    }
+
+    /// The chunk as it may be used now: present, not corrupt, at least `version`.
+    fn usable(&self, h: ChunkHandle, version: Version, exact: bool) -> Result<&Chunk, FsError> {
+        if self.corrupt.contains(&h) {
+            return Err(FsError::Corrupt(format!(
+                "chunk {h} on {}",
+                self.cfg.address
+            )));
+        }
+        let c = self
+            .chunks
+            .get(&h)
+            .ok_or_else(|| FsError::ChunkNotFound(format!("chunk {h} on {}", self.cfg.address)))?;
+        let v = c.meta.version;
+        if v < version || (exact && v != version) {
+            return Err(FsError::StaleVersion(format!(
+                "chunk {h}: have version {v}, asked for {version}"
+            )));
+        }
+        Ok(c)
+    }
+
+    fn start(&mut self, id: RequestId, req: Req) {
+        let h;
+        let result = match req {
+            Req::Read(r) => {
+                h = r.handle;
+                self.start_read(id, r)
+            }
+            Req::Write(r) => {
+                h = r.handle;
+                self.start_write(id, r)
+            }
+            Req::SetVersion(r) => {
+                h = r.handle;
+                self.start_set_version(id, r)
+            }
+            Req::Clone(r) => {
+                h = r.handle;
+                self.start_clone(id, r)
+            }
+            Req::RevokeLease(r) => {
+                h = r.handle;
+                if let Some(c) = self.chunks.get_mut(&h) {
+                    c.lease_until = None;
+                }
+                Ok(Some(empty()))
+            }
+        };
+        match result {
+            Ok(Some(resp)) => self.done(h, id, resp),
+            Ok(None) => {} // continues when storage or a peer answers
+            Err(e) => self.done(h, id, err(e)),
+        }
+    }
+
+    // ---- reads ------------------------------------------------------------------------
+
+    fn start_read(
+        &mut self,
+        id: RequestId,
+        r: pb::ReadChunkRequest,
+    ) -> Result<Option<pb::ChunkResponse>, FsError> {
+        let c = self.usable(r.handle, r.version, false)?;
+        let length = c.meta.length;
+        if r.offset >= length || r.length == 0 {
+            return Ok(Some(ok(Resp::Read(pb::ReadChunkResponse {
+                data: Bytes::new(),
+                chunk_length: length,
+            }))));
+        }
+        let len = r.length.min(length - r.offset);
+        let start = r.offset / BLOCK_SIZE * BLOCK_SIZE;
+        let end = (r.offset + len)
+            .div_ceil(BLOCK_SIZE)
+            .saturating_mul(BLOCK_SIZE)
+            .min(length);
+        self.store(
+            Pending::Read {
+                id,
+                h: r.handle,
+                off: r.offset,
+                len,
+                start,
+            },
+            StoreOp::Read {
+                handle: r.handle,
+                ranges: vec![(start, end - start)],
+            },
+        );
+        Ok(None)
+    }
+
+    fn finish_read(
+        &mut self,
+        id: RequestId,
+        h: ChunkHandle,
+        off: u64,
+        len: u64,
+        start: u64,
+        data: Bytes,
+    ) {
+        let Some(c) = self.chunks.get(&h) else {
+            return self.done(h, id, err(FsError::ChunkNotFound(format!("chunk {h}"))));
+        };
+        let want = (off + len)
+            .div_ceil(BLOCK_SIZE)
+            .saturating_mul(BLOCK_SIZE)
+            .min(c.meta.length)
+            - start;
+        if data.len() as u64 != want || checksum::verify(&c.meta.checksums, start, &data).is_err() {
+            return self.found_corrupt(h, id);
+        }
+        let s = (off - start) as usize;
+        let piece = data.slice(s..s + len as usize);
+        let chunk_length = c.meta.length;
+        self.done(
+            h,
+            id,
+            ok(Resp::Read(pb::ReadChunkResponse {
+                data: piece,
+                chunk_length,
+            })),
+        )
+    }
+
+    /// A checksum failed: refuse the reader, never serve this copy again, tell the master.
+    fn found_corrupt(&mut self, h: ChunkHandle, id: RequestId) {
+        tracing::warn!(chunk = h, server = %self.cfg.address, "checksum mismatch");
+        self.chunks.remove(&h);
+        self.corrupt.insert(h);
+        let req = pb::MasterRequest {
+            req: Some(MReq::ReportCorrupt(pb::ReportCorruptRequest {
+                address: self.cfg.address.clone(),
+                handle: h,
+            })),
+        };
+        self.call(Dest::Master, Outgoing::Master(req), CallCtx::ReportCorrupt);
+        self.done(
+            h,
+            id,
+            err(FsError::Corrupt(format!(
+                "chunk {h} on {}",
+                self.cfg.address
+            ))),
+        );
+    }
+
+    // ---- writes -----------------------------------------------------------------------
+
+    fn start_write(
+        &mut self,
+        id: RequestId,
+        r: pb::WriteChunkRequest,
+    ) -> Result<Option<pb::ChunkResponse>, FsError> {
+        let c = self.usable(r.handle, r.version, true)?;
+        let end = r
+            .offset
+            .checked_add(r.data.len() as u64)
+            .filter(|&e| e <= self.cfg.chunk_size)
+            .ok_or_else(|| {
+                FsError::InvalidArgument(format!(
+                    "write of {} bytes at {} passes the chunk size",
+                    r.data.len(),
+                    r.offset
+                ))
+            })?;
+        let length = c.meta.length;
+        // A write past the end fills the gap with zeros, so the chunk has no holes.
+        let (off, data) = if r.offset > length {
+            let mut d = BytesMut::zeroed((r.offset - length) as usize);
+            d.extend_from_slice(&r.data);
+            (length, d.freeze())
+        } else {
+            (r.offset, r.data)
+        };
+        let h = r.handle;
+        let edges = Edges::new(off, end, length);
+        let ranges = edges.ranges(length);
+        if ranges.is_empty() {
+            self.commit_write(id, h, off, data, end, Vec::new());
+        } else {
+            self.store(
+                Pending::WriteEdges {
+                    id,
+                    h,
+                    off,
+                    data,
+                    end,
+                },
+                StoreOp::Read { handle: h, ranges },
+            );
+        }
+        Ok(None)
+    }
+
+    /// Finishes a write once the old bytes of its partly overwritten edge blocks are read:
+    /// those blocks are verified first (a write must not bless corrupt bytes with a fresh
+    /// checksum), then the touched blocks' checksums are recomputed.
+    fn commit_write(
+        &mut self,
+        id: RequestId,
+        h: ChunkHandle,
+        off: u64,
+        data: Bytes,
+        end: u64,
+        read: Vec<Bytes>,
+    ) {
+        let c = self.chunks.get(&h).expect("chunk is busy, so present");
+        let mut meta = c.meta.clone();
+        let edges = Edges::new(off, end, meta.length);
+        let mut read = read.into_iter();
+        let head = if edges.head { read.next() } else { None };
+        let tail = match (edges.tail, edges.shared) {
+            (true, true) => head.clone(),
+            (true, false) => read.next(),
+            (false, _) => None,
+        };
+        let intact = |block: u64, bytes: &Option<Bytes>| match bytes {
+            Some(b) => {
+                b.len() as u64 == (block + BLOCK_SIZE).min(meta.length) - block
+                    && checksum::verify(&meta.checksums, block, b).is_ok()
+            }
+            None => false,
+        };
+        if (edges.head && !intact(edges.fb, &head)) || (edges.tail && !intact(edges.tb, &tail)) {
+            return self.found_corrupt(h, id);
+        }
+        let mut covered = BytesMut::new();
+        if let Some(head) = &head {
+            covered.extend_from_slice(&head[..(off - edges.fb) as usize]);
+        }
+        covered.extend_from_slice(&data);
+        if let Some(tail) = &tail {
+            covered.extend_from_slice(&tail[(end - edges.tb) as usize..]);
+        }
+        checksum::update(&mut meta.checksums, edges.fb, &covered);
+        meta.length = meta.length.max(end);
+        self.store(
+            Pending::Commit {
+                id: Some(id),
+                h,
+                meta: Some(meta.clone()),
+                lease: None,
+            },
+            StoreOp::Write {
+                handle: h,
+                offset: off,
+                data,
+                meta,
+            },
+        );
+    }
+
+    // ---- versions and clones ----------------------------------------------------------
+
+    fn start_set_version(
+        &mut self,
+        id: RequestId,
+        r: pb::SetVersionRequest,
+    ) -> Result<Option<pb::ChunkResponse>, FsError> {
+        let h = r.handle;
+        if self.corrupt.contains(&h) {
+            return Err(FsError::Corrupt(format!("chunk {h}")));
+        }
+        let meta = match self.chunks.get(&h) {
+            Some(c) if c.meta.version > r.version => {
+                return Err(FsError::StaleVersion(format!(
+                    "chunk {h}: have {}, asked to set {}",
+                    c.meta.version, r.version
+                )));
+            }
+            Some(c) => pb::ChunkMeta {
+                version: r.version,
+                ..c.meta.clone()
+            },
+            None if r.create => pb::ChunkMeta {
+                handle: h,
+                version: r.version,
+                length: 0,
+                checksums: vec![],
+            },
+            None => return Err(FsError::ChunkNotFound(format!("chunk {h}"))),
+        };
+        // The lease counts from now, when the request arrived, not from when the write
+        // becomes durable: the master counts from later still.
+        let lease = (r.lease_ms > 0).then(|| self.now + Duration::from_millis(r.lease_ms));
+        self.store(
+            Pending::Commit {
+                id: Some(id),
+                h,
+                meta: Some(meta.clone()),
+                lease,
+            },
+            StoreOp::WriteMeta { handle: h, meta },
+        );
+        Ok(None)
+    }
+
+    fn start_clone(
+        &mut self,
+        id: RequestId,
+        r: pb::CloneChunkRequest,
+    ) -> Result<Option<pb::ChunkResponse>, FsError> {
+        if let Some(c) = self.chunks.get(&r.handle)
+            && c.meta.version >= r.version
+        {
+            return Ok(Some(empty())); // already have it
+        }
+        self.clone_read(id, r.handle, r.version, r.source, BytesMut::new());
+        Ok(None)
+    }
+
+    fn clone_read(
+        &mut self,
+        id: RequestId,
+        h: ChunkHandle,
+        version: Version,
+        source: String,
+        buf: BytesMut,
+    ) {
+        let req = pb::ChunkRequest {
+            req: Some(Req::Read(pb::ReadChunkRequest {
+                handle: h,
+                version,
+                offset: buf.len() as u64,
+                length: self.cfg.clone_piece,
+            })),
+        };
+        self.call(
+            Dest::Peer(source.clone()),
+            Outgoing::Chunk(req),
+            CallCtx::CloneRead {
+                id,
+                h,
+                version,
+                source,
+                buf,
+            },
+        );
+    }
+
+    fn on_clone_piece(
+        &mut self,
+        id: RequestId,
+        h: ChunkHandle,
+        version: Version,
+        source: String,
+        mut buf: BytesMut,
+        result: Result<Reply, RpcError>,
+    ) {
+        let piece = match result {
+            Ok(Reply::Chunk(pb::ChunkResponse {
+                error: None,
+                resp: Some(Resp::Read(r)),
+            })) => r,
+            Ok(Reply::Chunk(pb::ChunkResponse { error: Some(e), .. })) => {
+                return self.done(h, id, err(FsError::from_pb(&e)));
+            }
+            Ok(_) => {
+                return self.done(
+                    h,
+                    id,
+                    err(FsError::Internal(
+                        "unexpected reply from clone source".into(),
+                    )),
+                );
+            }
+            Err(e) => {
+                return self.done(
+                    h,
+                    id,
+                    err(FsError::Unavailable(format!("clone source: {e}"))),
+                );
+            }
+        };
+        if piece.chunk_length > self.cfg.chunk_size {
+            return self.done(
+                h,
+                id,
+                err(FsError::InvalidArgument(
+                    "clone source chunk too large".into(),
+                )),
+            );
+        }
+        buf.extend_from_slice(&piece.data);
+        if (buf.len() as u64) < piece.chunk_length && !piece.data.is_empty() {
+            return self.clone_read(id, h, version, source, buf);
+        }
+        if (buf.len() as u64) != piece.chunk_length {
+            return self.done(
+                h,
+                id,
+                err(FsError::Unavailable(
+                    "clone source changed during the copy".into(),
+                )),
+            );
+        }
+        let data = buf.freeze();
+        let meta = pb::ChunkMeta {
+            handle: h,
+            version,
+            length: data.len() as u64,
+            checksums: checksum::blocks(&data),
+        };
+        self.store(
+            Pending::Commit {
+                id: Some(id),
+                h,
+                meta: Some(meta.clone()),
+                lease: None,
+            },
+            StoreOp::Replace {
+                handle: h,
+                data,
+                meta,
+            },
+        );
+    }
+
+    fn start_delete(&mut self, h: ChunkHandle) {
+        self.store(
+            Pending::Commit {
+                id: None,
+                h,
+                meta: None,
+                lease: None,
+            },
+            StoreOp::Delete { handle: h },
+        );
+    }
+
+    // ---- completions ------------------------------------------------------------------
+
+    fn on_store_done(&mut self, op: OpId, result: Result<StoreOutput, StoreError>) {
+        let Some(p) = self.pending.remove(&op) else {
+            tracing::warn!(op, "completion for an unknown storage operation");
+            return;
+        };
+        match (p, result) {
+            (
+                Pending::Read {
+                    id,
+                    h,
+                    off,
+                    len,
+                    start,
+                },
+                Ok(StoreOutput::Data(mut d)),
+            ) if d.len() == 1 => {
+                self.finish_read(id, h, off, len, start, d.pop().expect("one range"))
+            }
+            (
+                Pending::WriteEdges {
+                    id,
+                    h,
+                    off,
+                    data,
+                    end,
+                },
+                Ok(StoreOutput::Data(d)),
+            ) => self.commit_write(id, h, off, data, end, d),
+            (Pending::Commit { id, h, meta, lease }, Ok(StoreOutput::Done)) => {
+                match meta {
+                    Some(meta) => {
+                        let now = self.now;
+                        let c = self.chunks.entry(h).or_insert_with(|| Chunk {
+                            meta: meta.clone(),
+                            lease_until: None,
+                            last_write: now,
+                        });
+                        let wrote =
+                            c.meta.length != meta.length || c.meta.checksums != meta.checksums;
+                        c.meta = meta;
+                        if wrote {
+                            c.last_write = now;
+                        }
+                        if lease.is_some() {
+                            c.lease_until = lease;
+                        }
+                        self.corrupt.remove(&h);
+                    }
+                    None => {
+                        self.chunks.remove(&h);
+                        self.corrupt.remove(&h);
+                    }
+                }
+                match id {
+                    Some(id) => self.done(h, id, empty()),
+                    None => self.finish(h),
+                }
+            }
+            (p, Err(e)) => {
+                let (id, h) = match p {
+                    Pending::Read { id, h, .. } | Pending::WriteEdges { id, h, .. } => {
+                        (Some(id), h)
+                    }
+                    Pending::Commit { id, h, .. } => (id, h),
+                };
+                tracing::warn!(chunk = h, error = %e, "storage operation failed");
+                match id {
+                    Some(id) => self.done(h, id, err(e.into())),
+                    None => self.finish(h),
+                }
+            }
+            (p, Ok(out)) => panic!("storage answered {out:?} to {p:?}"),
+        }
+    }
+
+    fn on_call_result(&mut self, id: CallId, result: Result<Reply, RpcError>) {
+        let Some(ctx) = self.calls.remove(&id) else {
+            tracing::warn!(call = id, "result for an unknown call");
+            return;
+        };
+        match ctx {
+            CallCtx::Heartbeat { sent_at } => self.on_heartbeat_reply(sent_at, result),
+            CallCtx::CloneRead {
+                id,
+                h,
+                version,
+                source,
+                buf,
+            } => self.on_clone_piece(id, h, version, source, buf, result),
+            CallCtx::ReportCorrupt => {}
+        }
+    }
+
+    // ---- heartbeats -------------------------------------------------------------------
+
+    fn heartbeat(&mut self) {
+        let now = self.now;
+        let mut chunks: Vec<pb::ChunkReport> = self
+            .chunks
+            .iter()
+            .map(|(&handle, c)| pb::ChunkReport {
+                handle,
+                version: c.meta.version,
+                length: c.meta.length,
+            })
+            .collect();
+        chunks.sort_by_key(|c| c.handle);
+        // Extend leases on chunks written while we held them (GFS §3.1).
+        let mut lease_extensions: Vec<ChunkHandle> = self
+            .chunks
+            .iter()
+            .filter(|(_, c)| c.lease_until.is_some_and(|t| now < t) && c.last_write.0 > 0)
+            .map(|(&h, _)| h)
+            .collect();
+        lease_extensions.sort_unstable();
+        let used_bytes = self.chunks.values().map(|c| c.meta.length).sum();
+        let req = pb::MasterRequest {
+            req: Some(MReq::Heartbeat(pb::HeartbeatRequest {
+                address: self.cfg.address.clone(),
+                rack: self.cfg.rack.clone(),
+                capacity_bytes: self.cfg.capacity_bytes,
+                used_bytes,
+                chunks,
+                lease_extensions,
+            })),
+        };
+        self.call(
+            Dest::Master,
+            Outgoing::Master(req),
+            CallCtx::Heartbeat { sent_at: now },
+        );
+    }
+
+    fn on_heartbeat_reply(&mut self, sent_at: Time, result: Result<Reply, RpcError>) {
+        let hb = match result {
+            Ok(Reply::Master(pb::MasterResponse {
+                error: None,
+                resp: Some(pb::master_response::Resp::Heartbeat(hb)),
+            })) => hb,
+            Ok(other) => {
+                tracing::warn!(reply = ?other, "heartbeat refused");
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "heartbeat failed");
+                return;
+            }
+        };
+        let until = sent_at + Duration::from_millis(hb.lease_duration_ms);
+        for h in hb.extended_leases {
+            if let Some(c) = self.chunks.get_mut(&h)
+                && c.lease_until.is_some()
+            {
+                c.lease_until = Some(until);
+            }
+        }
+        for h in hb.delete_chunks {
+            tracing::debug!(chunk = h, "deleting on the master's word");
+            self.enqueue(h, Job::Delete);
+        }
+    }
+}
+
+/// The blocks a write of [off, end) overwrites only partly, on a chunk of `length` bytes.
+struct Edges {
+    /// First block's start, and whether it holds old bytes before `off`.
+    fb: u64,
+    head: bool,
+    /// Last block's start, and whether it holds old bytes after `end`.
+    tb: u64,
+    tail: bool,
+    /// Head and tail are one block.
+    shared: bool,
+}
+
+impl Edges {
+    fn new(off: u64, end: u64, length: u64) -> Edges {
+        let fb = off / BLOCK_SIZE * BLOCK_SIZE;
+        let tb = end / BLOCK_SIZE * BLOCK_SIZE;
+        let head = off > fb;
+        let tail = end < length && end > tb;
+        Edges {
+            fb,
+            head,
+            tb,
+            tail,
+            shared: head && tail && fb == tb,
+        }
+    }
+
+    /// Whole old blocks to read.
+    fn ranges(&self, length: u64) -> Vec<(u64, u64)> {
+        let block = |b: u64| (b, (b + BLOCK_SIZE).min(length) - b);
+        let mut r = Vec::new();
+        if self.head {
+            r.push(block(self.fb));
+        }
+        if self.tail && !self.shared {
+            r.push(block(self.tb));
+        }
+        r
+    }
+}

@@ -1,0 +1,368 @@
+//! Tests of the chunkserver state machine, with storage carried out at once on a map.
+
+use std::collections::HashMap;
+
+use super::*;
+use crate::pb::chunk_request::Req as R;
+
+#[derive(Default)]
+struct Disk {
+    data: HashMap<ChunkHandle, Vec<u8>>,
+    meta: HashMap<ChunkHandle, pb::ChunkMeta>,
+}
+
+impl Disk {
+    fn exec(&mut self, op: StoreOp) -> StoreOutput {
+        match op {
+            StoreOp::Read { handle, ranges } => {
+                let d = self.data.get(&handle).cloned().unwrap_or_default();
+                StoreOutput::Data(
+                    ranges
+                        .into_iter()
+                        .map(|(o, l)| {
+                            let s = (o as usize).min(d.len());
+                            let e = ((o + l) as usize).min(d.len());
+                            Bytes::copy_from_slice(&d[s..e])
+                        })
+                        .collect(),
+                )
+            }
+            StoreOp::Write {
+                handle,
+                offset,
+                data,
+                meta,
+            } => {
+                let d = self.data.entry(handle).or_default();
+                let end = offset as usize + data.len();
+                if d.len() < end {
+                    d.resize(end, 0);
+                }
+                d[offset as usize..end].copy_from_slice(&data);
+                self.meta.insert(handle, meta);
+                StoreOutput::Done
+            }
+            StoreOp::Replace { handle, data, meta } => {
+                self.data.insert(handle, data.to_vec());
+                self.meta.insert(handle, meta);
+                StoreOutput::Done
+            }
+            StoreOp::WriteMeta { handle, meta } => {
+                self.data.entry(handle).or_default();
+                self.meta.insert(handle, meta);
+                StoreOutput::Done
+            }
+            StoreOp::Delete { handle } => {
+                self.data.remove(&handle);
+                self.meta.remove(&handle);
+                StoreOutput::Done
+            }
+        }
+    }
+}
+
+struct H {
+    cs: Chunkserver,
+    disk: Disk,
+    next: RequestId,
+    calls: Vec<Call>,
+}
+
+impl H {
+    fn new() -> H {
+        let cfg = ChunkserverConfig {
+            address: "cs0".into(),
+            chunk_size: 1 << 20,
+            ..Default::default()
+        };
+        H {
+            cs: Chunkserver::recover(cfg, Time(0), vec![]),
+            disk: Disk::default(),
+            next: 1,
+            calls: vec![],
+        }
+    }
+
+    /// Runs an input and every storage operation it leads to; returns all replies.
+    fn run(&mut self, input: Input) -> Vec<(RequestId, pb::ChunkResponse)> {
+        let mut replies = Vec::new();
+        let mut inputs = vec![input];
+        while let Some(i) = inputs.pop() {
+            let e = self.cs.handle(Time(1), i);
+            replies.extend(e.replies);
+            self.calls.extend(e.calls);
+            for (id, op) in e.store {
+                let result = Ok(self.disk.exec(op));
+                inputs.push(Input::StoreDone { id, result });
+            }
+        }
+        replies
+    }
+
+    fn req(&mut self, r: R) -> pb::ChunkResponse {
+        let id = self.next;
+        self.next += 1;
+        let replies = self.run(Input::Request {
+            id,
+            req: pb::ChunkRequest { req: Some(r) },
+        });
+        replies
+            .into_iter()
+            .find(|(i, _)| *i == id)
+            .expect("a reply")
+            .1
+    }
+
+    fn create(&mut self, h: u64) {
+        let r = self.req(R::SetVersion(pb::SetVersionRequest {
+            handle: h,
+            version: 1,
+            create: true,
+            lease_ms: 0,
+        }));
+        assert!(r.error.is_none(), "{r:?}");
+    }
+
+    fn write(&mut self, h: u64, off: u64, data: &[u8]) -> pb::ChunkResponse {
+        self.req(R::Write(pb::WriteChunkRequest {
+            handle: h,
+            version: 1,
+            offset: off,
+            data: Bytes::copy_from_slice(data),
+        }))
+    }
+
+    fn read(&mut self, h: u64, off: u64, len: u64) -> Result<Bytes, FsError> {
+        match self.req(R::Read(pb::ReadChunkRequest {
+            handle: h,
+            version: 1,
+            offset: off,
+            length: len,
+        })) {
+            pb::ChunkResponse { error: Some(e), .. } => Err(FsError::from_pb(&e)),
+            pb::ChunkResponse {
+                resp: Some(Resp::Read(r)),
+                ..
+            } => Ok(r.data),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn write_then_read_across_blocks() {
+    let mut h = H::new();
+    h.create(7);
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7) as u8).collect();
+    assert!(h.write(7, 0, &data).error.is_none());
+    assert!(h.write(7, 70_000, b"hello").error.is_none());
+    let mut want = data.clone();
+    want[70_000..70_005].copy_from_slice(b"hello");
+    assert_eq!(&h.read(7, 0, 300_000).unwrap()[..], &want[..]);
+    assert_eq!(&h.read(7, 69_998, 9).unwrap()[..], &want[69_998..70_007]);
+    // Durable metadata matches a recompute of the data on disk.
+    let meta = &h.disk.meta[&7];
+    assert_eq!(meta.checksums, checksum::blocks(&h.disk.data[&7]));
+}
+
+#[test]
+fn write_past_end_zero_fills() {
+    let mut h = H::new();
+    h.create(1);
+    h.write(1, 0, b"ab");
+    h.write(1, 100_000, b"cd");
+    let r = h.read(1, 0, 200_000).unwrap();
+    assert_eq!(r.len(), 100_002);
+    assert_eq!(&r[..2], b"ab");
+    assert!(r[2..100_000].iter().all(|&b| b == 0));
+}
+
+#[test]
+fn corrupt_block_never_leaves_and_is_reported() {
+    let mut h = H::new();
+    h.create(3);
+    h.write(3, 0, &vec![5u8; 150_000]);
+    h.disk.data.get_mut(&3).unwrap()[100_000] ^= 0x40;
+    // A read of a clean block still works; the bad block is refused.
+    assert_eq!(h.read(3, 0, 10).unwrap().len(), 10);
+    assert!(matches!(h.read(3, 99_990, 20), Err(FsError::Corrupt(_))));
+    let reported = h.calls.iter().any(|c| matches!(&c.req, Outgoing::Master(pb::MasterRequest { req: Some(MReq::ReportCorrupt(r)) }) if r.handle == 3));
+    assert!(reported, "master not told");
+    // Never served again, even the clean block, and not reported in heartbeats.
+    assert!(matches!(h.read(3, 0, 10), Err(FsError::Corrupt(_))));
+    h.run(Input::Tick);
+    let Outgoing::Master(pb::MasterRequest {
+        req: Some(MReq::Heartbeat(hb)),
+    }) = &h.calls.last().unwrap().req
+    else {
+        panic!()
+    };
+    assert!(hb.chunks.is_empty());
+}
+
+#[test]
+fn overwrite_of_a_corrupt_edge_block_is_refused() {
+    let mut h = H::new();
+    h.create(4);
+    h.write(4, 0, &vec![1u8; 100_000]);
+    h.disk.data.get_mut(&4).unwrap()[65_540] ^= 1;
+    // A partial overwrite of the bad block must not re-checksum the corruption.
+    let r = h.write(4, 65_600, b"xyz");
+    assert_eq!(r.error.unwrap().code, pb::ErrorCode::Corrupt as i32);
+}
+
+#[test]
+fn versions_are_checked() {
+    let mut h = H::new();
+    h.create(9);
+    let r = h.req(R::Write(pb::WriteChunkRequest {
+        handle: 9,
+        version: 2,
+        offset: 0,
+        data: Bytes::from_static(b"x"),
+    }));
+    assert_eq!(r.error.unwrap().code, pb::ErrorCode::StaleVersion as i32);
+    let r = h.req(R::SetVersion(pb::SetVersionRequest {
+        handle: 9,
+        version: 3,
+        create: false,
+        lease_ms: 5000,
+    }));
+    assert!(r.error.is_none());
+    assert!(h.cs.is_primary(9, Time(4000)) && !h.cs.is_primary(9, Time(5001)));
+    // A read naming an older version is served (the replica is newer, not stale).
+    assert!(h.read(9, 0, 1).is_ok());
+    let r = h.req(R::Read(pb::ReadChunkRequest {
+        handle: 9,
+        version: 4,
+        offset: 0,
+        length: 1,
+    }));
+    assert_eq!(r.error.unwrap().code, pb::ErrorCode::StaleVersion as i32);
+    let r = h.req(R::SetVersion(pb::SetVersionRequest {
+        handle: 9,
+        version: 2,
+        create: false,
+        lease_ms: 0,
+    }));
+    assert!(r.error.is_some(), "version went backwards");
+    let r = h.req(R::Read(pb::ReadChunkRequest {
+        handle: 77,
+        version: 1,
+        offset: 0,
+        length: 1,
+    }));
+    assert_eq!(r.error.unwrap().code, pb::ErrorCode::ChunkNotFound as i32);
+}
+
+#[test]
+fn oversized_or_empty_requests_are_refused() {
+    let mut h = H::new();
+    h.create(2);
+    let r = h.write(2, (1 << 20) - 1, b"ab");
+    assert_eq!(r.error.unwrap().code, pb::ErrorCode::InvalidArgument as i32);
+    let r = h.write(2, u64::MAX - 1, b"ab");
+    assert!(r.error.is_some());
+    let e = h.cs.handle(
+        Time(1),
+        Input::Request {
+            id: 50,
+            req: pb::ChunkRequest { req: None },
+        },
+    );
+    assert!(e.replies[0].1.error.is_some());
+}
+
+#[test]
+fn clone_copies_in_pieces_and_verifies_length() {
+    let mut src = H::new();
+    src.create(5);
+    let data: Vec<u8> = (0..300_000u32).map(|i| i as u8).collect();
+    src.write(5, 0, &data);
+    let mut dst = H::new();
+    dst.cs.cfg.clone_piece = 100_000;
+    let id = 1000;
+    let mut replies = dst.run(Input::Request {
+        id,
+        req: pb::ChunkRequest {
+            req: Some(R::Clone(pb::CloneChunkRequest {
+                handle: 5,
+                version: 1,
+                source: "cs0".into(),
+            })),
+        },
+    });
+    let mut reads = 0;
+    while replies.is_empty() {
+        let c = dst.calls.pop().expect("a read of the source");
+        let Outgoing::Chunk(pb::ChunkRequest {
+            req: Some(R::Read(r)),
+        }) = c.req
+        else {
+            panic!()
+        };
+        reads += 1;
+        let resp = src.req(R::Read(r));
+        replies = dst.run(Input::CallResult {
+            id: c.id,
+            result: Ok(Reply::Chunk(resp)),
+        });
+    }
+    assert!(replies[0].1.error.is_none(), "{replies:?}");
+    assert_eq!(reads, 3);
+    assert_eq!(dst.disk.data[&5], data);
+    assert_eq!(&dst.read(5, 0, 300_000).unwrap()[..], &data[..]);
+}
+
+#[test]
+fn heartbeat_reports_and_deletes_on_command() {
+    let mut h = H::new();
+    h.create(1);
+    h.create(2);
+    h.run(Input::Tick);
+    let c = h.calls.pop().unwrap();
+    let Outgoing::Master(pb::MasterRequest {
+        req: Some(MReq::Heartbeat(hb)),
+    }) = &c.req
+    else {
+        panic!()
+    };
+    assert_eq!(
+        hb.chunks.iter().map(|c| c.handle).collect::<Vec<_>>(),
+        vec![1, 2]
+    );
+    let resp = pb::MasterResponse {
+        error: None,
+        resp: Some(pb::master_response::Resp::Heartbeat(
+            pb::HeartbeatResponse {
+                delete_chunks: vec![2],
+                extended_leases: vec![],
+                lease_duration_ms: 1000,
+            },
+        )),
+    };
+    h.run(Input::CallResult {
+        id: c.id,
+        result: Ok(Reply::Master(resp)),
+    });
+    assert!(!h.disk.data.contains_key(&2));
+    assert_eq!(h.cs.chunks().count(), 1);
+}
+
+#[test]
+fn recovery_flags_inconsistent_metadata() {
+    let good = pb::ChunkMeta {
+        handle: 1,
+        version: 2,
+        length: 10,
+        checksums: vec![0],
+    };
+    let bad = pb::ChunkMeta {
+        handle: 2,
+        version: 2,
+        length: 100_000,
+        checksums: vec![0],
+    };
+    let cs = Chunkserver::recover(ChunkserverConfig::default(), Time(0), vec![good, bad]);
+    assert_eq!(cs.chunks().map(|c| c.0).collect::<Vec<_>>(), vec![1]);
+}
