@@ -7,11 +7,15 @@
 //! disk: time and randomness come in as arguments, and I/O leaves as effects.
 
 pub mod chunkserver;
+pub mod client;
+pub mod driver;
 pub mod error;
 pub mod master;
 pub mod path;
 pub mod pb;
 pub mod rng;
+pub mod runtime;
+pub mod testkit;
 pub mod types;
 
 pub use error::{FsError, RpcError, StoreError};

@@ -1,0 +1,401 @@
+//! The client library: async code over `Runtime` and `Transport`, so it runs unchanged in
+//! the simulator and in production.
+//!
+//! Metadata goes to the master, data to chunkservers. Chunk locations are cached for
+//! `location_ttl`; a read that fails on one replica tries the next, and refreshes the
+//! locations when all have failed. Writes here are plain writes to every replica (the
+//! primary-ordered mutation protocol replaces them in a later step); a failed write is
+//! retried against fresh locations, and the file's length is extended after success.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures::future::join_all;
+use prost::Message;
+
+use crate::error::{FsError, RpcError};
+use crate::pb::{
+    self, chunk_request::Req as CReq, chunk_response::Resp as CResp, master_request::Req,
+    master_response::Resp,
+};
+use crate::runtime::{Runtime, Transport};
+use crate::types::Time;
+
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    pub master: String,
+    pub rpc_timeout: Duration,
+    /// Attempts for an operation that fails in a retryable way.
+    pub attempts: u32,
+    /// First back-off between attempts; doubles each time.
+    pub backoff: Duration,
+    pub location_ttl: Duration,
+}
+
+impl ClientConfig {
+    pub fn new(master: impl Into<String>) -> ClientConfig {
+        ClientConfig {
+            master: master.into(),
+            rpc_timeout: Duration::from_secs(10),
+            attempts: 8,
+            backoff: Duration::from_millis(100),
+            location_ttl: Duration::from_secs(60),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Locations {
+    info: pb::GetChunksResponse,
+    fetched: Time,
+}
+
+#[derive(Clone)]
+pub struct Client<R: Runtime, T: Transport> {
+    rt: R,
+    transport: T,
+    cfg: ClientConfig,
+    cache: Arc<Mutex<HashMap<String, Locations>>>,
+}
+
+impl<R: Runtime, T: Transport> Client<R, T> {
+    pub fn new(rt: R, transport: T, cfg: ClientConfig) -> Self {
+        Client {
+            rt,
+            transport,
+            cfg,
+            cache: Arc::default(),
+        }
+    }
+
+    // ---- master calls -----------------------------------------------------------------
+
+    async fn master_once(&self, req: &Req) -> Result<Resp, FsError> {
+        let body = pb::MasterRequest {
+            req: Some(req.clone()),
+        }
+        .encode_to_vec();
+        let deadline = self.rt.now() + self.cfg.rpc_timeout;
+        let bytes = self
+            .transport
+            .call(&self.cfg.master, body.into(), deadline)
+            .await
+            .map_err(unavailable)?;
+        let resp = pb::MasterResponse::decode(bytes)
+            .map_err(|e| FsError::Internal(format!("malformed reply from master: {e}")))?;
+        match (resp.error, resp.resp) {
+            (Some(e), _) => Err(FsError::from_pb(&e)),
+            (None, Some(r)) => Ok(r),
+            (None, None) => Err(FsError::Internal("empty reply from master".into())),
+        }
+    }
+
+    /// Calls the master, retrying while the failure is `Unavailable` (unreachable master,
+    /// lease settling). A retried mutation may have been applied the first time; such an
+    /// outcome (e.g. `AlreadyExists` after a lost reply) is the caller's to judge.
+    async fn master(&self, req: Req) -> Result<Resp, FsError> {
+        let mut wait = self.cfg.backoff;
+        let mut attempt = 1;
+        loop {
+            match self.master_once(&req).await {
+                Err(FsError::Unavailable(m)) if attempt < self.cfg.attempts => {
+                    tracing::debug!(attempt, error = %m, "master unavailable; retrying");
+                }
+                other => return other,
+            }
+            attempt += 1;
+            self.rt.sleep(wait).await;
+            wait = (wait * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    async fn master_empty(&self, req: Req) -> Result<(), FsError> {
+        self.master(req).await.map(|_| ())
+    }
+
+    pub async fn mkdir(&self, path: &str, parents: bool) -> Result<(), FsError> {
+        self.master_empty(Req::Mkdir(pb::MkdirRequest {
+            path: path.into(),
+            parents,
+        }))
+        .await
+    }
+
+    pub async fn create(&self, path: &str, replication: u32) -> Result<(), FsError> {
+        self.master_empty(Req::Create(pb::CreateRequest {
+            path: path.into(),
+            replication,
+        }))
+        .await
+    }
+
+    pub async fn delete(&self, path: &str, recursive: bool) -> Result<(), FsError> {
+        self.forget(path);
+        self.master_empty(Req::Delete(pb::DeleteRequest {
+            path: path.into(),
+            recursive,
+        }))
+        .await
+    }
+
+    pub async fn rename(&self, src: &str, dst: &str) -> Result<(), FsError> {
+        self.forget(src);
+        self.master_empty(Req::Rename(pb::RenameRequest {
+            src: src.into(),
+            dst: dst.into(),
+        }))
+        .await
+    }
+
+    pub async fn list(
+        &self,
+        path: &str,
+        include_deleted: bool,
+    ) -> Result<Vec<pb::FileInfo>, FsError> {
+        match self
+            .master(Req::List(pb::ListRequest {
+                path: path.into(),
+                include_deleted,
+            }))
+            .await?
+        {
+            Resp::List(l) => Ok(l.entries),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn stat(&self, path: &str) -> Result<pb::FileInfo, FsError> {
+        match self
+            .master(Req::Stat(pb::StatRequest { path: path.into() }))
+            .await?
+        {
+            Resp::Stat(s) => Ok(s),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    fn forget(&self, path: &str) {
+        self.cache.lock().expect("cache lock").remove(path);
+    }
+
+    async fn locations(&self, path: &str, fresh: bool) -> Result<pb::GetChunksResponse, FsError> {
+        let now = self.rt.now();
+        if !fresh
+            && let Some(l) = self.cache.lock().expect("cache lock").get(path)
+            && now.saturating_sub(l.fetched) < self.cfg.location_ttl
+        {
+            return Ok(l.info.clone());
+        }
+        let info = match self
+            .master(Req::GetChunks(pb::GetChunksRequest {
+                path: path.into(),
+                first_index: 0,
+                count: 0,
+            }))
+            .await?
+        {
+            Resp::GetChunks(c) => c,
+            other => return Err(unexpected(other)),
+        };
+        if info.chunk_size == 0 {
+            return Err(FsError::Internal("master reported chunk size 0".into()));
+        }
+        self.cache.lock().expect("cache lock").insert(
+            path.to_string(),
+            Locations {
+                info: info.clone(),
+                fetched: now,
+            },
+        );
+        Ok(info)
+    }
+
+    // ---- chunkserver calls ------------------------------------------------------------
+
+    async fn chunk_call(&self, to: &str, req: CReq) -> Result<pb::ChunkResponse, FsError> {
+        let body = pb::ChunkRequest { req: Some(req) }.encode_to_vec();
+        let deadline = self.rt.now() + self.cfg.rpc_timeout;
+        let bytes = self
+            .transport
+            .call(to, body.into(), deadline)
+            .await
+            .map_err(unavailable)?;
+        let resp = pb::ChunkResponse::decode(bytes)
+            .map_err(|e| FsError::Internal(format!("malformed reply from {to}: {e}")))?;
+        match resp.error {
+            Some(e) => Err(FsError::from_pb(&e)),
+            None => Ok(resp),
+        }
+    }
+
+    // ---- data -------------------------------------------------------------------------
+
+    /// Reads up to `len` bytes at `offset`; fewer at the end of the file.
+    pub async fn read(&self, path: &str, offset: u64, len: u64) -> Result<Bytes, FsError> {
+        let mut info = self.locations(path, false).await?;
+        let end = offset.saturating_add(len).min(info.file_length);
+        let mut out = BytesMut::with_capacity(end.saturating_sub(offset) as usize);
+        let mut pos = offset;
+        while pos < end {
+            let cs = info.chunk_size;
+            let idx = pos / cs;
+            let piece_end = end.min((idx + 1) * cs);
+            let data = match self.read_piece(&info, idx, pos % cs, piece_end - pos).await {
+                Ok(d) => d,
+                Err(e) if e.is_retryable() => {
+                    // Every replica we knew failed: ask the master again, then give up.
+                    info = self.locations(path, true).await?;
+                    self.read_piece(&info, idx, pos % cs, piece_end - pos)
+                        .await?
+                }
+                Err(e) => return Err(e),
+            };
+            out.extend_from_slice(&data);
+            // Bytes the file's length covers but no replica holds (a hole) read as zeros.
+            out.resize((piece_end - offset) as usize, 0);
+            pos = piece_end;
+        }
+        Ok(out.freeze())
+    }
+
+    async fn read_piece(
+        &self,
+        info: &pb::GetChunksResponse,
+        idx: u64,
+        off: u64,
+        len: u64,
+    ) -> Result<Bytes, FsError> {
+        let Some(c) = info.chunks.iter().find(|c| c.index == idx) else {
+            return Ok(Bytes::new()); // no chunk allocated here: a hole
+        };
+        if c.version == 0 {
+            return Ok(Bytes::new());
+        }
+        if c.replicas.is_empty() {
+            return Err(FsError::Unavailable(format!(
+                "chunk {} has no live replica",
+                c.handle
+            )));
+        }
+        // Start at a random replica to spread load; try each in turn.
+        let start = (self.rt.random_u64() % c.replicas.len() as u64) as usize;
+        let mut last = None;
+        for i in 0..c.replicas.len() {
+            let to = &c.replicas[(start + i) % c.replicas.len()];
+            let req = CReq::Read(pb::ReadChunkRequest {
+                handle: c.handle,
+                version: c.version,
+                offset: off,
+                length: len,
+            });
+            match self.chunk_call(to, req).await {
+                Ok(pb::ChunkResponse {
+                    resp: Some(CResp::Read(r)),
+                    ..
+                }) => return Ok(r.data),
+                Ok(_) => last = Some(FsError::Internal(format!("unexpected reply from {to}"))),
+                Err(e) => {
+                    tracing::debug!(replica = %to, chunk = c.handle, error = %e, "read failed; trying another replica");
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.expect("at least one replica tried"))
+    }
+
+    /// Writes `data` at `offset`, splitting it at chunk boundaries.
+    pub async fn write(&self, path: &str, offset: u64, data: Bytes) -> Result<(), FsError> {
+        let chunk_size = self.locations(path, false).await?.chunk_size;
+        let end = offset
+            .checked_add(data.len() as u64)
+            .ok_or_else(|| FsError::InvalidArgument("write past the largest offset".into()))?;
+        let mut pos = offset;
+        while pos < end {
+            let idx = pos / chunk_size;
+            let piece_end = end.min((idx + 1) * chunk_size);
+            let piece = data.slice((pos - offset) as usize..(piece_end - offset) as usize);
+            self.write_piece(path, idx, pos % chunk_size, piece).await?;
+            pos = piece_end;
+        }
+        self.forget(path);
+        self.master_empty(Req::ExtendFile(pb::ExtendFileRequest {
+            path: path.into(),
+            length: end,
+        }))
+        .await
+    }
+
+    /// Appends `data` at the file's current end (not atomic: record append comes with the
+    /// mutation protocol).
+    pub async fn append(&self, path: &str, data: Bytes) -> Result<u64, FsError> {
+        let at = self.stat(path).await?.length;
+        self.write(path, at, data).await?;
+        Ok(at)
+    }
+
+    async fn write_piece(
+        &self,
+        path: &str,
+        idx: u64,
+        off: u64,
+        data: Bytes,
+    ) -> Result<(), FsError> {
+        let mut wait = self.cfg.backoff;
+        let mut attempt = 1;
+        loop {
+            let result = self.write_piece_once(path, idx, off, data.clone()).await;
+            match result {
+                Err(e) if e.is_retryable() && attempt < self.cfg.attempts => {
+                    tracing::debug!(path, chunk_index = idx, attempt, error = %e, "write failed; retrying");
+                }
+                other => return other,
+            }
+            attempt += 1;
+            self.rt.sleep(wait).await;
+            wait = (wait * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    async fn write_piece_once(
+        &self,
+        path: &str,
+        idx: u64,
+        off: u64,
+        data: Bytes,
+    ) -> Result<(), FsError> {
+        let t = match self
+            .master(Req::GetWriteTarget(pb::GetWriteTargetRequest {
+                path: path.into(),
+                chunk_index: idx,
+            }))
+            .await?
+        {
+            Resp::WriteTarget(t) => t,
+            other => return Err(unexpected(other)),
+        };
+        let targets = std::iter::once(&t.primary).chain(&t.secondaries);
+        let writes = targets.map(|to| {
+            let req = CReq::Write(pb::WriteChunkRequest {
+                handle: t.handle,
+                version: t.version,
+                offset: off,
+                data: data.clone(),
+            });
+            self.chunk_call(to, req)
+        });
+        for r in join_all(writes).await {
+            r?;
+        }
+        Ok(())
+    }
+}
+
+fn unavailable(e: RpcError) -> FsError {
+    FsError::Unavailable(e.to_string())
+}
+
+fn unexpected(r: Resp) -> FsError {
+    FsError::Internal(format!("unexpected reply: {r:?}"))
+}

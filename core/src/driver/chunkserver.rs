@@ -1,0 +1,191 @@
+//! Runs a chunkserver over a `Runtime`, a `Transport` and a `ChunkStore`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::channel::{mpsc, oneshot};
+use futures::{SinkExt, StreamExt};
+use prost::Message;
+
+use super::{DriverError, Observer};
+use crate::chunkserver::{
+    Chunkserver, ChunkserverConfig, Dest, Effects, Input, Outgoing, Reply, RequestId, StoreOp,
+    StoreOutput,
+};
+use crate::error::{FsError, RpcError, StoreError};
+use crate::pb;
+use crate::runtime::{ChunkStore, Incoming, Runtime, Transport};
+
+#[derive(Clone, Debug)]
+pub struct ChunkserverOptions {
+    pub config: ChunkserverConfig,
+    pub master: String,
+    pub heartbeat_interval: Duration,
+    pub call_timeout: Duration,
+}
+
+enum Event {
+    Request(Incoming),
+    CallResult(u64, Result<Reply, RpcError>),
+    Tick,
+}
+
+/// Carries out one storage operation; each step of the durability recipe in order.
+pub async fn execute<S: ChunkStore>(store: &mut S, op: StoreOp) -> Result<StoreOutput, StoreError> {
+    match op {
+        StoreOp::Read { handle, ranges } => {
+            let mut out = Vec::with_capacity(ranges.len());
+            for (off, len) in ranges {
+                out.push(store.read(handle, off, len).await?);
+            }
+            Ok(StoreOutput::Data(out))
+        }
+        StoreOp::Write {
+            handle,
+            offset,
+            data,
+            meta,
+        } => {
+            store.write(handle, offset, data).await?;
+            store.write_meta(meta).await?;
+            store.sync(handle).await?;
+            Ok(StoreOutput::Done)
+        }
+        StoreOp::Replace { handle, data, meta } => {
+            store.replace(meta, data).await?;
+            store.sync(handle).await?;
+            Ok(StoreOutput::Done)
+        }
+        StoreOp::WriteMeta { handle, meta } => {
+            store.write_meta(meta).await?;
+            store.sync(handle).await?;
+            Ok(StoreOutput::Done)
+        }
+        StoreOp::Delete { handle } => {
+            store.delete(handle).await?;
+            Ok(StoreOutput::Done)
+        }
+    }
+}
+
+/// Runs the chunkserver until it is stopped. Start-up is recovery from the store.
+pub async fn run<R: Runtime, T: Transport, S: ChunkStore, O: Observer>(
+    rt: R,
+    transport: T,
+    mut store: S,
+    opts: ChunkserverOptions,
+    mut observer: O,
+) -> Result<(), DriverError> {
+    let metas = store.load().await?;
+    tracing::info!(addr = %opts.config.address, chunks = metas.len(), "chunkserver recovered");
+    let mut cs = Chunkserver::recover(opts.config.clone(), rt.now(), metas);
+    let mut inbound = transport.listen(&opts.config.address).await?;
+    let (tx, mut events) = mpsc::unbounded::<Event>();
+    {
+        let tx = tx.clone();
+        rt.spawn(async move {
+            while let Some(req) = inbound.next().await {
+                if tx.unbounded_send(Event::Request(req)).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    {
+        let (rt2, mut tx) = (rt.clone(), tx.clone());
+        let every = opts.heartbeat_interval;
+        rt.spawn(async move {
+            // The first heartbeat goes at once, so the master learns our chunks promptly.
+            loop {
+                if tx.send(Event::Tick).await.is_err() {
+                    return;
+                }
+                rt2.sleep(every).await;
+            }
+        });
+    }
+    let mut replies: HashMap<RequestId, oneshot::Sender<Bytes>> = HashMap::new();
+    let mut next_request: RequestId = 1;
+    while let Some(ev) = events.next().await {
+        let input = match ev {
+            Event::Request(inc) => match pb::ChunkRequest::decode(inc.body) {
+                Ok(req) => {
+                    let id = next_request;
+                    next_request += 1;
+                    replies.insert(id, inc.reply);
+                    Input::Request { id, req }
+                }
+                Err(e) => {
+                    let resp = pb::ChunkResponse {
+                        error: Some(
+                            FsError::InvalidArgument(format!("malformed request: {e}")).to_pb(),
+                        ),
+                        resp: None,
+                    };
+                    let _ = inc.reply.send(resp.encode_to_vec().into());
+                    continue;
+                }
+            },
+            Event::CallResult(id, result) => Input::CallResult { id, result },
+            Event::Tick => Input::Tick,
+        };
+        // Storage completions feed straight back in, in order, until the step is quiet.
+        let mut inputs = vec![input];
+        while let Some(input) = inputs.pop() {
+            let now = rt.now();
+            observer.input(now, &input);
+            let effects: Effects = cs.handle(now, input);
+            observer.effects(now, &effects);
+            for (id, resp) in effects.replies {
+                if let Some(r) = replies.remove(&id) {
+                    let _ = r.send(resp.encode_to_vec().into());
+                }
+            }
+            for call in effects.calls {
+                spawn_call(&rt, &transport, &tx, &opts, call);
+            }
+            for (id, op) in effects.store {
+                let result = execute(&mut store, op).await;
+                inputs.insert(0, Input::StoreDone { id, result });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn spawn_call<R: Runtime, T: Transport>(
+    rt: &R,
+    transport: &T,
+    tx: &mpsc::UnboundedSender<Event>,
+    opts: &ChunkserverOptions,
+    call: crate::chunkserver::Call,
+) {
+    let to = match call.to {
+        Dest::Master => opts.master.clone(),
+        Dest::Peer(a) => a,
+    };
+    let deadline = rt.now() + opts.call_timeout;
+    let (transport, tx) = (transport.clone(), tx.clone());
+    rt.spawn(async move {
+        let result = match call.req {
+            Outgoing::Master(req) => transport
+                .call(&to, req.encode_to_vec().into(), deadline)
+                .await
+                .and_then(|b| {
+                    pb::MasterResponse::decode(b)
+                        .map(Reply::Master)
+                        .map_err(|e| RpcError::Decode(e.to_string()))
+                }),
+            Outgoing::Chunk(req) => transport
+                .call(&to, req.encode_to_vec().into(), deadline)
+                .await
+                .and_then(|b| {
+                    pb::ChunkResponse::decode(b)
+                        .map(Reply::Chunk)
+                        .map_err(|e| RpcError::Decode(e.to_string()))
+                }),
+        };
+        let _ = tx.unbounded_send(Event::CallResult(call.id, result));
+    });
+}

@@ -1,0 +1,239 @@
+//! Runs the master over a `Runtime`, a `Transport` and a `MetaStore`.
+//!
+//! The op log lives in the store as `log/<seq, 8 bytes big-endian>` → record, and the
+//! latest checkpoint as `checkpoint`. Writing a checkpoint deletes the records it covers
+//! in the same batch.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::channel::{mpsc, oneshot};
+use futures::{SinkExt, StreamExt};
+use prost::Message;
+
+use super::{DriverError, Observer};
+use crate::error::{FsError, RpcError};
+use crate::master::{Effects, Input, Master, MasterConfig, RequestId};
+use crate::pb;
+use crate::runtime::{MetaStore, Runtime, Transport};
+use crate::types::LogSeq;
+
+const LOG_PREFIX: &[u8] = b"log/";
+const CHECKPOINT_KEY: &[u8] = b"checkpoint";
+
+pub fn log_key(seq: LogSeq) -> Vec<u8> {
+    let mut k = LOG_PREFIX.to_vec();
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+#[derive(Clone, Debug)]
+pub struct MasterOptions {
+    pub config: MasterConfig,
+    pub listen: String,
+    /// How often the master checks liveness, re-replication and garbage.
+    pub tick: Duration,
+    /// Deadline for calls to chunkservers.
+    pub call_timeout: Duration,
+}
+
+enum Event {
+    Request(Incoming),
+    CallResult(u64, Result<pb::ChunkResponse, RpcError>),
+    Tick,
+}
+
+type Incoming = crate::runtime::Incoming;
+
+/// Loads the checkpoint and the log tail from `store` and rebuilds the master.
+/// Also returns the lowest log record left in the store.
+pub async fn recover<M: MetaStore>(
+    store: &mut M,
+    cfg: MasterConfig,
+    now: crate::Time,
+) -> Result<(Master, LogSeq), DriverError> {
+    let bad = |what: String| DriverError::Recovery(what);
+    let checkpoint = match store
+        .scan(CHECKPOINT_KEY)
+        .await?
+        .into_iter()
+        .find(|(k, _)| k == CHECKPOINT_KEY)
+    {
+        Some((_, v)) => {
+            Some(pb::Checkpoint::decode(v).map_err(|e| bad(format!("checkpoint: {e}")))?)
+        }
+        None => None,
+    };
+    let mut tail = Vec::new();
+    for (k, v) in store.scan(LOG_PREFIX).await? {
+        let seq: [u8; 8] = k[LOG_PREFIX.len()..]
+            .try_into()
+            .map_err(|_| bad(format!("log key {k:?}")))?;
+        let seq = u64::from_be_bytes(seq);
+        let rec = pb::LogRecord::decode(v).map_err(|e| bad(format!("log record {seq}: {e}")))?;
+        tail.push((seq, rec));
+    }
+    let records = tail.len();
+    let low = tail.first().map(|(s, _)| *s);
+    let m = Master::recover(cfg, now, checkpoint.as_ref(), tail).map_err(|e| bad(e.to_string()))?;
+    tracing::info!(
+        records,
+        through = m.last_seq(),
+        files = m.meta().ns.file_count(),
+        chunks = m.meta().chunks.len(),
+        "master recovered"
+    );
+    let low = low.unwrap_or(m.last_seq() + 1);
+    Ok((m, low))
+}
+
+/// Runs the master until its store fails. Start-up is recovery.
+pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
+    rt: R,
+    transport: T,
+    mut store: M,
+    opts: MasterOptions,
+    mut observer: O,
+) -> Result<(), DriverError> {
+    let (mut master, mut low_seq) = recover(&mut store, opts.config.clone(), rt.now()).await?;
+    let mut inbound = transport.listen(&opts.listen).await?;
+    tracing::info!(addr = %opts.listen, "master serving");
+    let (tx, mut events) = mpsc::unbounded::<Event>();
+    {
+        let tx = tx.clone();
+        rt.spawn(async move {
+            while let Some(req) = inbound.next().await {
+                if tx.unbounded_send(Event::Request(req)).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    {
+        let (rt2, mut tx) = (rt.clone(), tx.clone());
+        let tick = opts.tick;
+        rt.spawn(async move {
+            loop {
+                rt2.sleep(tick).await;
+                if tx.send(Event::Tick).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    let mut replies: HashMap<RequestId, oneshot::Sender<Bytes>> = HashMap::new();
+    let mut next_request: RequestId = 1;
+    while let Some(first) = events.next().await {
+        let mut batch = Vec::new();
+        let mut last = None;
+        let mut checkpoint = None;
+        let mut ev = Some(first);
+        // Take every event that is ready, so one sync covers many records (group commit).
+        while let Some(e) = ev.take() {
+            let input = match e {
+                Event::Request(inc) => match pb::MasterRequest::decode(inc.body) {
+                    Ok(req) => {
+                        let id = next_request;
+                        next_request += 1;
+                        replies.insert(id, inc.reply);
+                        Input::Request { id, req }
+                    }
+                    Err(e) => {
+                        let resp = pb::MasterResponse {
+                            error: Some(
+                                FsError::InvalidArgument(format!("malformed request: {e}")).to_pb(),
+                            ),
+                            resp: None,
+                        };
+                        let _ = inc.reply.send(resp.encode_to_vec().into());
+                        ev = events.try_recv().ok();
+                        continue;
+                    }
+                },
+                Event::CallResult(id, result) => Input::CallResult { id, result },
+                Event::Tick => Input::Tick,
+            };
+            let effects = step(&rt, &mut master, &mut observer, input);
+            for (seq, rec) in &effects.log {
+                batch.push((log_key(*seq), Some(Bytes::from(rec.encode_to_vec()))));
+                last = Some(*seq);
+            }
+            if effects.checkpoint.is_some() {
+                checkpoint = effects.checkpoint.clone();
+            }
+            dispatch(&rt, &transport, &tx, &opts, &mut replies, effects);
+            ev = events.try_recv().ok();
+        }
+        if let Some(cp) = checkpoint {
+            // The checkpoint and the removal of the records it covers form one atomic
+            // batch; records it covers that were about to be written are not written.
+            let through = cp.through_seq;
+            batch.retain(|(k, _)| {
+                !(k.starts_with(LOG_PREFIX) && k.as_slice() <= log_key(through).as_slice())
+            });
+            batch.push((
+                CHECKPOINT_KEY.to_vec(),
+                Some(Bytes::from(cp.encode_to_vec())),
+            ));
+            batch.extend((low_seq..=through).map(|seq| (log_key(seq), None)));
+            low_seq = through + 1;
+        }
+        if !batch.is_empty() {
+            store.write(batch).await?;
+            store.sync().await?;
+            if let Some(through) = last {
+                let effects = step(
+                    &rt,
+                    &mut master,
+                    &mut observer,
+                    Input::LogSynced { through },
+                );
+                dispatch(&rt, &transport, &tx, &opts, &mut replies, effects);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn step<R: Runtime, O: Observer>(
+    rt: &R,
+    master: &mut Master,
+    observer: &mut O,
+    input: Input,
+) -> Effects {
+    let now = rt.now();
+    observer.input(now, &input);
+    let effects = master.handle(now, input);
+    observer.effects(now, &effects);
+    effects
+}
+
+fn dispatch<R: Runtime, T: Transport>(
+    rt: &R,
+    transport: &T,
+    tx: &mpsc::UnboundedSender<Event>,
+    opts: &MasterOptions,
+    replies: &mut HashMap<RequestId, oneshot::Sender<Bytes>>,
+    effects: Effects,
+) {
+    for (id, resp) in effects.replies {
+        if let Some(reply) = replies.remove(&id) {
+            // A caller that gave up is no error of ours.
+            let _ = reply.send(resp.encode_to_vec().into());
+        }
+    }
+    for call in effects.calls {
+        let (transport, tx) = (transport.clone(), tx.clone());
+        let deadline = rt.now() + opts.call_timeout;
+        rt.spawn(async move {
+            let result = transport
+                .call(&call.to, call.req.encode_to_vec().into(), deadline)
+                .await
+                .and_then(|b| {
+                    pb::ChunkResponse::decode(b).map_err(|e| RpcError::Decode(e.to_string()))
+                });
+            let _ = tx.unbounded_send(Event::CallResult(call.id, result));
+        });
+    }
+}
