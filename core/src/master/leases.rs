@@ -64,6 +64,20 @@ impl Leases {
         self.granting.remove(&h);
     }
 
+    /// Drops leases that can no longer be valid anywhere (expired, skew included): they
+    /// constrain nothing, and keeping them would cost memory on every chunk ever written.
+    pub fn purge(&mut self, now: Time, skew: std::time::Duration) {
+        self.held.retain(|_, l| now < l.expires + skew);
+        // A burst of writes can leave a large, mostly empty table behind.
+        if self.held.capacity() > 64 && self.held.len() < self.held.capacity() / 4 {
+            self.held.shrink_to_fit();
+        }
+    }
+
+    pub fn held_count(&self) -> usize {
+        self.held.len()
+    }
+
     pub fn is_granting(&self, h: ChunkHandle) -> bool {
         self.granting.contains_key(&h)
     }

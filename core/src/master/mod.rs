@@ -634,6 +634,7 @@ impl Master {
     }
 
     fn on_tick(&mut self) {
+        self.leases.purge(self.now, self.cfg.max_clock_skew);
         self.check_liveness();
         self.schedule_clones();
         self.collect_garbage();

@@ -431,6 +431,13 @@ fn leases_extend_through_heartbeats_and_expire() {
     assert_eq!(l.expires, Time(18_000));
     assert_eq!(h.m.leases().valid(Time(17_999)).count(), 1);
     assert_eq!(h.m.leases().valid(Time(18_000)).count(), 0);
+    // Once past expiry plus skew, a tick forgets the lease.
+    h.now = Time(18_999);
+    h.step(Input::Tick);
+    assert_eq!(h.m.leases().held_count(), 1);
+    h.now = Time(19_000);
+    h.step(Input::Tick);
+    assert_eq!(h.m.leases().held_count(), 0);
 }
 
 #[test]
