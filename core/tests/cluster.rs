@@ -119,7 +119,8 @@ fn cluster_survives_chunkserver_loss_master_crash_and_corruption() {
         servers[0].abort();
         net.kill("cs0");
         assert_eq!(client.read("/data/f", 0, u64::MAX).await.unwrap(), content);
-        rt.sleep(Duration::from_secs(15)).await;
+        // Repair starts once the write's leases have lapsed (10 s + skew).
+        rt.sleep(Duration::from_secs(25)).await;
         let replicas = |d: &[MemChunkStore]| -> Vec<usize> {
             let mut counts = std::collections::BTreeMap::new();
             for disk in &d[1..] {
@@ -167,7 +168,8 @@ fn cluster_survives_chunkserver_loss_master_crash_and_corruption() {
                 Bytes::from(want[..100].to_vec())
             );
         }
-        rt.sleep(Duration::from_secs(10)).await;
+        // The chunk was just written, so its repair waits for that lease to lapse.
+        rt.sleep(Duration::from_secs(30)).await;
         assert_eq!(
             replicas(&disks),
             vec![3, 3, 3, 3],

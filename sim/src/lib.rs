@@ -1,3 +1,12 @@
-//! The deterministic simulator (issue 3): a madsim runtime, simulated disks, fault injection and checkers.
+//! Tessera's deterministic simulator.
 //!
-//! Not built yet: this crate holds its place in the workspace layout fixed by DESIGN.md.
+//! The real protocol code — the master and chunkserver state machines, their drivers and
+//! the client library from `tessera-core` — runs in a madsim world where time, the
+//! network and the disks are simulated, and faults are injected by seed. Built only with
+//! `--cfg madsim` (see the README); without it this crate is empty.
+#![cfg(madsim)]
+
+pub mod disk;
+pub mod metastore;
+pub mod net;
+pub mod runtime;

@@ -51,7 +51,7 @@ impl Default for ChunkserverConfig {
     }
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum Input {
     Request {
         id: RequestId,
@@ -70,7 +70,7 @@ pub enum Input {
 }
 
 /// A reply to one of this server's calls.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum Reply {
     Master(pb::MasterResponse),
     Chunk(pb::ChunkResponse),
@@ -126,7 +126,7 @@ pub enum StoreOp {
     Delete { handle: ChunkHandle },
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum StoreOutput {
     Data(Vec<Bytes>),
     Done,
@@ -144,6 +144,8 @@ struct Chunk {
     meta: pb::ChunkMeta,
     /// This server is primary until then (its own clock).
     lease_until: Option<Time>,
+    /// When the current lease term began (grant or last extension), on this clock.
+    lease_from: Time,
     last_write: Time,
 }
 
@@ -258,6 +260,7 @@ impl Chunkserver {
                 Chunk {
                     meta,
                     lease_until: None,
+                    lease_from: Time::ZERO,
                     last_write: Time::ZERO,
                 },
             );
@@ -274,6 +277,13 @@ impl Chunkserver {
         self.chunks
             .iter()
             .map(|(h, c)| (*h, c.meta.version, c.meta.length))
+    }
+
+    /// Chunks this server holds a lease on, with the lease's end on this server's clock.
+    pub fn leases(&self) -> impl Iterator<Item = (ChunkHandle, Time)> + '_ {
+        self.chunks
+            .iter()
+            .filter_map(|(h, c)| c.lease_until.map(|t| (*h, t)))
     }
 
     pub fn is_primary(&self, h: ChunkHandle, now: Time) -> bool {
@@ -834,7 +844,8 @@ impl Chunkserver {
                         let c = self.chunks.entry(h).or_insert_with(|| Chunk {
                             meta: meta.clone(),
                             lease_until: None,
-                            last_write: now,
+                            lease_from: now,
+                            last_write: Time::ZERO,
                         });
                         let wrote =
                             c.meta.length != meta.length || c.meta.checksums != meta.checksums;
@@ -844,6 +855,7 @@ impl Chunkserver {
                         }
                         if lease.is_some() {
                             c.lease_until = lease;
+                            c.lease_from = now;
                         }
                         self.corrupt.remove(&h);
                     }
@@ -906,11 +918,16 @@ impl Chunkserver {
             })
             .collect();
         chunks.sort_by_key(|c| c.handle);
-        // Extend leases on chunks written while we held them (GFS §3.1).
+        // Ask to extend leases only on chunks written during the current term (GFS §3.1):
+        // an idle chunk's lease lapses, so the master may clone or re-grant it.
         let mut lease_extensions: Vec<ChunkHandle> = self
             .chunks
             .iter()
-            .filter(|(_, c)| c.lease_until.is_some_and(|t| now < t) && c.last_write.0 > 0)
+            .filter(|(_, c)| {
+                c.lease_until.is_some_and(|t| now < t)
+                    && c.last_write > Time::ZERO
+                    && c.last_write >= c.lease_from
+            })
             .map(|(&h, _)| h)
             .collect();
         lease_extensions.sort_unstable();
@@ -953,6 +970,7 @@ impl Chunkserver {
                 && c.lease_until.is_some()
             {
                 c.lease_until = Some(until);
+                c.lease_from = sent_at;
             }
         }
         for h in hb.delete_chunks {

@@ -366,3 +366,33 @@ fn recovery_flags_inconsistent_metadata() {
     let cs = Chunkserver::recover(ChunkserverConfig::default(), Time(0), vec![good, bad]);
     assert_eq!(cs.chunks().map(|c| c.0).collect::<Vec<_>>(), vec![1]);
 }
+
+fn extensions(h: &mut H) -> Vec<u64> {
+    h.run(Input::Tick);
+    let c = h.calls.pop().unwrap();
+    let Outgoing::Master(pb::MasterRequest {
+        req: Some(MReq::Heartbeat(hb)),
+    }) = c.req
+    else {
+        panic!()
+    };
+    hb.lease_extensions
+}
+
+#[test]
+fn leases_extend_only_while_written() {
+    let mut h = H::new();
+    let r = h.req(R::SetVersion(pb::SetVersionRequest {
+        handle: 1,
+        version: 1,
+        create: true,
+        lease_ms: 60_000,
+    }));
+    assert!(r.error.is_none());
+    assert!(
+        extensions(&mut h).is_empty(),
+        "idle chunk asked for an extension"
+    );
+    h.write(1, 0, b"x");
+    assert_eq!(extensions(&mut h), vec![1]);
+}

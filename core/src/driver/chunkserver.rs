@@ -134,9 +134,8 @@ pub async fn run<R: Runtime, T: Transport, S: ChunkStore, O: Observer>(
         let mut inputs = vec![input];
         while let Some(input) = inputs.pop() {
             let now = rt.now();
-            observer.input(now, &input);
-            let effects: Effects = cs.handle(now, input);
-            observer.effects(now, &effects);
+            let effects: Effects = cs.handle(now, input.clone());
+            observer.chunkserver_step(now, &input, &effects, &cs);
             for (id, resp) in effects.replies {
                 if let Some(r) = replies.remove(&id) {
                     let _ = r.send(resp.encode_to_vec().into());

@@ -203,9 +203,8 @@ fn step<R: Runtime, O: Observer>(
     input: Input,
 ) -> Effects {
     let now = rt.now();
-    observer.input(now, &input);
-    let effects = master.handle(now, input);
-    observer.effects(now, &effects);
+    let effects = master.handle(now, input.clone());
+    observer.master_step(now, &input, &effects, master);
     effects
 }
 

@@ -7,29 +7,57 @@
 pub mod chunkserver;
 pub mod master;
 
-use std::fmt::Debug;
+use crate::chunkserver as chunkserver_sm;
+use crate::master as master_sm;
 
 use crate::error::StoreError;
 use crate::types::Time;
 
-/// Sees every input a driver feeds its state machine, and every effect it gets back.
+/// Sees every step a driver takes: the input, the effects, and the state machine after
+/// it. Tracing, trace recording and the simulator's invariant checkers hook in here.
 pub trait Observer: Send + 'static {
-    fn input(&mut self, _now: Time, _input: &dyn Debug) {}
-    fn effects(&mut self, _now: Time, _effects: &dyn Debug) {}
+    fn master_step(
+        &mut self,
+        _now: Time,
+        _input: &master_sm::Input,
+        _effects: &master_sm::Effects,
+        _master: &master_sm::Master,
+    ) {
+    }
+    fn chunkserver_step(
+        &mut self,
+        _now: Time,
+        _input: &chunkserver_sm::Input,
+        _effects: &chunkserver_sm::Effects,
+        _cs: &chunkserver_sm::Chunkserver,
+    ) {
+    }
 }
 
 /// Observes nothing.
 pub struct Quiet;
 impl Observer for Quiet {}
 
-/// Logs every input and effect at trace level.
+/// Logs every step at trace level.
 pub struct Tracing(pub String);
 impl Observer for Tracing {
-    fn input(&mut self, now: Time, input: &dyn Debug) {
-        tracing::trace!(node = %self.0, now = now.0, ?input, "input");
+    fn master_step(
+        &mut self,
+        now: Time,
+        input: &master_sm::Input,
+        effects: &master_sm::Effects,
+        _: &master_sm::Master,
+    ) {
+        tracing::trace!(node = %self.0, now = now.0, ?input, ?effects, "master step");
     }
-    fn effects(&mut self, now: Time, effects: &dyn Debug) {
-        tracing::trace!(node = %self.0, now = now.0, ?effects, "effects");
+    fn chunkserver_step(
+        &mut self,
+        now: Time,
+        input: &chunkserver_sm::Input,
+        effects: &chunkserver_sm::Effects,
+        _: &chunkserver_sm::Chunkserver,
+    ) {
+        tracing::trace!(node = %self.0, now = now.0, ?input, ?effects, "chunkserver step");
     }
 }
 

@@ -44,7 +44,7 @@ pub type RequestId = u64;
 /// Names one call the master makes to a chunkserver. Chosen by the master.
 pub type CallId = u64;
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum Input {
     /// A request from a client or a chunkserver.
     Request {

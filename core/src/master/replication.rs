@@ -66,7 +66,11 @@ impl Master {
                 }
                 continue;
             }
-            if live == 0 || self.leases.is_granting(h) {
+            // A chunk under a lease that may still be valid is not cloned: writes could
+            // reach its replicas but not the copy, at the same version. Once the lease is
+            // over, a write needs a new grant, which bumps the version, and a copy made at
+            // the old version is refused when it completes.
+            if live == 0 || self.leases.is_granting(h) || self.leases.get(h).is_some() {
                 continue;
             }
             needs.push(Need {

@@ -563,6 +563,25 @@ fn rereplication_fewest_replicas_first_and_throttled() {
     // Every server stays up, but /a is reported by one holder only and /b by two: /a is
     // further from its goal and goes first, one clone at a time.
     let (ha, hb) = (holders(&ta), holders(&tb));
+    let report = |h: &mut H| {
+        for i in 0..5 {
+            let a = format!("cs{i}");
+            let mut rep = vec![];
+            if ha[0] == a {
+                rep.push((ta.handle, 1));
+            }
+            if hb[..2].contains(&a) {
+                rep.push((tb.handle, 1));
+            }
+            h.heartbeat(&a, "r", &rep);
+        }
+    };
+    // While their leases may be valid, the chunks are not cloned.
+    report(&mut h);
+    h.calls.clear();
+    h.step(Input::Tick);
+    assert!(h.calls.is_empty(), "cloned a chunk under a lease");
+    h.advance(Duration::from_millis(11_000));
     for i in 0..5 {
         let a = format!("cs{i}");
         let mut rep = vec![];

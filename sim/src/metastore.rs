@@ -1,0 +1,77 @@
+//! A simulated metadata store (`MetaStore`) with the contract's durability: batches are
+//! atomic; `sync` makes every earlier batch durable; a crash keeps the durable state plus
+//! some prefix of the unsynced batches (whole batches, in order) and loses the rest.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use tessera_core::error::StoreError;
+use tessera_core::runtime::MetaStore;
+
+type Batch = Vec<(Vec<u8>, Option<Bytes>)>;
+
+#[derive(Default)]
+struct State {
+    durable: BTreeMap<Vec<u8>, Bytes>,
+    unsynced: Vec<Batch>,
+    written: BTreeMap<Vec<u8>, Bytes>,
+}
+
+fn apply(map: &mut BTreeMap<Vec<u8>, Bytes>, batch: &Batch) {
+    for (k, v) in batch {
+        match v {
+            Some(v) => map.insert(k.clone(), v.clone()),
+            None => map.remove(k),
+        };
+    }
+}
+
+#[derive(Clone, Default)]
+pub struct SimMetaStore(Arc<Mutex<State>>);
+
+impl SimMetaStore {
+    /// Power loss: `keep` of the unsynced batches survive (the caller picks, by seed).
+    pub fn crash(&self, keep: impl FnOnce(usize) -> usize) {
+        let mut s = self.0.lock().expect("meta lock");
+        let k = keep(s.unsynced.len()).min(s.unsynced.len());
+        let kept: Vec<Batch> = s.unsynced.drain(..).take(k).collect();
+        for b in &kept {
+            let mut durable = std::mem::take(&mut s.durable);
+            apply(&mut durable, b);
+            s.durable = durable;
+        }
+        s.written = s.durable.clone();
+    }
+}
+
+impl MetaStore for SimMetaStore {
+    fn write(&mut self, batch: Batch) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let mut s = self.0.lock().expect("meta lock");
+        apply(&mut s.written, &batch);
+        s.unsynced.push(batch);
+        async { Ok(()) }
+    }
+
+    fn sync(&mut self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let mut s = self.0.lock().expect("meta lock");
+        s.durable = s.written.clone();
+        s.unsynced.clear();
+        async { Ok(()) }
+    }
+
+    fn scan(
+        &mut self,
+        prefix: &[u8],
+    ) -> impl Future<Output = Result<Vec<(Vec<u8>, Bytes)>, StoreError>> + Send {
+        let s = self.0.lock().expect("meta lock");
+        let out = s
+            .written
+            .range(prefix.to_vec()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        async { Ok(out) }
+    }
+}
