@@ -3,16 +3,15 @@
 //!
 //! Metadata goes to the master, data to chunkservers. Chunk locations are cached for
 //! `location_ttl`; a read that fails on one replica tries the next, and refreshes the
-//! locations when all have failed. Writes here are plain writes to every replica (the
-//! primary-ordered mutation protocol replaces them in a later step); a failed write is
-//! retried against fresh locations, and the file's length is extended after success.
+//! locations when all have failed. A write goes to the chunk's primary, which orders it
+//! and has every secondary apply it before answering; a failed write is retried against a
+//! fresh lease, and the file's length is extended after success.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use futures::future::join_all;
 use prost::Message;
 
 use crate::error::{FsError, RpcError};
@@ -58,16 +57,29 @@ pub struct Client<R: Runtime, T: Transport> {
     transport: T,
     cfg: ClientConfig,
     cache: Arc<Mutex<HashMap<String, Locations>>>,
+    /// Names this client to primaries, which refuse its overtaken writes.
+    id: u64,
+    /// Numbers this client's writes; a retry reuses its number.
+    seq: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl<R: Runtime, T: Transport> Client<R, T> {
     pub fn new(rt: R, transport: T, cfg: ClientConfig) -> Self {
+        let id = rt.random_u64();
         Client {
             rt,
             transport,
             cfg,
             cache: Arc::default(),
+            id,
+            seq: Arc::default(),
         }
+    }
+
+    /// The runtime, transport and master address this client uses (for tools and tests
+    /// that speak the protocol directly).
+    pub fn parts(&self) -> (&R, &T, &str) {
+        (&self.rt, &self.transport, &self.cfg.master)
     }
 
     // ---- master calls -----------------------------------------------------------------
@@ -342,10 +354,13 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         off: u64,
         data: Bytes,
     ) -> Result<(), FsError> {
+        let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let mut wait = self.cfg.backoff;
         let mut attempt = 1;
         loop {
-            let result = self.write_piece_once(path, idx, off, data.clone()).await;
+            let result = self
+                .write_piece_once(path, idx, off, data.clone(), seq)
+                .await;
             match result {
                 Err(e) if e.is_retryable() && attempt < self.cfg.attempts => {
                     tracing::debug!(path, chunk_index = idx, attempt, error = %e, "write failed; retrying");
@@ -364,6 +379,7 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         idx: u64,
         off: u64,
         data: Bytes,
+        seq: u64,
     ) -> Result<(), FsError> {
         let t = match self
             .master(Req::GetWriteTarget(pb::GetWriteTargetRequest {
@@ -375,20 +391,19 @@ impl<R: Runtime, T: Transport> Client<R, T> {
             Resp::WriteTarget(t) => t,
             other => return Err(unexpected(other)),
         };
-        let targets = std::iter::once(&t.primary).chain(&t.secondaries);
-        let writes = targets.map(|to| {
-            let req = CReq::Write(pb::WriteChunkRequest {
-                handle: t.handle,
-                version: t.version,
-                offset: off,
-                data: data.clone(),
-            });
-            self.chunk_call(to, req)
+        // The primary orders the write, applies it and has the secondaries apply it; it
+        // answers once all have. (Pipelined data push along a chain comes with the full
+        // mutation protocol.)
+        let req = CReq::Write(pb::WriteChunkRequest {
+            handle: t.handle,
+            version: t.version,
+            offset: off,
+            data,
+            secondaries: t.secondaries.clone(),
+            client_id: self.id,
+            client_seq: seq,
         });
-        for r in join_all(writes).await {
-            r?;
-        }
-        Ok(())
+        self.chunk_call(&t.primary, req).await.map(|_| ())
     }
 }
 

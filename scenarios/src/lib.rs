@@ -1,3 +1,133 @@
-//! Named, seeded failure scenarios and their runner (issue 3).
-//!
-//! Not built yet: this crate holds its place in the workspace layout fixed by DESIGN.md.
+//! Tessera's named failure scenarios: each a cluster shape, a workload and a fault mix.
+//! Built with `--cfg madsim`; see the README for the invocation.
+#![cfg(madsim)]
+
+use std::time::Duration;
+
+use tessera_sim::cluster::{Knobs, Shape};
+use tessera_sim::faults::FaultMix;
+use tessera_sim::run::Scenario;
+use tessera_sim::workload::Workload;
+
+const SHAPE: Shape = Shape {
+    chunkservers: 5,
+    racks: 3,
+    clients: 2,
+};
+
+const WORKLOAD: Workload = Workload {
+    ops: 60,
+    max_files: 4,
+    max_write: 150 << 10,
+    max_file: 600 << 10,
+    think: Duration::from_millis(200),
+    delete_permille: 20,
+};
+
+const NO_FAULTS: FaultMix = FaultMix {
+    server_crashes: false,
+    partitions: false,
+    master_cut: false,
+    master_restarts: false,
+    corruption: false,
+    full_disks: false,
+    slow_disks: false,
+    lossy_net: false,
+    beyond_claim: false,
+};
+
+fn keep(_: &mut Knobs) {}
+
+fn short_gc(k: &mut Knobs) {
+    k.gc_delay = Duration::from_millis(500);
+}
+
+const fn scenario(name: &'static str, faults: FaultMix) -> Scenario {
+    Scenario {
+        name,
+        shape: SHAPE,
+        workload: WORKLOAD,
+        faults,
+        tweak: keep,
+        heal_within: Duration::from_secs(180),
+    }
+}
+
+pub fn all() -> Vec<Scenario> {
+    vec![
+        scenario("steady", NO_FAULTS),
+        scenario(
+            "chunkserver-crash",
+            FaultMix {
+                server_crashes: true,
+                slow_disks: true,
+                ..NO_FAULTS
+            },
+        ),
+        scenario(
+            "partition",
+            FaultMix {
+                partitions: true,
+                master_cut: true,
+                lossy_net: true,
+                ..NO_FAULTS
+            },
+        ),
+        scenario(
+            "master-restart",
+            FaultMix {
+                master_restarts: true,
+                ..NO_FAULTS
+            },
+        ),
+        scenario(
+            "disk-corruption",
+            FaultMix {
+                corruption: true,
+                full_disks: true,
+                ..NO_FAULTS
+            },
+        ),
+        Scenario {
+            tweak: short_gc,
+            workload: Workload {
+                delete_permille: 200,
+                ..WORKLOAD
+            },
+            ..scenario(
+                "gc",
+                FaultMix {
+                    server_crashes: true,
+                    master_restarts: true,
+                    ..NO_FAULTS
+                },
+            )
+        },
+        scenario(
+            "beyond-claim",
+            FaultMix {
+                beyond_claim: true,
+                ..NO_FAULTS
+            },
+        ),
+    ]
+}
+
+/// The shape the issue's speed figure asks for: 1 master, 9 chunkservers, 4 clients.
+pub fn steady_large() -> Scenario {
+    Scenario {
+        shape: Shape {
+            chunkservers: 9,
+            racks: 3,
+            clients: 4,
+        },
+        ..scenario("steady-large", NO_FAULTS)
+    }
+}
+
+pub fn find(name: &str) -> Option<Scenario> {
+    all()
+        .into_iter()
+        .chain([steady_large()])
+        .find(|s| s.name == name)
+}

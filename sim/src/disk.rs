@@ -88,6 +88,14 @@ impl SimDisk {
         s.written = written;
     }
 
+    /// Loses everything on the disk (a replaced drive).
+    pub fn wipe(&self) {
+        let mut s = self.state();
+        s.written.clear();
+        s.durable.clear();
+        s.last_write.clear();
+    }
+
     /// Flips one bit of a stored chunk (durably). Returns false if there is no such byte.
     pub fn flip_bit(&self, h: ChunkHandle, offset: usize, bit: u8) -> bool {
         let mut guard = self.state();

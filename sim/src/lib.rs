@@ -6,7 +6,12 @@
 //! `--cfg madsim` (see the README); without it this crate is empty.
 #![cfg(madsim)]
 
+pub mod check;
+pub mod cluster;
 pub mod disk;
+pub mod faults;
 pub mod metastore;
 pub mod net;
+pub mod run;
 pub mod runtime;
+pub mod workload;

@@ -7,8 +7,8 @@ use std::future::Future;
 use std::net::SocketAddr;
 
 use bytes::Bytes;
-use futures::channel::{mpsc, oneshot};
 use futures::SinkExt;
+use futures::channel::{mpsc, oneshot};
 use madsim::net::Endpoint;
 use tessera_core::error::RpcError;
 use tessera_core::runtime::{Incoming, Runtime, Transport};

@@ -53,9 +53,12 @@ impl Default for ChunkserverConfig {
 
 #[derive(Clone, Debug)]
 pub enum Input {
+    /// A request, with the time it arrived from the network (stamped by the driver, so a
+    /// request that waited in a queue is not mistaken for a fresh one).
     Request {
         id: RequestId,
         req: pb::ChunkRequest,
+        arrived: Time,
     },
     CallResult {
         id: CallId,
@@ -147,12 +150,17 @@ struct Chunk {
     /// When the current lease term began (grant or last extension), on this clock.
     lease_from: Time,
     last_write: Time,
+    /// The last mutation serial assigned (as primary) or applied (as secondary) at this
+    /// version; a new version starts again from 0.
+    serial: u64,
+    /// As primary: the latest write sequence number seen from each writer.
+    writers: HashMap<u64, u64>,
 }
 
 /// Work on one chunk, run in order.
 #[derive(Debug)]
 enum Job {
-    Request(RequestId, Req),
+    Request(RequestId, Req, Time),
     Delete,
 }
 
@@ -181,7 +189,19 @@ enum Pending {
 }
 
 #[derive(Debug)]
+struct Forward {
+    version: Version,
+    serial: u64,
+    offset: u64,
+    data: Bytes,
+    secondaries: Vec<String>,
+}
+
+#[derive(Debug)]
 enum CallCtx {
+    Forward {
+        h: ChunkHandle,
+    },
     Heartbeat {
         sent_at: Time,
     },
@@ -205,6 +225,10 @@ pub struct Chunkserver {
     busy: HashSet<ChunkHandle>,
     pending: HashMap<OpId, Pending>,
     calls: HashMap<CallId, CallCtx>,
+    /// As primary: the mutation to forward once the local write is durable, per chunk.
+    forwards: HashMap<ChunkHandle, Forward>,
+    /// As primary: forwards in flight per chunk (request, answers awaited, first error).
+    forwarding: HashMap<ChunkHandle, (RequestId, usize, Option<FsError>)>,
     next_id: u64,
     out: Effects,
 }
@@ -240,6 +264,8 @@ impl Chunkserver {
             busy: HashSet::new(),
             pending: HashMap::new(),
             calls: HashMap::new(),
+            forwards: HashMap::new(),
+            forwarding: HashMap::new(),
             next_id: 1,
             out: Effects::default(),
         };
@@ -262,6 +288,8 @@ impl Chunkserver {
                     lease_until: None,
                     lease_from: Time::ZERO,
                     last_write: Time::ZERO,
+                    serial: 0,
+                    writers: HashMap::new(),
                 },
             );
         }
@@ -296,7 +324,7 @@ impl Chunkserver {
     pub fn handle(&mut self, now: Time, input: Input) -> Effects {
         self.now = self.now.max(now);
         match input {
-            Input::Request { id, req } => match req.req {
+            Input::Request { id, req, arrived } => match req.req {
                 None => self
                     .out
                     .replies
@@ -308,8 +336,9 @@ impl Chunkserver {
                         Req::SetVersion(r) => r.handle,
                         Req::Clone(r) => r.handle,
                         Req::RevokeLease(r) => r.handle,
+                        Req::Apply(r) => r.handle,
                     };
-                    self.enqueue(h, Job::Request(id, r));
+                    self.enqueue(h, Job::Request(id, r, arrived.min(self.now)));
                 }
             },
             Input::CallResult { id, result } => self.on_call_result(id, result),
@@ -356,7 +385,7 @@ impl Chunkserver {
             };
             self.busy.insert(h);
             match job {
-                Job::Request(id, req) => self.start(id, req),
+                Job::Request(id, req, arrived) => self.start(id, req, arrived),
                 Job::Delete => self.start_delete(h),
             }
         }
@@ -397,7 +426,7 @@ impl Chunkserver {
         Ok(c)
     }
 
-    fn start(&mut self, id: RequestId, req: Req) {
+    fn start(&mut self, id: RequestId, req: Req, arrived: Time) {
         let h;
         let result = match req {
             Req::Read(r) => {
@@ -408,9 +437,13 @@ impl Chunkserver {
                 h = r.handle;
                 self.start_write(id, r)
             }
+            Req::Apply(r) => {
+                h = r.handle;
+                self.start_apply(id, r)
+            }
             Req::SetVersion(r) => {
                 h = r.handle;
-                self.start_set_version(id, r)
+                self.start_set_version(id, r, arrived)
             }
             Req::Clone(r) => {
                 h = r.handle;
@@ -530,28 +563,85 @@ impl Chunkserver {
         id: RequestId,
         r: pb::WriteChunkRequest,
     ) -> Result<Option<pb::ChunkResponse>, FsError> {
-        let c = self.usable(r.handle, r.version, true)?;
-        let end = r
-            .offset
-            .checked_add(r.data.len() as u64)
+        let h = r.handle;
+        self.usable(h, r.version, true)?;
+        self.check_range(r.offset, r.data.len())?;
+        if !self.is_primary(h, self.now) {
+            return Err(FsError::Unavailable(format!(
+                "{} holds no lease on chunk {h}",
+                self.cfg.address
+            )));
+        }
+        let c = self.chunks.get_mut(&h).expect("usable");
+        let seen = c.writers.entry(r.client_id).or_insert(r.client_seq);
+        if r.client_seq < *seen {
+            return Err(FsError::InvalidArgument(format!(
+                "write {} of writer {:x} was overtaken by its write {}",
+                r.client_seq, r.client_id, seen
+            )));
+        }
+        *seen = r.client_seq;
+        c.serial += 1;
+        let forward = Forward {
+            version: r.version,
+            serial: c.serial,
+            offset: r.offset,
+            data: r.data.clone(),
+            secondaries: r.secondaries,
+        };
+        self.forwards.insert(h, forward);
+        self.apply_local(id, h, r.offset, r.data)
+    }
+
+    /// A mutation from the primary, in its serial order.
+    fn start_apply(
+        &mut self,
+        id: RequestId,
+        r: pb::ApplyMutationRequest,
+    ) -> Result<Option<pb::ChunkResponse>, FsError> {
+        let h = r.handle;
+        self.usable(h, r.version, true)?;
+        self.check_range(r.offset, r.data.len())?;
+        let c = self.chunks.get_mut(&h).expect("usable");
+        if r.serial <= c.serial {
+            return Err(FsError::InvalidArgument(format!(
+                "mutation {} of chunk {h} arrived after mutation {}",
+                r.serial, c.serial
+            )));
+        }
+        c.serial = r.serial;
+        self.apply_local(id, h, r.offset, r.data)
+    }
+
+    fn check_range(&self, offset: u64, len: usize) -> Result<u64, FsError> {
+        offset
+            .checked_add(len as u64)
             .filter(|&e| e <= self.cfg.chunk_size)
             .ok_or_else(|| {
                 FsError::InvalidArgument(format!(
-                    "write of {} bytes at {} passes the chunk size",
-                    r.data.len(),
-                    r.offset
+                    "write of {len} bytes at {offset} passes the chunk size"
                 ))
-            })?;
-        let length = c.meta.length;
+            })
+    }
+
+    /// Writes `data` at `offset` on this replica, durably; then replies (or forwards).
+    fn apply_local(
+        &mut self,
+        id: RequestId,
+        h: ChunkHandle,
+        offset: u64,
+        data: Bytes,
+    ) -> Result<Option<pb::ChunkResponse>, FsError> {
+        let end = self.check_range(offset, data.len())?;
+        let length = self.chunks.get(&h).expect("usable").meta.length;
         // A write past the end fills the gap with zeros, so the chunk has no holes.
-        let (off, data) = if r.offset > length {
-            let mut d = BytesMut::zeroed((r.offset - length) as usize);
-            d.extend_from_slice(&r.data);
+        let (off, data) = if offset > length {
+            let mut d = BytesMut::zeroed((offset - length) as usize);
+            d.extend_from_slice(&data);
             (length, d.freeze())
         } else {
-            (r.offset, r.data)
+            (offset, data)
         };
-        let h = r.handle;
         let edges = Edges::new(off, end, length);
         let ranges = edges.ranges(length);
         if ranges.is_empty() {
@@ -635,6 +725,7 @@ impl Chunkserver {
         &mut self,
         id: RequestId,
         r: pb::SetVersionRequest,
+        arrived: Time,
     ) -> Result<Option<pb::ChunkResponse>, FsError> {
         let h = r.handle;
         if self.corrupt.contains(&h) {
@@ -659,9 +750,11 @@ impl Chunkserver {
             },
             None => return Err(FsError::ChunkNotFound(format!("chunk {h}"))),
         };
-        // The lease counts from now, when the request arrived, not from when the write
-        // becomes durable: the master counts from later still.
-        let lease = (r.lease_ms > 0).then(|| self.now + Duration::from_millis(r.lease_ms));
+        // The lease counts from when the request arrived, not from when it was taken off
+        // the queue or made durable. The master counts from when it gave up waiting or
+        // got the answer, both later; so the holder's lease always ends first. (This
+        // assumes a request reaches this server before its caller's deadline.)
+        let lease = (r.lease_ms > 0).then(|| arrived + Duration::from_millis(r.lease_ms));
         self.store(
             Pending::Commit {
                 id: Some(id),
@@ -679,11 +772,8 @@ impl Chunkserver {
         id: RequestId,
         r: pb::CloneChunkRequest,
     ) -> Result<Option<pb::ChunkResponse>, FsError> {
-        if let Some(c) = self.chunks.get(&r.handle)
-            && c.meta.version >= r.version
-        {
-            return Ok(Some(empty())); // already have it
-        }
+        // Always copy: a copy here at the same version may be one that missed writes (a
+        // grant it took too late), which its version cannot reveal.
         self.clone_read(id, r.handle, r.version, r.source, BytesMut::new());
         Ok(None)
     }
@@ -846,7 +936,13 @@ impl Chunkserver {
                             lease_until: None,
                             lease_from: now,
                             last_write: Time::ZERO,
+                            serial: 0,
+                            writers: HashMap::new(),
                         });
+                        if c.meta.version != meta.version {
+                            c.serial = 0;
+                            c.writers.clear();
+                        }
                         let wrote =
                             c.meta.length != meta.length || c.meta.checksums != meta.checksums;
                         c.meta = meta;
@@ -865,7 +961,7 @@ impl Chunkserver {
                     }
                 }
                 match id {
-                    Some(id) => self.done(h, id, empty()),
+                    Some(id) => self.after_commit(h, id),
                     None => self.finish(h),
                 }
             }
@@ -886,6 +982,62 @@ impl Chunkserver {
         }
     }
 
+    /// The local write is durable. As primary, forward the mutation to the secondaries
+    /// and answer once they all have; otherwise answer now.
+    fn after_commit(&mut self, h: ChunkHandle, id: RequestId) {
+        let Some(f) = self
+            .forwards
+            .remove(&h)
+            .filter(|f| !f.secondaries.is_empty())
+        else {
+            return self.done(h, id, empty());
+        };
+        self.forwarding.insert(h, (id, f.secondaries.len(), None));
+        for to in f.secondaries {
+            let req = pb::ChunkRequest {
+                req: Some(Req::Apply(pb::ApplyMutationRequest {
+                    handle: h,
+                    version: f.version,
+                    serial: f.serial,
+                    offset: f.offset,
+                    data: f.data.clone(),
+                })),
+            };
+            self.call(Dest::Peer(to), Outgoing::Chunk(req), CallCtx::Forward { h });
+        }
+    }
+
+    fn on_forward_result(&mut self, h: ChunkHandle, result: Result<Reply, RpcError>) {
+        let error = match result {
+            Ok(Reply::Chunk(pb::ChunkResponse { error: None, .. })) => None,
+            Ok(Reply::Chunk(pb::ChunkResponse { error: Some(e), .. })) => {
+                Some(FsError::from_pb(&e))
+            }
+            Ok(Reply::Master(_)) => {
+                Some(FsError::Internal("secondary answered as a master".into()))
+            }
+            Err(e) => Some(FsError::Unavailable(format!("secondary: {e}"))),
+        };
+        let Some(entry) = self.forwarding.get_mut(&h) else {
+            return;
+        };
+        entry.1 -= 1;
+        if entry.2.is_none() {
+            entry.2 = error;
+        }
+        if entry.1 == 0 {
+            let (id, _, error) = self.forwarding.remove(&h).expect("present");
+            // Any failure leaves the region inconsistent; the writer retries.
+            let resp = match error {
+                None => empty(),
+                Some(e) => err(FsError::Unavailable(format!(
+                    "mutation not applied everywhere: {e}"
+                ))),
+            };
+            self.done(h, id, resp);
+        }
+    }
+
     fn on_call_result(&mut self, id: CallId, result: Result<Reply, RpcError>) {
         let Some(ctx) = self.calls.remove(&id) else {
             tracing::warn!(call = id, "result for an unknown call");
@@ -901,6 +1053,7 @@ impl Chunkserver {
                 buf,
             } => self.on_clone_piece(id, h, version, source, buf, result),
             CallCtx::ReportCorrupt => {}
+            CallCtx::Forward { h } => self.on_forward_result(h, result),
         }
     }
 

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 
 use super::*;
+use crate::error::RpcError;
 use crate::pb::chunk_request::Req as R;
 
 #[derive(Default)]
@@ -104,6 +105,7 @@ impl H {
         self.next += 1;
         let replies = self.run(Input::Request {
             id,
+            arrived: Time(1),
             req: pb::ChunkRequest { req: Some(r) },
         });
         replies
@@ -118,7 +120,7 @@ impl H {
             handle: h,
             version: 1,
             create: true,
-            lease_ms: 0,
+            lease_ms: 60_000,
         }));
         assert!(r.error.is_none(), "{r:?}");
     }
@@ -129,6 +131,7 @@ impl H {
             version: 1,
             offset: off,
             data: Bytes::copy_from_slice(data),
+            ..Default::default()
         }))
     }
 
@@ -220,6 +223,7 @@ fn versions_are_checked() {
         version: 2,
         offset: 0,
         data: Bytes::from_static(b"x"),
+        ..Default::default()
     }));
     assert_eq!(r.error.unwrap().code, pb::ErrorCode::StaleVersion as i32);
     let r = h.req(R::SetVersion(pb::SetVersionRequest {
@@ -267,6 +271,7 @@ fn oversized_or_empty_requests_are_refused() {
         Time(1),
         Input::Request {
             id: 50,
+            arrived: Time(1),
             req: pb::ChunkRequest { req: None },
         },
     );
@@ -284,6 +289,7 @@ fn clone_copies_in_pieces_and_verifies_length() {
     let id = 1000;
     let mut replies = dst.run(Input::Request {
         id,
+        arrived: Time(1),
         req: pb::ChunkRequest {
             req: Some(R::Clone(pb::CloneChunkRequest {
                 handle: 5,
@@ -395,4 +401,199 @@ fn leases_extend_only_while_written() {
     );
     h.write(1, 0, b"x");
     assert_eq!(extensions(&mut h), vec![1]);
+}
+
+#[test]
+fn lease_counts_from_arrival_not_from_processing() {
+    // A grant that waited in the queue (here: 900 ms) must not outlive the master's view,
+    // which starts no earlier than the request's arrival.
+    let mut h = H::new();
+    let req = pb::ChunkRequest {
+        req: Some(R::SetVersion(pb::SetVersionRequest {
+            handle: 4,
+            version: 1,
+            create: true,
+            lease_ms: 2_000,
+        })),
+    };
+    let e = h.cs.handle(
+        Time(1_000),
+        Input::Request {
+            id: 1,
+            req,
+            arrived: Time(100),
+        },
+    );
+    for (id, op) in e.store {
+        let result = Ok(h.disk.exec(op));
+        h.cs.handle(Time(1_000), Input::StoreDone { id, result });
+    }
+    assert!(h.cs.is_primary(4, Time(2_099)));
+    assert!(
+        !h.cs.is_primary(4, Time(2_100)),
+        "lease ran from processing time"
+    );
+}
+
+fn apply(h: &mut H, serial: u64, off: u64, data: &'static [u8]) -> pb::ChunkResponse {
+    h.req(R::Apply(pb::ApplyMutationRequest {
+        handle: 1,
+        version: 1,
+        serial,
+        offset: off,
+        data: Bytes::from_static(data),
+    }))
+}
+
+#[test]
+fn secondary_never_applies_an_overtaken_mutation() {
+    let mut h = H::new();
+    h.req(R::SetVersion(pb::SetVersionRequest {
+        handle: 1,
+        version: 1,
+        create: true,
+        lease_ms: 0,
+    }));
+    assert!(
+        apply(&mut h, 2, 0, b"new").error.is_none(),
+        "a gap (a failed mutation) is allowed"
+    );
+    // Mutation 1 was delayed in the network; applying it now would undo mutation 2.
+    assert!(apply(&mut h, 1, 0, b"old").error.is_some());
+    assert_eq!(&h.read(1, 0, 3).unwrap()[..], b"new");
+    // A new version starts a new order.
+    h.req(R::SetVersion(pb::SetVersionRequest {
+        handle: 1,
+        version: 2,
+        create: false,
+        lease_ms: 0,
+    }));
+    let r = h.req(R::Apply(pb::ApplyMutationRequest {
+        handle: 1,
+        version: 2,
+        serial: 1,
+        offset: 0,
+        data: Bytes::from_static(b"v2"),
+    }));
+    assert!(r.error.is_none());
+}
+
+#[test]
+fn only_the_primary_takes_client_writes_and_refuses_overtaken_ones() {
+    let mut h = H::new();
+    h.req(R::SetVersion(pb::SetVersionRequest {
+        handle: 1,
+        version: 1,
+        create: true,
+        lease_ms: 0,
+    }));
+    let w = |seq| {
+        R::Write(pb::WriteChunkRequest {
+            handle: 1,
+            version: 1,
+            offset: 0,
+            data: Bytes::from_static(b"x"),
+            client_id: 7,
+            client_seq: seq,
+            ..Default::default()
+        })
+    };
+    assert_eq!(
+        h.req(w(1)).error.unwrap().code,
+        pb::ErrorCode::Unavailable as i32,
+        "no lease"
+    );
+    h.req(R::SetVersion(pb::SetVersionRequest {
+        handle: 1,
+        version: 1,
+        create: false,
+        lease_ms: 60_000,
+    }));
+    assert!(h.req(w(5)).error.is_none());
+    assert!(h.req(w(5)).error.is_none(), "a retry of the same write");
+    assert!(h.req(w(4)).error.is_some(), "an overtaken write");
+}
+
+#[test]
+fn primary_answers_after_every_secondary_applied() {
+    let mut h = H::new();
+    h.create(1);
+    let id = 900;
+    let req = pb::ChunkRequest {
+        req: Some(R::Write(pb::WriteChunkRequest {
+            handle: 1,
+            version: 1,
+            offset: 0,
+            data: Bytes::from_static(b"abc"),
+            secondaries: vec!["cs1".into(), "cs2".into()],
+            client_id: 1,
+            client_seq: 1,
+        })),
+    };
+    let replies = h.run(Input::Request {
+        id,
+        arrived: Time(1),
+        req,
+    });
+    assert!(
+        replies.is_empty(),
+        "answered before the secondaries applied"
+    );
+    let forwards: Vec<Call> = std::mem::take(&mut h.calls);
+    assert_eq!(forwards.len(), 2);
+    for c in &forwards {
+        let Outgoing::Chunk(pb::ChunkRequest {
+            req: Some(R::Apply(a)),
+        }) = &c.req
+        else {
+            panic!("{c:?}")
+        };
+        assert_eq!((a.serial, &a.data[..]), (1, &b"abc"[..]));
+    }
+    let ok = || {
+        Ok(Reply::Chunk(pb::ChunkResponse {
+            error: None,
+            resp: Some(Resp::Empty(pb::Empty {})),
+        }))
+    };
+    assert!(
+        h.run(Input::CallResult {
+            id: forwards[0].id,
+            result: ok()
+        })
+        .is_empty()
+    );
+    let r = h.run(Input::CallResult {
+        id: forwards[1].id,
+        result: Err(RpcError::Deadline("cs2".into())),
+    });
+    assert_eq!(r[0].0, id);
+    assert!(
+        r[0].1.error.is_some(),
+        "a secondary failed, yet the write was acknowledged"
+    );
+    // The chunk is free again: the next write gets the next serial.
+    let req = pb::ChunkRequest {
+        req: Some(R::Write(pb::WriteChunkRequest {
+            handle: 1,
+            version: 1,
+            offset: 0,
+            data: Bytes::from_static(b"x"),
+            secondaries: vec!["cs1".into()],
+            client_id: 1,
+            client_seq: 2,
+        })),
+    };
+    h.run(Input::Request {
+        id: 901,
+        arrived: Time(1),
+        req,
+    });
+    let Outgoing::Chunk(pb::ChunkRequest {
+        req: Some(R::Apply(a)),
+    }) = &h.calls.last().unwrap().req
+    else {
+        panic!()
+    };
+    assert_eq!(a.serial, 2);
 }

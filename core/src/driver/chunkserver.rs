@@ -26,7 +26,7 @@ pub struct ChunkserverOptions {
 }
 
 enum Event {
-    Request(Incoming),
+    Request(Incoming, crate::Time),
     CallResult(u64, Result<Reply, RpcError>),
     Tick,
 }
@@ -83,10 +83,10 @@ pub async fn run<R: Runtime, T: Transport, S: ChunkStore, O: Observer>(
     let mut inbound = transport.listen(&opts.config.address).await?;
     let (tx, mut events) = mpsc::unbounded::<Event>();
     {
-        let tx = tx.clone();
+        let (tx, rt2) = (tx.clone(), rt.clone());
         rt.spawn(async move {
             while let Some(req) = inbound.next().await {
-                if tx.unbounded_send(Event::Request(req)).is_err() {
+                if tx.unbounded_send(Event::Request(req, rt2.now())).is_err() {
                     return;
                 }
             }
@@ -109,12 +109,12 @@ pub async fn run<R: Runtime, T: Transport, S: ChunkStore, O: Observer>(
     let mut next_request: RequestId = 1;
     while let Some(ev) = events.next().await {
         let input = match ev {
-            Event::Request(inc) => match pb::ChunkRequest::decode(inc.body) {
+            Event::Request(inc, arrived) => match pb::ChunkRequest::decode(inc.body) {
                 Ok(req) => {
                     let id = next_request;
                     next_request += 1;
                     replies.insert(id, inc.reply);
-                    Input::Request { id, req }
+                    Input::Request { id, req, arrived }
                 }
                 Err(e) => {
                     let resp = pb::ChunkResponse {

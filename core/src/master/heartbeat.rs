@@ -11,10 +11,23 @@ use std::collections::{HashMap, HashSet};
 use super::chunks::ServerIdx;
 use super::{Master, RequestId, ok};
 use crate::pb::{self, log_record::Op, master_response::Resp};
-use crate::types::{ChunkHandle, millis};
+use crate::types::{ChunkHandle, Version, millis};
 
+/// Copies each server has been told to delete, with the chunk's version at the time.
+/// An order stands until the chunk's version moves on or the chunk goes: neither a lost
+/// heartbeat reply nor a late-arriving grant may bring the copy back meanwhile.
 #[derive(Debug, Default)]
-pub(super) struct PendingDeletes(pub(super) HashMap<ServerIdx, Vec<ChunkHandle>>);
+pub(super) struct PendingDeletes(HashMap<ServerIdx, HashMap<ChunkHandle, Version>>);
+
+impl PendingDeletes {
+    pub(super) fn order(&mut self, server: ServerIdx, h: ChunkHandle, version: Version) {
+        self.0.entry(server).or_default().insert(h, version);
+    }
+
+    pub(super) fn is_ordered(&self, server: ServerIdx, h: ChunkHandle) -> bool {
+        self.0.get(&server).is_some_and(|hs| hs.contains_key(&h))
+    }
+}
 
 impl Master {
     pub(super) fn on_heartbeat(&mut self, id: RequestId, r: &pb::HeartbeatRequest) {
@@ -35,10 +48,28 @@ impl Master {
         if revived {
             tracing::info!(server = %r.address, rack = %r.rack, "chunkserver up");
         }
-        let mut delete = self.gc.pending_deletes.0.remove(&idx).unwrap_or_default();
+        // Orders still standing: repeat those the server has not carried out yet.
+        let reported: HashSet<ChunkHandle> = r.chunks.iter().map(|c| c.handle).collect();
+        let chunks = &self.meta.chunks;
+        let doomed: HashSet<ChunkHandle> = match self.gc.pending_deletes.0.get_mut(&idx) {
+            Some(hs) => {
+                hs.retain(|h, v| chunks.get(*h).is_some_and(|c| c.version == *v));
+                hs.keys().copied().collect()
+            }
+            None => HashSet::new(),
+        };
+        let mut delete: Vec<ChunkHandle> = doomed
+            .iter()
+            .copied()
+            .filter(|h| reported.contains(h))
+            .collect();
+        delete.sort_unstable();
         let mut matched = 0u64;
         for rep in &r.chunks {
             let h = rep.handle;
+            if doomed.contains(&h) {
+                continue; // told to delete it in this very reply
+            }
             let Some(c) = self.meta.chunks.get(h) else {
                 delete.push(h);
                 continue;
@@ -87,7 +118,6 @@ impl Master {
         }
         if matched < self.servers.get(idx).replicas {
             // The master lists this server for chunks it no longer reports.
-            let reported: HashSet<ChunkHandle> = r.chunks.iter().map(|c| c.handle).collect();
             self.drop_replicas_where(idx, |h| !reported.contains(&h));
         }
         let extended_leases = self.extend_leases(idx, &r.lease_extensions);
@@ -107,12 +137,8 @@ impl Master {
         {
             tracing::warn!(chunk = r.handle, server = %r.address, "corrupt replica reported");
             self.drop_replica(r.handle, idx);
-            self.gc
-                .pending_deletes
-                .0
-                .entry(idx)
-                .or_default()
-                .push(r.handle);
+            let v = self.meta.chunks.get(r.handle).map_or(0, |c| c.version);
+            self.gc.pending_deletes.order(idx, r.handle, v);
         }
         self.out.replies.push((id, ok(Resp::Empty(pb::Empty {}))));
     }

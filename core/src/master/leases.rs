@@ -29,11 +29,16 @@ pub struct Lease {
     /// True when the grant failed or was revoked without an answer: the holder may think
     /// it has a lease, but nobody is told it does.
     pub void: bool,
+    /// The replicas that took `version` at the grant, primary included. Every write under
+    /// this lease goes to all of them: a replica left out would miss writes yet keep the
+    /// version, a stale copy nobody could tell from a good one.
+    pub replicas: Vec<ServerIdx>,
 }
 
 #[derive(Debug)]
 struct Grant {
     primary: ServerIdx,
+    targets: Vec<ServerIdx>,
     version: Version,
     create: bool,
     pending: usize,
@@ -171,8 +176,26 @@ impl Master {
         }
         if let Some(l) = self.leases.held.get(&h) {
             if !l.void && now < l.expires && self.servers.is_alive(l.primary) {
-                let reply = self.target_reply(h, l.primary, l.expires);
-                self.hold(after, Some((id, reply)), None);
+                let c = self
+                    .meta
+                    .chunks
+                    .get(h)
+                    .expect("leased chunk is in the table");
+                if l.replicas.iter().all(|&s| c.replicas.contains(s)) {
+                    let reply = self.target_reply(h, l);
+                    self.hold(after, Some((id, reply)), None);
+                    return;
+                }
+                // A replica of this lease is gone (dead, stale or corrupt). Writes to the
+                // rest would leave it stale at the current version, so end the lease and
+                // grant a new one, with a new version, among the replicas left.
+                self.revoke_lease(h);
+                self.reply_err(
+                    id,
+                    FsError::Unavailable(format!(
+                        "chunk {h}: replica set changed; renewing the lease"
+                    )),
+                );
                 return;
             }
             let free_at = l.expires + self.cfg.max_clock_skew;
@@ -200,23 +223,19 @@ impl Master {
         g.waiters.push((id, after));
     }
 
-    fn target_reply(
-        &self,
-        h: ChunkHandle,
-        primary: ServerIdx,
-        expires: Time,
-    ) -> pb::MasterResponse {
+    fn target_reply(&self, h: ChunkHandle, lease: &Lease) -> pb::MasterResponse {
         let c = self
             .meta
             .chunks
             .get(h)
             .expect("leased chunk is in the table");
-        let secondaries = c
+        let primary = lease.primary;
+        let expires = lease.expires;
+        let secondaries = lease
             .replicas
-            .as_slice()
             .iter()
             .copied()
-            .filter(|&s| s != primary && self.servers.is_alive(s))
+            .filter(|&s| s != primary)
             .map(|s| self.servers.get(s).addr.clone())
             .collect();
         ok(Resp::WriteTarget(pb::WriteTarget {
@@ -292,6 +311,7 @@ impl Master {
             h,
             Grant {
                 primary,
+                targets: targets.clone(),
                 version,
                 create,
                 pending: targets.len(),
@@ -359,6 +379,7 @@ impl Master {
             version: g.version,
             expires: now + self.cfg.lease_duration,
             void: !primary_ok,
+            replicas: g.acked.clone(),
         };
         self.leases.held.insert(h, lease.clone());
         if g.acked.is_empty() {
@@ -377,6 +398,14 @@ impl Master {
             Ok((seq, _)) => seq,
             Err(e) => panic!("logging version {} of chunk {h} failed: {e}", g.version),
         };
+        // A participant that did not answer may still apply the new version later, with
+        // none of the writes to come: a copy at the current version that is not current.
+        // Its copy goes.
+        for &s in &g.targets {
+            if !g.acked.contains(&s) {
+                self.gc.pending_deletes.order(s, h, g.version);
+            }
+        }
         // Replicas that did not take the new version are stale now.
         let old: Vec<ServerIdx> = self
             .meta
@@ -400,7 +429,7 @@ impl Master {
         self.repl.check(h);
         for (id, after) in g.waiters {
             if primary_ok {
-                let reply = self.target_reply(h, g.primary, lease.expires);
+                let reply = self.target_reply(h, &lease);
                 self.hold(seq.max(after), Some((id, reply)), None);
             } else {
                 self.reply_err(

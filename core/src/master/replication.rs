@@ -114,6 +114,14 @@ impl Master {
                 .map(|(i, _)| i)
                 .collect();
             exclude.extend(busy);
+            // Nor a server about to delete its copy of this chunk.
+            let ordered: Vec<ServerIdx> = self
+                .servers
+                .iter()
+                .map(|(s, _)| s)
+                .filter(|&s| self.gc.pending_deletes.is_ordered(s, h))
+                .collect();
+            exclude.extend(ordered);
             let Some(&target) = self.place(1, &exclude).first() else {
                 continue;
             };
@@ -179,7 +187,7 @@ impl Master {
             self.add_replica(h, target);
         } else if ok {
             // The copy is of an old version, or of a chunk now gone: collect it.
-            self.gc.pending_deletes.0.entry(target).or_default().push(h);
+            self.gc.pending_deletes.order(target, h, version);
         }
     }
 }

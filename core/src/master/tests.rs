@@ -907,3 +907,72 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn lease_is_renewed_when_a_replica_leaves() {
+    let mut h = H::new();
+    // Past the start-up quiet period, so a re-grant is possible while the lease is valid.
+    h.advance(Duration::from_secs(12));
+    cluster(&mut h, 4, 4);
+    h.call(create("/f"));
+    let t = h.write_target("/f", 0).unwrap();
+    // One secondary dies; the others keep reporting.
+    let gone = t.secondaries[0].clone();
+    h.advance(Duration::from_secs(6));
+    for i in 0..4 {
+        let a = format!("cs{i}");
+        if a != gone {
+            let rep: Vec<(u64, u64)> = if a == t.primary || t.secondaries.contains(&a) {
+                vec![(t.handle, 1)]
+            } else {
+                vec![]
+            };
+            h.heartbeat(&a, "r", &rep);
+        }
+    }
+    h.step(Input::Tick);
+    // The lease is still valid, but writes under it would leave `gone` stale at version 1.
+    h.calls.clear();
+    let e = h.write_target("/f", 0).unwrap_err();
+    assert!(matches!(e, FsError::Unavailable(_)), "{e:?}");
+    let revoke = h
+        .calls
+        .iter()
+        .find(|c| matches!(c.req.req, Some(CReq::RevokeLease(_))))
+        .expect("lease revoked");
+    assert_eq!(revoke.to, t.primary);
+    h.answer_calls(&[]);
+    let t2 = h.write_target("/f", 0).unwrap();
+    assert_eq!(
+        t2.version, 2,
+        "a new version, so the departed replica is stale"
+    );
+    assert!(t2.primary != gone && !t2.secondaries.contains(&gone));
+}
+
+#[test]
+fn a_grant_taken_too_late_is_not_trusted() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    // The create grant cannot reach cs2 in time, but cs2 applies version 1 anyway.
+    let (id, _) = h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+        path: "/f".into(),
+        chunk_index: 0,
+    }));
+    let e = h.answer_calls(&["cs2"]);
+    let Some(Resp::WriteTarget(t)) = reply_for(&e, id).unwrap().resp else {
+        panic!()
+    };
+    if t.primary == "cs2" {
+        return; // the primary failed: no lease, nothing to check here
+    }
+    assert!(!t.secondaries.contains(&"cs2".to_string()));
+    let hb = h.heartbeat("cs2", "r", &[(t.handle, 1)]);
+    assert_eq!(
+        hb.delete_chunks,
+        vec![t.handle],
+        "a copy that missed the grant's writes was kept"
+    );
+    assert!(!chunk_replicas(&mut h, "/f").contains(&"cs2".to_string()));
+}

@@ -1,0 +1,172 @@
+//! The scenario runner.
+//!
+//! ```text
+//! tessera-scenarios list
+//! tessera-scenarios run <name|all> --seed <n>
+//! tessera-scenarios run <name|all> --seeds <count> [--first <n>] [--check-determinism]
+//! ```
+//! One line per run: `seed=<n> scenario=<name> result=ok trace=<hex>`, or `result=FAIL`
+//! with the violated check and a command that replays it. Exits non-zero on any failure.
+
+#[cfg(not(madsim))]
+fn main() {
+    eprintln!(
+        "tessera-scenarios runs in the simulator: build it with RUSTFLAGS=\"--cfg madsim\" (see README.md)"
+    );
+    std::process::exit(2);
+}
+
+#[cfg(madsim)]
+fn main() {
+    std::process::exit(madsim_main::main());
+}
+
+#[cfg(madsim)]
+mod madsim_main {
+    use std::time::Instant;
+
+    use tessera_sim::run::{Outcome, Scenario, run};
+
+    const REPLAY: &str = "RUSTFLAGS=\"--cfg madsim\" CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/tessera/target-madsim} cargo run --release -p tessera-scenarios --";
+
+    fn usage() -> i32 {
+        eprintln!(
+            "usage: tessera-scenarios list | run <name|all> (--seed N | --seeds COUNT [--first N]) [--check-determinism] [--verbose]"
+        );
+        2
+    }
+
+    /// Runs one seed on a fresh thread, so no world state outlives its run.
+    fn run_isolated(sc: Scenario, seed: u64) -> Outcome {
+        match std::thread::spawn(move || run(&sc, seed)).join() {
+            Ok(o) => o,
+            Err(p) => {
+                let msg = p
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "panic".into());
+                Outcome {
+                    seed,
+                    scenario: sc.name,
+                    violations: vec![format!("panicked: {msg}")],
+                    trace: 0,
+                    sim_ms: 0,
+                    steps: 0,
+                    reads_checked: 0,
+                    ops_ok: 0,
+                    ops_failed: 0,
+                    knobs: String::new(),
+                    faults: vec![],
+                }
+            }
+        }
+    }
+
+    pub fn main() -> i32 {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        match args.first().map(String::as_str) {
+            Some("list") => {
+                for s in tessera_scenarios::all() {
+                    println!("{:<18} {:?}", s.name, s.faults);
+                }
+                0
+            }
+            Some("run") => run_cmd(&args[1..]),
+            _ => usage(),
+        }
+    }
+
+    fn flag(args: &[String], name: &str) -> Option<u64> {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+    }
+
+    fn run_cmd(args: &[String]) -> i32 {
+        let Some(name) = args.first() else {
+            return usage();
+        };
+        let scenarios: Vec<Scenario> = if name == "all" {
+            tessera_scenarios::all()
+        } else {
+            match tessera_scenarios::find(name) {
+                Some(s) => vec![s],
+                None => {
+                    eprintln!("unknown scenario {name}; `list` shows them");
+                    return 2;
+                }
+            }
+        };
+        let seeds: Vec<u64> = match (flag(args, "--seed"), flag(args, "--seeds")) {
+            (Some(s), _) => vec![s],
+            (None, Some(n)) => {
+                let first = flag(args, "--first").unwrap_or(1);
+                (first..first + n).collect()
+            }
+            _ => return usage(),
+        };
+        let determinism = args.iter().any(|a| a == "--check-determinism");
+        let verbose = args.iter().any(|a| a == "--verbose");
+        let mut failed = 0;
+        for sc in &scenarios {
+            let started = Instant::now();
+            let mut sim_ms = 0i64;
+            for &seed in &seeds {
+                let o = run_isolated(*sc, seed);
+                sim_ms += o.sim_ms;
+                let mut violations = o.violations.clone();
+                if determinism && o.passed() {
+                    let again = run_isolated(*sc, seed);
+                    if again.trace != o.trace {
+                        violations.push(format!(
+                            "nondeterministic: trace {:016x} then {:016x}",
+                            o.trace, again.trace
+                        ));
+                    }
+                }
+                if violations.is_empty() {
+                    println!(
+                        "seed={seed} scenario={} result=ok trace={:016x}",
+                        sc.name, o.trace
+                    );
+                } else {
+                    failed += 1;
+                    println!(
+                        "seed={seed} scenario={} result=FAIL trace={:016x}",
+                        sc.name, o.trace
+                    );
+                    for v in &violations {
+                        println!("  violated: {v}");
+                    }
+                    println!("  knobs: {}", o.knobs);
+                    println!("  replay: {REPLAY} run {} --seed {seed}", sc.name);
+                }
+                if verbose {
+                    println!(
+                        "  sim={}ms steps={} ops_ok={} ops_failed={} reads_checked={}",
+                        o.sim_ms, o.steps, o.ops_ok, o.ops_failed, o.reads_checked
+                    );
+                    for f in &o.faults {
+                        println!("  fault: {f}");
+                    }
+                }
+            }
+            let wall = started.elapsed().as_secs_f64();
+            eprintln!(
+                "scenario={} seeds={} wall={wall:.1}s seeds_per_min={:.1} sim_per_wall={:.0}x",
+                sc.name,
+                seeds.len(),
+                seeds.len() as f64 * 60.0 / wall.max(1e-9) / if determinism { 2.0 } else { 1.0 },
+                sim_ms as f64 / 1000.0 / wall.max(1e-9) * if determinism { 2.0 } else { 1.0 },
+            );
+        }
+        if failed > 0 {
+            println!("{failed} runs FAILED");
+            1
+        } else {
+            0
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! Checkers: one invariant to a file, apart from the code they check. The observer
+//! (`observer.rs`) feeds them every step of every node; the workload feeds the model
+//! (`model.rs`) every client operation. A violation is recorded with the simulated time
+//! and fails the run.
+
+pub mod leases;
+pub mod model;
+pub mod observer;
+pub mod references;
+pub mod replication;
+pub mod trace;
+pub mod versions;
+
+use std::sync::{Arc, Mutex};
+
+/// What every checker shares in one run.
+#[derive(Default)]
+pub struct Checks {
+    pub violations: Vec<String>,
+    pub trace: trace::TraceHash,
+    pub leases: leases::LeaseBoard,
+    pub versions: versions::Versions,
+    pub replication: replication::ReplicationReport,
+    /// Counters for the run's summary.
+    pub steps: u64,
+    pub reads_checked: u64,
+    pub writes_acked: u64,
+}
+
+impl Checks {
+    /// Records a violation; the same one seen again later is not repeated.
+    pub fn violation(&mut self, true_ms: i64, what: String) {
+        if self.violations.iter().any(|v| v.ends_with(&what)) {
+            return;
+        }
+        if self.violations.len() < 20 {
+            self.violations.push(format!("t={true_ms}ms: {what}"));
+        }
+    }
+}
+
+pub type Shared = Arc<Mutex<Checks>>;
+
+pub fn shared() -> Shared {
+    Arc::new(Mutex::new(Checks::default()))
+}

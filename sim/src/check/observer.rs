@@ -1,0 +1,145 @@
+//! The simulator's `Observer`: every step of every node passes here. It extends the
+//! trace hash and runs the per-step checkers.
+
+use std::collections::HashMap;
+
+use madsim::time::Instant;
+use prost::Message;
+use tessera_core::chunkserver::{self as cs, Chunkserver};
+use tessera_core::driver::Observer;
+use tessera_core::master::{self as ms, Master};
+use tessera_core::types::Time;
+
+use super::{Shared, references, replication::ReplicationReport};
+use crate::runtime::Clock;
+
+pub struct SimObserver {
+    pub node: String,
+    pub clock: Clock,
+    pub start: Instant,
+    pub checks: Shared,
+}
+
+impl SimObserver {
+    fn true_ms(&self) -> i64 {
+        self.start.elapsed().as_millis() as i64
+    }
+}
+
+impl Observer for SimObserver {
+    fn master_step(
+        &mut self,
+        now: Time,
+        input: &ms::Input,
+        effects: &ms::Effects,
+        master: &Master,
+    ) {
+        let t = self.true_ms();
+        let mut c = self.checks.lock().expect("checks lock");
+        c.steps += 1;
+        let tr = &mut c.trace;
+        tr.add(self.node.as_bytes());
+        tr.add_u64(now.0);
+        match input {
+            ms::Input::Request { id, req } => {
+                tr.add_u64(*id);
+                tr.add(&req.encode_to_vec());
+            }
+            ms::Input::CallResult { id, result } => {
+                tr.add_u64(*id);
+                tr.add_u64(u64::from(result.as_ref().is_ok_and(|r| r.error.is_none())));
+            }
+            ms::Input::LogSynced { through } => tr.add_u64(*through),
+            ms::Input::Tick => tr.add(b"tick"),
+        }
+        for (seq, rec) in &effects.log {
+            tr.add_u64(*seq);
+            tr.add(&rec.encode_to_vec());
+        }
+        for (id, r) in &effects.replies {
+            tr.add_u64(*id);
+            tr.add(&r.encode_to_vec());
+        }
+        for call in &effects.calls {
+            tr.add(call.to.as_bytes());
+            tr.add(&call.req.encode_to_vec());
+        }
+        let mut found = Vec::new();
+        for (h, chunk) in master.meta().chunks.iter() {
+            if let Some(v) = c.versions.master(h, chunk.version) {
+                found.push(v);
+            }
+        }
+        if !effects.log.is_empty()
+            && let Some(v) = references::check(master)
+        {
+            found.push(v);
+        }
+        if matches!(input, ms::Input::Tick) {
+            c.replication = ReplicationReport::of(master, t);
+        }
+        for v in found {
+            c.violation(t, v);
+        }
+    }
+
+    fn chunkserver_step(
+        &mut self,
+        now: Time,
+        input: &cs::Input,
+        effects: &cs::Effects,
+        server: &Chunkserver,
+    ) {
+        let t = self.true_ms();
+        let mut c = self.checks.lock().expect("checks lock");
+        c.steps += 1;
+        let tr = &mut c.trace;
+        tr.add(self.node.as_bytes());
+        tr.add_u64(now.0);
+        match input {
+            cs::Input::Request { id, req, .. } => {
+                tr.add_u64(*id);
+                tr.add_u64(req.encoded_len() as u64);
+            }
+            cs::Input::CallResult { id, result } => {
+                tr.add_u64(*id);
+                tr.add_u64(u64::from(result.is_ok()));
+            }
+            cs::Input::StoreDone { id, result } => {
+                tr.add_u64(*id);
+                tr.add_u64(u64::from(result.is_ok()));
+            }
+            cs::Input::Tick => tr.add(b"tick"),
+        }
+        for (id, r) in &effects.replies {
+            tr.add_u64(*id);
+            tr.add_u64(r.encoded_len() as u64);
+            tr.add_u64(r.error.as_ref().map_or(0, |e| e.code as u64));
+        }
+        for (id, op) in &effects.store {
+            tr.add_u64(*id);
+            tr.add(format!("{:?}", std::mem::discriminant(op)).as_bytes());
+        }
+        tr.add_u64(effects.calls.len() as u64);
+        // Leases, in true time.
+        let leases: HashMap<u64, i64> = server
+            .leases()
+            .map(|(h, until)| (h, self.clock.true_time(until.0 as i64)))
+            .collect();
+        let mut found = Vec::new();
+        if let Some(v) = c.leases.update(&self.node, t, leases) {
+            found.push(v);
+        }
+        let held: HashMap<u64, u64> = server.chunks().map(|(h, v, _)| (h, v)).collect();
+        for (&h, &v) in &held {
+            if let Some(x) = c.versions.server(&self.node, h, v) {
+                found.push(x);
+            }
+        }
+        c.versions
+            .server_dropped(&self.node, |h| held.contains_key(&h));
+        for v in found {
+            c.violation(t, v);
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! Chunk versions never go backwards: on the master, and on each chunkserver for as long
+//! as it holds the chunk.
+
+use std::collections::HashMap;
+
+use tessera_core::types::{ChunkHandle, Version};
+
+#[derive(Default)]
+pub struct Versions {
+    master: HashMap<ChunkHandle, Version>,
+    servers: HashMap<(String, ChunkHandle), Version>,
+}
+
+impl Versions {
+    pub fn master(&mut self, h: ChunkHandle, v: Version) -> Option<String> {
+        let seen = self.master.entry(h).or_insert(v);
+        if v < *seen {
+            return Some(format!(
+                "master's version of chunk {h} went back from {seen} to {v}"
+            ));
+        }
+        *seen = v;
+        None
+    }
+
+    pub fn server(&mut self, server: &str, h: ChunkHandle, v: Version) -> Option<String> {
+        let seen = self.servers.entry((server.to_string(), h)).or_insert(v);
+        if v < *seen {
+            return Some(format!(
+                "{server}'s version of chunk {h} went back from {seen} to {v}"
+            ));
+        }
+        *seen = v;
+        None
+    }
+
+    /// The server no longer holds `h` (deleted): a later copy starts afresh.
+    pub fn server_dropped(&mut self, server: &str, keep: impl Fn(ChunkHandle) -> bool) {
+        self.servers.retain(|(s, h), _| s != server || keep(*h));
+    }
+}

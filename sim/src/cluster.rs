@@ -1,0 +1,340 @@
+//! A simulated cluster: one master, chunkservers across racks, and client nodes, each a
+//! madsim node with its own clock error. Disks and the master's store live outside the
+//! nodes, so a killed node restarts onto what it had made durable.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+use madsim::net::NetSim;
+use madsim::runtime::{Handle, NodeHandle};
+use madsim::task::NodeId;
+use madsim::time::Instant;
+use tessera_core::chunkserver::ChunkserverConfig;
+use tessera_core::client::{Client, ClientConfig};
+use tessera_core::driver::{chunkserver, master};
+use tessera_core::master::MasterConfig;
+
+use crate::check::{Shared, observer::SimObserver};
+use crate::disk::SimDisk;
+use crate::metastore::SimMetaStore;
+use crate::net::SimNet;
+use crate::runtime::{Clock, SimRuntime};
+
+const PORT: u16 = 7000;
+
+/// The knobs a run is made of. The seed picks them (swarm testing): tiny chunks and short
+/// leases are among the choices so rare paths get hit.
+#[derive(Clone, Debug)]
+pub struct Knobs {
+    pub chunk_size: u64,
+    pub replication: u32,
+    pub lease: Duration,
+    pub max_clock_skew: Duration,
+    pub heartbeat: Duration,
+    pub heartbeat_timeout: Duration,
+    pub master_tick: Duration,
+    pub gc_delay: Duration,
+    pub checkpoint_every: u64,
+    pub rpc_timeout: Duration,
+    pub disk_capacity: u64,
+    /// Largest clock offset (±) and drift (± ppm) a node may get.
+    pub clock_offset_ms: i64,
+    pub clock_drift_ppm: i64,
+}
+
+impl Knobs {
+    pub fn pick(rng: &mut impl FnMut() -> u64) -> Knobs {
+        let pick =
+            |rng: &mut dyn FnMut() -> u64, xs: &[u64]| xs[(rng() % xs.len() as u64) as usize];
+        let lease = Duration::from_millis(pick(rng, &[2_000, 5_000, 10_000, 60_000]));
+        Knobs {
+            chunk_size: pick(rng, &[64 << 10, 100 << 10, 256 << 10, 1 << 20]),
+            replication: 3,
+            lease,
+            // Drift of up to 200 ppm over a 60 s lease is 12 ms; the bound leaves room.
+            max_clock_skew: Duration::from_millis(pick(rng, &[50, 200, 1_000])),
+            heartbeat: Duration::from_millis(pick(rng, &[200, 500, 1_000])),
+            heartbeat_timeout: Duration::from_millis(pick(rng, &[2_000, 4_000, 8_000])),
+            master_tick: Duration::from_millis(pick(rng, &[100, 250, 500])),
+            gc_delay: Duration::from_millis(pick(rng, &[1_000, 10_000, 60_000])),
+            checkpoint_every: pick(rng, &[5, 50, 1_000]),
+            rpc_timeout: Duration::from_millis(pick(rng, &[500, 1_000, 3_000])),
+            disk_capacity: 1 << 30,
+            clock_offset_ms: pick(rng, &[0, 50, 5_000]) as i64,
+            clock_drift_ppm: pick(rng, &[0, 50, 200]) as i64,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    pub chunkservers: usize,
+    pub racks: usize,
+    pub clients: usize,
+}
+
+pub struct ServerNode {
+    pub id: NodeId,
+    pub addr: String,
+    pub disk: SimDisk,
+    pub alive: bool,
+}
+
+pub struct Cluster {
+    pub handle: Handle,
+    pub start: Instant,
+    pub knobs: Knobs,
+    pub checks: Shared,
+    pub master_id: NodeId,
+    pub master_addr: String,
+    pub master_store: SimMetaStore,
+    pub master_alive: bool,
+    pub servers: Vec<ServerNode>,
+    pub clients: Vec<(NodeHandle, Clock)>,
+}
+
+fn ip(a: u8, b: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, a, b))
+}
+
+fn clock(knobs: &Knobs) -> Clock {
+    let r = |span: i64| {
+        if span == 0 {
+            0
+        } else {
+            (madsim::rand::random::<u64>() % (2 * span as u64 + 1)) as i64 - span
+        }
+    };
+    Clock {
+        offset_ms: r(knobs.clock_offset_ms),
+        drift_ppm: r(knobs.clock_drift_ppm),
+    }
+}
+
+impl Cluster {
+    /// Builds and starts the cluster. Call inside the madsim runtime.
+    pub fn start(shape: Shape, knobs: Knobs, checks: Shared) -> Cluster {
+        let handle = Handle::current();
+        let start = Instant::now();
+        let master_addr = format!("{}:{PORT}", ip(0, 1));
+        let master_store = SimMetaStore::default();
+        let master_clock = clock(&knobs);
+        let master_id = {
+            let (store, checks, knobs, addr) = (
+                master_store.clone(),
+                checks.clone(),
+                knobs.clone(),
+                master_addr.clone(),
+            );
+            handle
+                .create_node()
+                .name("master")
+                .ip(ip(0, 1))
+                .init(move || {
+                    let rt = SimRuntime::new(start, master_clock);
+                    let opts = master::MasterOptions {
+                        config: MasterConfig {
+                            chunk_size: knobs.chunk_size,
+                            default_replication: knobs.replication as u8,
+                            lease_duration: knobs.lease,
+                            max_clock_skew: knobs.max_clock_skew,
+                            heartbeat_timeout: knobs.heartbeat_timeout,
+                            gc_delay: knobs.gc_delay,
+                            checkpoint_every: knobs.checkpoint_every,
+                            rng_seed: madsim::rand::random(),
+                            ..MasterConfig::default()
+                        },
+                        listen: addr.clone(),
+                        tick: knobs.master_tick,
+                        call_timeout: knobs.rpc_timeout,
+                    };
+                    let obs = SimObserver {
+                        node: "master".into(),
+                        clock: master_clock,
+                        start,
+                        checks: checks.clone(),
+                    };
+                    let (store, net) = (store.clone(), SimNet::new(rt.clone()));
+                    let checks = checks.clone();
+                    async move {
+                        if let Err(e) = master::run(rt, net, store, opts, obs).await {
+                            let t = start.elapsed().as_millis() as i64;
+                            checks
+                                .lock()
+                                .expect("checks")
+                                .violation(t, format!("master stopped: {e}"));
+                        }
+                    }
+                })
+                .build()
+                .id()
+        };
+        let mut servers = Vec::new();
+        for i in 0..shape.chunkservers {
+            let addr = format!("{}:{PORT}", ip(1, i as u8 + 1));
+            let disk = SimDisk::new(knobs.disk_capacity);
+            let c = clock(&knobs);
+            let (d, checks2, knobs2, addr2, maddr) = (
+                disk.clone(),
+                checks.clone(),
+                knobs.clone(),
+                addr.clone(),
+                master_addr.clone(),
+            );
+            let rack = format!("rack{}", i % shape.racks.max(1));
+            let id = handle
+                .create_node()
+                .name(format!("cs{i}"))
+                .ip(ip(1, i as u8 + 1))
+                .init(move || {
+                    let rt = SimRuntime::new(start, c);
+                    let opts = chunkserver::ChunkserverOptions {
+                        config: ChunkserverConfig {
+                            address: addr2.clone(),
+                            rack: rack.clone(),
+                            capacity_bytes: knobs2.disk_capacity,
+                            chunk_size: knobs2.chunk_size,
+                            clone_piece: 64 << 10,
+                        },
+                        master: maddr.clone(),
+                        heartbeat_interval: knobs2.heartbeat,
+                        call_timeout: knobs2.rpc_timeout,
+                    };
+                    let obs = SimObserver {
+                        node: addr2.clone(),
+                        clock: c,
+                        start,
+                        checks: checks2.clone(),
+                    };
+                    let (d, net) = (d.clone(), SimNet::new(rt.clone()));
+                    let checks = checks2.clone();
+                    async move {
+                        if let Err(e) = chunkserver::run(rt, net, d, opts, obs).await {
+                            let t = start.elapsed().as_millis() as i64;
+                            checks
+                                .lock()
+                                .expect("checks")
+                                .violation(t, format!("chunkserver stopped: {e}"));
+                        }
+                    }
+                })
+                .build()
+                .id();
+            servers.push(ServerNode {
+                id,
+                addr,
+                disk,
+                alive: true,
+            });
+        }
+        let clients = (0..shape.clients)
+            .map(|i| {
+                let node = handle
+                    .create_node()
+                    .name(format!("client{i}"))
+                    .ip(ip(2, i as u8 + 1))
+                    .build();
+                (node, clock(&knobs))
+            })
+            .collect();
+        Cluster {
+            handle,
+            start,
+            knobs,
+            checks,
+            master_id,
+            master_addr,
+            master_store,
+            master_alive: true,
+            servers,
+            clients,
+        }
+    }
+
+    pub fn true_ms(&self) -> i64 {
+        self.start.elapsed().as_millis() as i64
+    }
+
+    /// A client library handle for client node `i`; use it from a task on that node.
+    pub fn client(&self, i: usize) -> Client<SimRuntime, SimNet> {
+        let rt = SimRuntime::new(self.start, self.clients[i].1);
+        let mut cfg = ClientConfig::new(self.master_addr.clone());
+        cfg.rpc_timeout = self.knobs.rpc_timeout;
+        cfg.attempts = 6;
+        cfg.backoff = Duration::from_millis(100);
+        cfg.location_ttl = Duration::from_secs(5);
+        Client::new(rt.clone(), SimNet::new(rt), cfg)
+    }
+
+    /// Kills chunkserver `i` (a crash: unsynced writes lost, the last one maybe torn).
+    pub fn kill_server(&mut self, i: usize) {
+        let s = &mut self.servers[i];
+        if !s.alive {
+            return;
+        }
+        self.handle.kill(s.id);
+        s.disk.crash(|| {
+            let r: u64 = madsim::rand::random();
+            (r % 2 == 0).then(|| (r >> 8) as f64 / (1u64 << 56) as f64)
+        });
+        s.alive = false;
+        let mut c = self.checks.lock().expect("checks");
+        c.leases.forget(&s.addr);
+        c.versions.server_dropped(&s.addr, |_| false);
+    }
+
+    pub fn restart_server(&mut self, i: usize) {
+        let s = &mut self.servers[i];
+        if s.alive {
+            return;
+        }
+        self.handle.restart(s.id);
+        s.alive = true;
+    }
+
+    /// Kills the master; its store keeps some prefix of its unsynced batches.
+    pub fn kill_master(&mut self) {
+        if !self.master_alive {
+            return;
+        }
+        self.handle.kill(self.master_id);
+        self.master_store.crash(|n| {
+            if n == 0 {
+                0
+            } else {
+                (madsim::rand::random::<u64>() % (n as u64 + 1)) as usize
+            }
+        });
+        self.master_alive = false;
+    }
+
+    pub fn restart_master(&mut self) {
+        if !self.master_alive {
+            self.handle.restart(self.master_id);
+            self.master_alive = true;
+        }
+    }
+
+    /// Cuts a node off from everyone (both directions).
+    pub fn isolate(&self, id: NodeId) {
+        NetSim::current().clog_node(id);
+    }
+
+    pub fn reconnect(&self, id: NodeId) {
+        NetSim::current().unclog_node(id);
+    }
+
+    /// Cuts the link between the master and chunkserver `i`, leaving both reachable by
+    /// clients.
+    pub fn cut_from_master(&self, i: usize) {
+        let net = NetSim::current();
+        net.clog_link(self.master_id, self.servers[i].id);
+        net.clog_link(self.servers[i].id, self.master_id);
+    }
+
+    pub fn mend_from_master(&self, i: usize) {
+        let net = NetSim::current();
+        net.unclog_link(self.master_id, self.servers[i].id);
+        net.unclog_link(self.servers[i].id, self.master_id);
+    }
+}

@@ -1,0 +1,254 @@
+//! The fault scheduler. While the workload runs, it injects the faults its mix allows,
+//! at times and on targets the seed picks. In a safety run at most R−1 chunkservers are
+//! impaired (dead, cut off, or holding corrupted data) at once, so every chunk keeps an
+//! intact, reachable replica: only faults the design claims to survive. The beyond-claim
+//! mix wipes the disks of R servers at once, and then the runs demand clear errors,
+//! never wrong data.
+
+use std::time::Duration;
+
+use madsim::net::NetSim;
+
+use crate::cluster::Cluster;
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FaultMix {
+    pub server_crashes: bool,
+    /// Chunkservers cut off from everyone.
+    pub partitions: bool,
+    /// Chunkservers cut off from the master but not from clients.
+    pub master_cut: bool,
+    pub master_restarts: bool,
+    pub corruption: bool,
+    pub full_disks: bool,
+    pub slow_disks: bool,
+    /// Packet loss and long latencies.
+    pub lossy_net: bool,
+    pub beyond_claim: bool,
+}
+
+impl FaultMix {
+    pub fn is_empty(&self) -> bool {
+        !(self.server_crashes
+            || self.partitions
+            || self.master_cut
+            || self.master_restarts
+            || self.corruption
+            || self.full_disks
+            || self.slow_disks
+            || self.lossy_net
+            || self.beyond_claim)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Impairment {
+    Dead {
+        until: i64,
+    },
+    Isolated {
+        until: i64,
+    },
+    CutFromMaster {
+        until: i64,
+    },
+    /// Holds a corrupted copy: impaired until the end of the fault phase.
+    Corrupted,
+}
+
+pub struct Scheduler {
+    mix: FaultMix,
+    impaired: Vec<Option<Impairment>>,
+    master_down_until: Option<i64>,
+    pub log: Vec<String>,
+    wiped: bool,
+}
+
+fn rand() -> u64 {
+    madsim::rand::random()
+}
+
+impl Scheduler {
+    pub fn new(mix: FaultMix, servers: usize) -> Scheduler {
+        Scheduler {
+            mix,
+            impaired: vec![None; servers],
+            master_down_until: None,
+            log: Vec::new(),
+            wiped: false,
+        }
+    }
+
+    fn budget(&self, cluster: &Cluster) -> usize {
+        let used = self.impaired.iter().filter(|i| i.is_some()).count();
+        (cluster.knobs.replication as usize - 1).saturating_sub(used)
+    }
+
+    fn note(&mut self, cluster: &Cluster, what: String) {
+        tracing::info!(t = cluster.true_ms(), "{what}");
+        self.log.push(format!("t={}ms {what}", cluster.true_ms()));
+    }
+
+    /// Ends impairments whose time is up.
+    fn expire(&mut self, cluster: &mut Cluster) {
+        let now = cluster.true_ms();
+        for i in 0..self.impaired.len() {
+            match self.impaired[i] {
+                Some(Impairment::Dead { until }) if until <= now => {
+                    cluster.restart_server(i);
+                    self.impaired[i] = None;
+                    self.note(cluster, format!("restart cs{i}"));
+                }
+                Some(Impairment::Isolated { until }) if until <= now => {
+                    cluster.reconnect(cluster.servers[i].id);
+                    self.impaired[i] = None;
+                    self.note(cluster, format!("reconnect cs{i}"));
+                }
+                Some(Impairment::CutFromMaster { until }) if until <= now => {
+                    cluster.mend_from_master(i);
+                    self.impaired[i] = None;
+                    self.note(cluster, format!("mend cs{i}-master"));
+                }
+                _ => {}
+            }
+        }
+        if let Some(until) = self.master_down_until
+            && until <= now
+        {
+            cluster.restart_master();
+            self.master_down_until = None;
+            self.note(cluster, "restart master".into());
+        }
+    }
+
+    /// One scheduling step: maybe inject a fault.
+    pub fn step(&mut self, cluster: &mut Cluster) {
+        self.expire(cluster);
+        let now = cluster.true_ms();
+        let n = self.impaired.len();
+        let pick = (rand() % n as u64) as usize;
+        let span = 1_000 + (rand() % 15_000) as i64;
+        let free = self.impaired[pick].is_none() && self.budget(cluster) > 0;
+        let m = self.mix;
+        let mut options: Vec<u8> = Vec::new();
+        if m.server_crashes && free {
+            options.push(0);
+        }
+        if m.partitions && free {
+            options.push(1);
+        }
+        if m.master_cut && free {
+            options.push(2);
+        }
+        if m.master_restarts && self.master_down_until.is_none() {
+            options.push(3);
+        }
+        if m.corruption && free && !cluster.servers[pick].disk.chunks().is_empty() {
+            options.push(4);
+        }
+        if m.full_disks {
+            options.push(5);
+        }
+        if m.slow_disks {
+            options.push(6);
+        }
+        if m.lossy_net {
+            options.push(7);
+        }
+        if m.beyond_claim && !self.wiped && now > 10_000 {
+            options.push(8);
+        }
+        if options.is_empty() {
+            return;
+        }
+        match options[(rand() % options.len() as u64) as usize] {
+            0 => {
+                cluster.kill_server(pick);
+                self.impaired[pick] = Some(Impairment::Dead { until: now + span });
+                self.note(cluster, format!("crash cs{pick} for {span}ms"));
+            }
+            1 => {
+                cluster.isolate(cluster.servers[pick].id);
+                self.impaired[pick] = Some(Impairment::Isolated { until: now + span });
+                self.note(cluster, format!("isolate cs{pick} for {span}ms"));
+            }
+            2 => {
+                cluster.cut_from_master(pick);
+                self.impaired[pick] = Some(Impairment::CutFromMaster { until: now + span });
+                self.note(cluster, format!("cut cs{pick} from master for {span}ms"));
+            }
+            3 => {
+                cluster.kill_master();
+                let down = 500 + (rand() % 5_000) as i64;
+                self.master_down_until = Some(now + down);
+                self.note(cluster, format!("crash master for {down}ms"));
+            }
+            4 => {
+                let chunks = cluster.servers[pick].disk.chunks();
+                let (h, len) = chunks[(rand() % chunks.len() as u64) as usize];
+                if len > 0 {
+                    let off = (rand() % len as u64) as usize;
+                    cluster.servers[pick]
+                        .disk
+                        .flip_bit(h, off, (rand() % 8) as u8);
+                    self.impaired[pick] = Some(Impairment::Corrupted);
+                    self.note(
+                        cluster,
+                        format!("flip a bit of chunk {h} at {off} on cs{pick}"),
+                    );
+                }
+            }
+            5 => {
+                let d = &cluster.servers[pick].disk;
+                d.set_capacity(d.used());
+                self.note(cluster, format!("fill the disk of cs{pick}"));
+            }
+            6 => {
+                cluster.servers[pick]
+                    .disk
+                    .set_delay(Duration::from_millis(rand() % 200));
+                self.note(cluster, format!("slow the disk of cs{pick}"));
+            }
+            7 => {
+                let loss = (rand() % 10) as f64 / 100.0;
+                // The range must not be empty: madsim samples from it.
+                let max_latency = Duration::from_millis(2 + rand() % 100);
+                NetSim::current().update_config(|c| {
+                    c.packet_loss_rate = loss;
+                    c.send_latency = Duration::from_millis(1)..max_latency;
+                });
+                self.note(cluster, format!("network loss {loss}"));
+            }
+            8 => {
+                // More failures than replicas: R servers lose their disks at once.
+                let r = cluster.knobs.replication as usize;
+                for i in 0..r.min(n) {
+                    cluster.kill_server(i);
+                    cluster.servers[i].disk.wipe();
+                    self.impaired[i] = Some(Impairment::Dead { until: now + 3_000 });
+                }
+                self.wiped = true;
+                self.note(cluster, format!("wipe the disks of {r} chunkservers"));
+            }
+            _ => unreachable!(),
+        }
+    }
+
+    /// Ends every fault: all nodes up and connected, disks whole and fast, network clean.
+    pub fn heal(&mut self, cluster: &mut Cluster) {
+        for i in 0..self.impaired.len() {
+            cluster.restart_server(i);
+            cluster.reconnect(cluster.servers[i].id);
+            cluster.mend_from_master(i);
+            let d = &cluster.servers[i].disk;
+            d.set_capacity(cluster.knobs.disk_capacity);
+            d.set_delay(Duration::ZERO);
+            self.impaired[i] = None;
+        }
+        cluster.restart_master();
+        cluster.reconnect(cluster.master_id);
+        self.master_down_until = None;
+        NetSim::current().update_config(|c| *c = madsim::net::Config::default());
+        self.note(cluster, "heal".into());
+    }
+}
