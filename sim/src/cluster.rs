@@ -275,7 +275,8 @@ impl Cluster {
         self.handle.kill(s.id);
         s.disk.crash(|| {
             let r: u64 = madsim::rand::random();
-            (r % 2 == 0).then(|| (r >> 8) as f64 / (1u64 << 56) as f64)
+            r.is_multiple_of(2)
+                .then(|| (r >> 8) as f64 / (1u64 << 56) as f64)
         });
         s.alive = false;
         let mut c = self.checks.lock().expect("checks");
