@@ -11,17 +11,19 @@ use std::collections::{HashMap, HashSet};
 use super::chunks::ServerIdx;
 use super::{Master, RequestId, ok};
 use crate::pb::{self, log_record::Op, master_response::Resp};
-use crate::types::{ChunkHandle, Version, millis};
+use crate::types::{ChunkHandle, Time, Version, millis};
 
-/// Copies each server has been told to delete, with the chunk's version at the time.
-/// An order stands until the chunk's version moves on or the chunk goes: neither a lost
-/// heartbeat reply nor a late-arriving grant may bring the copy back meanwhile.
+/// Copies each server has been told to delete, with the chunk's version and the time of
+/// the order. An order stands until the chunk's version moves on or the chunk goes, or
+/// until the server has shown it no longer holds the chunk at least a lease period after
+/// the order (by then no late grant can still arrive): neither a lost heartbeat reply nor
+/// a late grant may bring the copy back meanwhile.
 #[derive(Debug, Default)]
-pub(super) struct PendingDeletes(HashMap<ServerIdx, HashMap<ChunkHandle, Version>>);
+pub(super) struct PendingDeletes(HashMap<ServerIdx, HashMap<ChunkHandle, (Version, Time)>>);
 
 impl PendingDeletes {
-    pub(super) fn order(&mut self, server: ServerIdx, h: ChunkHandle, version: Version) {
-        self.0.entry(server).or_default().insert(h, version);
+    pub(super) fn order(&mut self, server: ServerIdx, h: ChunkHandle, version: Version, now: Time) {
+        self.0.entry(server).or_default().insert(h, (version, now));
     }
 
     pub(super) fn is_ordered(&self, server: ServerIdx, h: ChunkHandle) -> bool {
@@ -53,7 +55,11 @@ impl Master {
         let chunks = &self.meta.chunks;
         let doomed: HashSet<ChunkHandle> = match self.gc.pending_deletes.0.get_mut(&idx) {
             Some(hs) => {
-                hs.retain(|h, v| chunks.get(*h).is_some_and(|c| c.version == *v));
+                let (now, settle) = (self.now, self.cfg.lease_duration);
+                hs.retain(|h, (v, at)| {
+                    chunks.get(*h).is_some_and(|c| c.version == *v)
+                        && (reported.contains(h) || now < *at + settle)
+                });
                 hs.keys().copied().collect()
             }
             None => HashSet::new(),
@@ -138,7 +144,7 @@ impl Master {
             tracing::warn!(chunk = r.handle, server = %r.address, "corrupt replica reported");
             self.drop_replica(r.handle, idx);
             let v = self.meta.chunks.get(r.handle).map_or(0, |c| c.version);
-            self.gc.pending_deletes.order(idx, r.handle, v);
+            self.gc.pending_deletes.order(idx, r.handle, v, self.now);
         }
         self.out.replies.push((id, ok(Resp::Empty(pb::Empty {}))));
     }

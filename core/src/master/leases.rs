@@ -403,7 +403,7 @@ impl Master {
         // Its copy goes.
         for &s in &g.targets {
             if !g.acked.contains(&s) {
-                self.gc.pending_deletes.order(s, h, g.version);
+                self.gc.pending_deletes.order(s, h, g.version, now);
             }
         }
         // Replicas that did not take the new version are stale now.

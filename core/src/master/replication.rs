@@ -187,7 +187,7 @@ impl Master {
             self.add_replica(h, target);
         } else if ok {
             // The copy is of an old version, or of a chunk now gone: collect it.
-            self.gc.pending_deletes.order(target, h, version);
+            self.gc.pending_deletes.order(target, h, version, self.now);
         }
     }
 }
