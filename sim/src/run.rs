@@ -149,7 +149,7 @@ async fn liveness(
     let healed_at = cluster.true_ms();
     loop {
         madsim::time::sleep(Duration::from_secs(1)).await;
-        let r = checks.lock().expect("checks").replication;
+        let r = checks.lock().expect("checks").replication.clone();
         let fresh = r.at_true_ms > healed_at;
         if fresh && r.under_replicated == 0 && (r.missing == 0 || beyond_claim) {
             return true;

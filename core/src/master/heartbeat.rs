@@ -4,7 +4,9 @@
 //! asks for lease extensions. The reply lists the replicas the master does not want:
 //! chunks it does not know (orphans), older versions (stale) and copies reported corrupt.
 //! A version newer than the master's means a grant was logged on the replicas but not on
-//! the master before a crash: the master adopts it.
+//! the master before a crash: the master adopts it (GFS §4.5), even over version 0. The
+//! next grant then moves past every leftover, so no version number is ever reused for
+//! different contents.
 
 use std::collections::{HashMap, HashSet};
 
@@ -69,7 +71,38 @@ impl Master {
             .copied()
             .filter(|h| reported.contains(h))
             .collect();
+        // Retired copies (from the log): refused while reported; the order is lifted once
+        // the server shows it no longer holds one, a lease period after the order.
+        let retired: Vec<ChunkHandle> = self
+            .meta
+            .retired
+            .keys()
+            .filter(|(_, a)| *a == r.address)
+            .map(|(h, _)| *h)
+            .filter(|&h| self.is_retired(h, idx))
+            .collect();
+        let mut doomed = doomed;
+        for h in retired {
+            let at = *self.retired_at.entry((h, idx)).or_insert(self.now);
+            if reported.contains(&h) {
+                doomed.insert(h);
+                delete.push(h);
+            } else if self.now >= at + self.cfg.lease_duration {
+                let version = self.meta.chunks.get(h).map_or(0, |c| c.version);
+                let op = Op::RetireReplica(pb::RetireReplicaOp {
+                    handle: h,
+                    address: r.address.clone(),
+                    version,
+                    lift: true,
+                });
+                if let Err(e) = self.log(op) {
+                    panic!("lifting a retired copy of chunk {h}: {e}");
+                }
+                self.retired_at.remove(&(h, idx));
+            }
+        }
         delete.sort_unstable();
+        delete.dedup();
         let mut matched = 0u64;
         for rep in &r.chunks {
             let h = rep.handle;
@@ -85,8 +118,7 @@ impl Master {
                 matched += u64::from(c.replicas.contains(idx));
                 continue;
             }
-            if rep.version < c.version || c.version == 0 {
-                // Version 0 means no replica was ever confirmed: a leftover of a failed grant.
+            if rep.version < c.version {
                 if c.replicas.contains(idx) {
                     self.drop_replica(h, idx);
                 }

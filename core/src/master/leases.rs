@@ -168,7 +168,16 @@ impl Master {
 
     /// Replies with the lease holder of `h`, granting a lease first if none is valid.
     /// The reply also waits for log record `after`.
-    fn write_target(&mut self, id: RequestId, h: ChunkHandle, after: LogSeq) {
+    pub(super) fn write_target(&mut self, id: RequestId, h: ChunkHandle, after: LogSeq) {
+        if after > self.synced_seq {
+            // The chunk's allocation is not durable yet. No chunkserver may hear of the
+            // handle before it is: a master that crashed now would hand it out again.
+            self.deferred_targets
+                .entry(after)
+                .or_default()
+                .push((id, h));
+            return;
+        }
         let now = self.now;
         if let Some(g) = self.leases.granting.get_mut(&h) {
             g.waiters.push((id, after));
@@ -400,10 +409,20 @@ impl Master {
         };
         // A participant that did not answer may still apply the new version later, with
         // none of the writes to come: a copy at the current version that is not current.
-        // Its copy goes.
+        // Its copy is retired, in the log, so a restarted master refuses it too.
         for &s in &g.targets {
             if !g.acked.contains(&s) {
-                self.gc.pending_deletes.order(s, h, g.version, now);
+                let address = self.servers.get(s).addr.clone();
+                let op = Op::RetireReplica(pb::RetireReplicaOp {
+                    handle: h,
+                    address,
+                    version: g.version,
+                    lift: false,
+                });
+                if let Err(e) = self.log(op) {
+                    panic!("retiring a copy of chunk {h}: {e}");
+                }
+                self.retired_at.insert((h, s), now);
             }
         }
         // Replicas that did not take the new version are stale now.

@@ -4,7 +4,9 @@
 
 use crate::error::FsError;
 use crate::pb::{self, log_record::Op};
-use crate::types::{ChunkHandle, LogSeq};
+use std::collections::BTreeMap;
+
+use crate::types::{ChunkHandle, LogSeq, Version};
 
 use super::chunks::ChunkTable;
 use super::namespace::{Namespace, Node};
@@ -15,6 +17,9 @@ pub struct Meta {
     pub chunks: ChunkTable,
     /// The next chunk handle to give out; never reused.
     pub next_handle: ChunkHandle,
+    /// Copies not to be trusted: (chunk, server address) -> the version they may falsely
+    /// claim. Meaningful only while the chunk is still at that version.
+    pub retired: BTreeMap<(ChunkHandle, String), Version>,
 }
 
 /// What an applied record did beyond the state change, for the master to follow up.
@@ -30,6 +35,7 @@ impl Meta {
             ns: Namespace::new(),
             chunks: ChunkTable::default(),
             next_handle: 1,
+            retired: BTreeMap::new(),
         }
     }
 
@@ -80,6 +86,26 @@ impl Meta {
                 c.version = o.version;
             }
             Some(Op::SetLength(o)) => self.ns.set_length(&o.path, o.length, t)?,
+            Some(Op::RetireReplica(o)) => {
+                if self.chunks.get(o.handle).is_none() {
+                    return Err(FsError::ChunkNotFound(format!(
+                        "retire a copy of unknown chunk {}",
+                        o.handle
+                    )));
+                }
+                if o.lift {
+                    self.retired.remove(&(o.handle, o.address.clone()));
+                } else {
+                    self.retired
+                        .insert((o.handle, o.address.clone()), o.version);
+                }
+            }
+        }
+        // Orders about versions that have moved on, or chunks that are gone, are moot.
+        if matches!(&rec.op, Some(Op::SetVersion(_)) | Some(Op::Remove(_))) {
+            let chunks = &self.chunks;
+            self.retired
+                .retain(|(h, _), v| chunks.get(*h).is_some_and(|c| c.version == *v));
         }
         Ok(out)
     }
@@ -116,11 +142,22 @@ impl Meta {
                 goal: c.goal.into(),
             })
             .collect();
+        let retired = self
+            .retired
+            .iter()
+            .map(|((handle, address), version)| pb::RetireReplicaOp {
+                handle: *handle,
+                address: address.clone(),
+                version: *version,
+                lift: false,
+            })
+            .collect();
         pb::Checkpoint {
             through_seq,
             next_handle: self.next_handle,
             entries,
             chunks,
+            retired,
         }
     }
 
@@ -165,6 +202,13 @@ impl Meta {
             if refs.get(&h).copied().unwrap_or(0) != c.refcount {
                 return Err(bad(format!("chunk {h} reference count")));
             }
+        }
+        for r in &cp.retired {
+            if meta.chunks.get(r.handle).is_none() {
+                return Err(bad(format!("retired copy of unknown chunk {}", r.handle)));
+            }
+            meta.retired
+                .insert((r.handle, r.address.clone()), r.version);
         }
         Ok(meta)
     }

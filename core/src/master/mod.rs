@@ -127,6 +127,10 @@ pub struct Master {
     repl: replication::Replication,
     gc: gc::Gc,
     checkpoint_seq: LogSeq,
+    /// Write-target requests waiting for their chunk's allocation to be durable.
+    deferred_targets: BTreeMap<LogSeq, Vec<(RequestId, u64)>>,
+    /// When each retired copy's order was given (or the master started), for lifting it.
+    retired_at: HashMap<(u64, ServerIdx), Time>,
     out: Effects,
 }
 
@@ -139,6 +143,13 @@ impl Master {
     fn from_meta(cfg: MasterConfig, now: Time, meta: Meta, seq: LogSeq) -> Master {
         let rng = Rng::new(cfg.rng_seed);
         let leases = leases::Leases::starting(now, &cfg);
+        // Replica locations are not persisted: until heartbeats say otherwise, every chunk
+        // may be short of its goal. Clones wait until every live server has had time to
+        // report, or the master would copy chunks that are merely not yet reported.
+        let mut repl = replication::Replication::starting(now + cfg.heartbeat_timeout);
+        for (h, _) in meta.chunks.iter() {
+            repl.check(h);
+        }
         Master {
             cfg,
             meta,
@@ -153,9 +164,11 @@ impl Master {
             calls: HashMap::new(),
             next_call: 1,
             leases,
-            repl: Default::default(),
+            repl,
             gc: Default::default(),
             checkpoint_seq: seq,
+            retired_at: HashMap::new(),
+            deferred_targets: BTreeMap::new(),
             out: Effects::default(),
         }
     }
@@ -207,7 +220,10 @@ impl Master {
 
     /// Whether any operation still waits for durability or locks.
     pub fn is_quiescent(&self) -> bool {
-        self.held.is_empty() && self.queued.is_empty() && self.locks.is_idle()
+        self.held.is_empty()
+            && self.queued.is_empty()
+            && self.locks.is_idle()
+            && self.deferred_targets.is_empty()
     }
 
     pub fn handle(&mut self, now: Time, input: Input) -> Effects {
@@ -296,6 +312,13 @@ impl Master {
                 if let Some(r) = h.reply {
                     self.out.replies.push(r);
                 }
+            }
+        }
+        let later = self.deferred_targets.split_off(&(through + 1));
+        let ready = std::mem::replace(&mut self.deferred_targets, later);
+        for (seq, targets) in ready {
+            for (id, h) in targets {
+                self.write_target(id, h, seq);
             }
         }
         if released {
@@ -638,6 +661,16 @@ impl Master {
         self.check_liveness();
         self.schedule_clones();
         self.collect_garbage();
+    }
+
+    /// Whether `server`'s copy of `h` is retired at the chunk's current version.
+    fn is_retired(&self, h: u64, server: ServerIdx) -> bool {
+        let c = self.meta.chunks.get(h);
+        let addr = &self.servers.get(server).addr;
+        match (c, self.meta.retired.get(&(h, addr.clone()))) {
+            (Some(c), Some(&v)) => c.version == v,
+            _ => false,
+        }
     }
 
     /// A chunk left the table: forget its lease and repair work.

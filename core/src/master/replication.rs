@@ -8,7 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 use super::chunks::ServerIdx;
 use super::{CallCtx, Master};
 use crate::pb::{self, chunk_request::Req as CReq};
-use crate::types::{ChunkHandle, Version};
+use crate::types::{ChunkHandle, Time, Version};
 
 #[derive(Debug, Default)]
 pub(super) struct Replication {
@@ -17,9 +17,18 @@ pub(super) struct Replication {
     /// Clones running, per chunk (their targets).
     in_flight: HashMap<ChunkHandle, Vec<ServerIdx>>,
     running: u32,
+    /// No clones before this time (see `Master::from_meta`).
+    not_before: Time,
 }
 
 impl Replication {
+    pub fn starting(not_before: Time) -> Replication {
+        Replication {
+            not_before,
+            ..Default::default()
+        }
+    }
+
     pub fn check(&mut self, h: ChunkHandle) {
         self.suspects.insert(h);
     }
@@ -87,6 +96,9 @@ impl Master {
     }
 
     pub(super) fn schedule_clones(&mut self) {
+        if self.now < self.repl.not_before {
+            return;
+        }
         let per_server = self.cfg.clones_per_server;
         for need in self.replication_queue() {
             if self.repl.running >= self.cfg.clones_cluster {
@@ -114,12 +126,12 @@ impl Master {
                 .map(|(i, _)| i)
                 .collect();
             exclude.extend(busy);
-            // Nor a server about to delete its copy of this chunk.
+            // Nor a server about to delete its copy of this chunk, or whose copy is retired.
             let ordered: Vec<ServerIdx> = self
                 .servers
                 .iter()
                 .map(|(s, _)| s)
-                .filter(|&s| self.gc.pending_deletes.is_ordered(s, h))
+                .filter(|&s| self.gc.pending_deletes.is_ordered(s, h) || self.is_retired(h, s))
                 .collect();
             exclude.extend(ordered);
             let Some(&target) = self.place(1, &exclude).first() else {

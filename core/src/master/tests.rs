@@ -723,6 +723,7 @@ fn recovery_rejects_gaps_and_bad_records() {
             ..Default::default()
         }],
         chunks: vec![],
+        retired: vec![],
     };
     assert!(Master::recover(cfg(), Time(0), Some(&cp), vec![]).is_err());
 }
@@ -960,6 +961,12 @@ fn a_grant_taken_too_late_is_not_trusted() {
         path: "/f".into(),
         chunk_index: 0,
     }));
+    assert!(
+        h.calls.is_empty(),
+        "a chunkserver heard of a handle before its allocation was durable"
+    );
+    h.sync();
+    assert!(!h.calls.is_empty());
     let e = h.answer_calls(&["cs2"]);
     let Some(Resp::WriteTarget(t)) = reply_for(&e, id).unwrap().resp else {
         panic!()
@@ -975,4 +982,68 @@ fn a_grant_taken_too_late_is_not_trusted() {
         "a copy that missed the grant's writes was kept"
     );
     assert!(!chunk_replicas(&mut h, "/f").contains(&"cs2".to_string()));
+    // A restarted master remembers: the order is in the log.
+    h.sync();
+    let m = Master::recover(cfg(), Time(0), None, h.log.clone()).unwrap();
+    let mut h2 = H {
+        m,
+        now: Time(0),
+        next_id: 1,
+        log: vec![],
+        calls: vec![],
+    };
+    let hb = h2.heartbeat("cs2", "r", &[(t.handle, 1)]);
+    assert_eq!(
+        hb.delete_chunks,
+        vec![t.handle],
+        "a restarted master took the copy back"
+    );
+    // Once cs2 shows it has deleted it, a lease period later, the order is lifted.
+    h2.heartbeat("cs2", "r", &[]);
+    h2.advance(Duration::from_secs(11));
+    h2.heartbeat("cs2", "r", &[]);
+    h2.sync();
+    assert!(h2.m.meta().retired.is_empty(), "the order was never lifted");
+}
+
+#[test]
+fn recovered_master_repairs_chunks_reported_short() {
+    let mut h = H::new();
+    cluster(&mut h, 4, 4);
+    h.call(create("/f"));
+    let t = h.write_target("/f", 0).unwrap();
+    let log = h.log.clone();
+    let m = Master::recover(cfg(), Time(100_000), None, log).unwrap();
+    let mut h2 = H {
+        m,
+        now: Time(100_000),
+        next_id: 1,
+        log: vec![],
+        calls: vec![],
+    };
+    // Only two of the three holders come back.
+    let report = |h2: &mut H| {
+        h2.heartbeat(&t.primary, "r1", &[(t.handle, 1)]);
+        h2.heartbeat(&t.secondaries[0], "r2", &[(t.handle, 1)]);
+        let spare = (0..4)
+            .map(|i| format!("cs{i}"))
+            .find(|a| *a != t.primary && !t.secondaries.contains(a))
+            .unwrap();
+        h2.heartbeat(&spare, "r3", &[]);
+    };
+    report(&mut h2);
+    h2.step(Input::Tick);
+    assert!(
+        h2.calls.is_empty(),
+        "cloned before every server had time to report"
+    );
+    h2.advance(Duration::from_secs(6));
+    report(&mut h2);
+    h2.step(Input::Tick);
+    assert!(
+        h2.calls
+            .iter()
+            .any(|c| matches!(&c.req.req, Some(CReq::Clone(cl)) if cl.handle == t.handle)),
+        "never repaired"
+    );
 }

@@ -3,12 +3,14 @@
 
 use tessera_core::master::Master;
 
-#[derive(Default, Clone, Copy, Debug)]
+#[derive(Default, Clone, Debug)]
 pub struct ReplicationReport {
     pub under_replicated: usize,
     pub missing: usize,
     pub chunks: usize,
     pub at_true_ms: i64,
+    /// The first chunk short of its goal, described, for a failing run's output.
+    pub example: Option<String>,
 }
 
 impl ReplicationReport {
@@ -17,7 +19,7 @@ impl ReplicationReport {
             at_true_ms,
             ..Default::default()
         };
-        for (_, c) in master.meta().chunks.iter() {
+        for (_h, c) in master.meta().chunks.iter() {
             if c.version == 0 {
                 continue; // allocated, never written
             }
@@ -32,6 +34,41 @@ impl ReplicationReport {
                 r.missing += 1;
             } else if live < usize::from(c.goal) {
                 r.under_replicated += 1;
+            } else {
+                continue;
+            }
+            if r.example.is_none() {
+                let h = _h;
+                let servers: Vec<String> = c
+                    .replicas
+                    .as_slice()
+                    .iter()
+                    .map(|&s| {
+                        format!(
+                            "{}{}",
+                            master.servers().get(s).addr,
+                            if master.servers().is_alive(s) {
+                                ""
+                            } else {
+                                "(dead)"
+                            }
+                        )
+                    })
+                    .collect();
+                let retired: Vec<&String> = master
+                    .meta()
+                    .retired
+                    .keys()
+                    .filter(|(x, _)| *x == h)
+                    .map(|(_, a)| a)
+                    .collect();
+                r.example = Some(format!(
+                    "chunk {h} v{} goal {} replicas {servers:?} lease {:?} granting {} retired {retired:?}",
+                    c.version,
+                    c.goal,
+                    master.leases().get(h),
+                    master.leases().is_granting(h)
+                ));
             }
         }
         r
