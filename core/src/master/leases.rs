@@ -265,7 +265,10 @@ impl Master {
             .ok_or_else(|| FsError::ChunkNotFound(format!("chunk {h}")))?;
         let create = c.version == 0;
         let goal = c.goal as usize;
+        #[cfg(not(feature = "plant-no-version-bump"))]
         let version = c.version + 1;
+        #[cfg(feature = "plant-no-version-bump")]
+        let version = c.version.max(1);
         let holders: Vec<ServerIdx> = c.replicas.as_slice().to_vec();
         let targets: Vec<ServerIdx> = if create {
             let chosen = self.place(goal, &[]);
@@ -305,6 +308,7 @@ impl Master {
                 version,
                 create,
                 lease_ms: if s == primary { lease_ms } else { 0 },
+                valid_ms: lease_ms,
             });
             self.call(
                 s,
@@ -392,6 +396,9 @@ impl Master {
         };
         self.leases.held.insert(h, lease.clone());
         if g.acked.is_empty() {
+            // Nobody answered, yet some may apply the version later: a number the next
+            // grant will use again, for different contents. Their copies are retired.
+            self.retire_participants(h, &g);
             for (id, _) in g.waiters {
                 self.reply_err(
                     id,
@@ -407,24 +414,7 @@ impl Master {
             Ok((seq, _)) => seq,
             Err(e) => panic!("logging version {} of chunk {h} failed: {e}", g.version),
         };
-        // A participant that did not answer may still apply the new version later, with
-        // none of the writes to come: a copy at the current version that is not current.
-        // Its copy is retired, in the log, so a restarted master refuses it too.
-        for &s in &g.targets {
-            if !g.acked.contains(&s) {
-                let address = self.servers.get(s).addr.clone();
-                let op = Op::RetireReplica(pb::RetireReplicaOp {
-                    handle: h,
-                    address,
-                    version: g.version,
-                    lift: false,
-                });
-                if let Err(e) = self.log(op) {
-                    panic!("retiring a copy of chunk {h}: {e}");
-                }
-                self.retired_at.insert((h, s), now);
-            }
-        }
+        self.retire_participants(h, &g);
         // Replicas that did not take the new version are stale now.
         let old: Vec<ServerIdx> = self
             .meta
@@ -455,6 +445,27 @@ impl Master {
                     id,
                     FsError::Unavailable(format!("chunk {h}: primary did not answer")),
                 );
+            }
+        }
+    }
+
+    /// A participant that did not answer may still apply the new version later, with none
+    /// of the writes to come: a copy at a version that is (or will be) current but is not.
+    /// Its copy is retired, in the log, so a restarted master refuses it too.
+    fn retire_participants(&mut self, h: ChunkHandle, g: &Grant) {
+        for &s in &g.targets {
+            if !g.acked.contains(&s) {
+                let address = self.servers.get(s).addr.clone();
+                let op = Op::RetireReplica(pb::RetireReplicaOp {
+                    handle: h,
+                    address,
+                    version: g.version,
+                    lift: false,
+                });
+                if let Err(e) = self.log(op) {
+                    panic!("retiring a copy of chunk {h}: {e}");
+                }
+                self.retired_at.insert((h, s), self.now);
             }
         }
     }

@@ -668,7 +668,9 @@ impl Master {
         let c = self.meta.chunks.get(h);
         let addr = &self.servers.get(server).addr;
         match (c, self.meta.retired.get(&(h, addr.clone()))) {
-            (Some(c), Some(&v)) => c.version == v,
+            // Also before the master reaches that version: a grant that failed everywhere
+            // leaves the number to be used again.
+            (Some(c), Some(&v)) => c.version <= v,
             _ => false,
         }
     }

@@ -998,9 +998,9 @@ fn a_grant_taken_too_late_is_not_trusted() {
         vec![t.handle],
         "a restarted master took the copy back"
     );
-    // Once cs2 shows it has deleted it, a lease period later, the order is lifted.
+    // Once cs2 shows it has deleted it, two lease periods later, the order is lifted.
     h2.heartbeat("cs2", "r", &[]);
-    h2.advance(Duration::from_secs(11));
+    h2.advance(Duration::from_secs(21));
     h2.heartbeat("cs2", "r", &[]);
     h2.sync();
     assert!(h2.m.meta().retired.is_empty(), "the order was never lifted");
@@ -1046,4 +1046,37 @@ fn recovered_master_repairs_chunks_reported_short() {
             .any(|c| matches!(&c.req.req, Some(CReq::Clone(cl)) if cl.handle == t.handle)),
         "never repaired"
     );
+}
+
+#[test]
+fn a_version_number_is_never_trusted_twice() {
+    let mut h = H::new();
+    cluster(&mut h, 6, 6);
+    h.call(create("/f"));
+    // The first create grant reaches nobody in time (all may apply it later).
+    let (id, _) = h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+        path: "/f".into(),
+        chunk_index: 0,
+    }));
+    h.sync();
+    let first: Vec<String> = h.calls.iter().map(|c| c.to.clone()).collect();
+    let e = h.answer_calls(&first.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(reply_for(&e, id).unwrap().error.is_some());
+    // Once that void lease has run out, the next grant succeeds, at version 1 again.
+    h.advance(Duration::from_secs(12));
+    cluster(&mut h, 6, 6);
+    let t = h.write_target("/f", 0).unwrap();
+    assert_eq!(t.version, 1);
+    // A participant of the failed grant that applied it late is not a copy of this v1.
+    let late = first
+        .iter()
+        .find(|a| **a != t.primary && !t.secondaries.contains(a));
+    if let Some(late) = late {
+        let hb = h.heartbeat(late, "r", &[(t.handle, 1)]);
+        assert_eq!(
+            hb.delete_chunks,
+            vec![t.handle],
+            "a copy from a failed grant passed for current"
+        );
+    }
 }

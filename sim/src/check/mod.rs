@@ -4,6 +4,7 @@
 //! and fails the run.
 
 pub mod leases;
+pub mod locations;
 pub mod model;
 pub mod observer;
 pub mod references;

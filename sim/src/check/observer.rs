@@ -75,6 +75,9 @@ impl Observer for SimObserver {
         {
             found.push(v);
         }
+        if let Some(v) = super::locations::check(master, &c.versions) {
+            found.push(v);
+        }
         if matches!(input, ms::Input::Tick) {
             c.replication = ReplicationReport::of(master, t);
         }

@@ -34,6 +34,11 @@ impl Versions {
         None
     }
 
+    /// What `server` last said its version of `h` is.
+    pub fn server_version(&self, server: &str, h: ChunkHandle) -> Option<Version> {
+        self.servers.get(&(server.to_string(), h)).copied()
+    }
+
     /// The server no longer holds `h` (deleted): a later copy starts afresh.
     pub fn server_dropped(&mut self, server: &str, keep: impl Fn(ChunkHandle) -> bool) {
         self.servers.retain(|(s, h), _| s != server || keep(*h));
