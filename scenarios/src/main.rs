@@ -64,6 +64,10 @@ mod madsim_main {
     }
 
     pub fn main() -> i32 {
+        // RUST_LOG=tessera_core=debug (for example) prints what every node does.
+        if std::env::var_os("RUST_LOG").is_some() {
+            madsim::runtime::init_logger();
+        }
         let args: Vec<String> = std::env::args().skip(1).collect();
         match args.first().map(String::as_str) {
             Some("list") => {

@@ -73,20 +73,26 @@ impl Master {
             .collect();
         // Retired copies (from the log): refused while reported; the order is lifted once
         // the server shows it no longer holds one, two lease periods after the order.
-        let retired: Vec<ChunkHandle> = self
+        let retired: Vec<(ChunkHandle, u64)> = self
             .meta
             .retired
-            .keys()
-            .filter(|(_, a)| *a == r.address)
-            .map(|(h, _)| *h)
-            .filter(|&h| self.is_retired(h, idx))
+            .iter()
+            .filter(|((_, a), _)| *a == r.address)
+            .map(|((h, _), v)| (*h, *v))
+            .filter(|&(h, _)| self.is_retired(h, idx))
             .collect();
+        let versions: HashMap<ChunkHandle, u64> =
+            r.chunks.iter().map(|c| (c.handle, c.version)).collect();
         let mut doomed = doomed;
-        for h in retired {
+        for (h, v) in retired {
             let at = *self.retired_at.entry((h, idx)).or_insert(self.now);
-            if reported.contains(&h) {
-                doomed.insert(h);
-                delete.push(h);
+            if let Some(&reported_version) = versions.get(&h) {
+                // Only a copy at the retired version is suspect; an older one simply did
+                // not take part, and is judged by its version like any other.
+                if reported_version == v {
+                    doomed.insert(h);
+                    delete.push(h);
+                }
             } else if self.now >= at + self.cfg.lease_duration * 2 {
                 // Grants are valid for one lease period after they arrive (`valid_ms`), so
                 // two periods after the order no late one can still make the copy.

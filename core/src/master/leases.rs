@@ -53,6 +53,9 @@ pub struct Leases {
     granting: HashMap<ChunkHandle, Grant>,
     /// No lease on an existing chunk before this time (see the module comment).
     quiet_until: Time,
+    /// The lowest version the next grant of a chunk may use, after a grant that failed
+    /// everywhere (its number may live on in copies that applied it late).
+    version_floor: HashMap<ChunkHandle, Version>,
 }
 
 impl Leases {
@@ -61,12 +64,14 @@ impl Leases {
             held: HashMap::new(),
             granting: HashMap::new(),
             quiet_until: now + cfg.lease_duration + cfg.max_clock_skew,
+            version_floor: HashMap::new(),
         }
     }
 
     pub fn forget(&mut self, h: ChunkHandle) {
         self.held.remove(&h);
         self.granting.remove(&h);
+        self.version_floor.remove(&h);
     }
 
     /// Drops leases that can no longer be valid anywhere (expired, skew included): they
@@ -266,7 +271,7 @@ impl Master {
         let create = c.version == 0;
         let goal = c.goal as usize;
         #[cfg(not(feature = "plant-no-version-bump"))]
-        let version = c.version + 1;
+        let version = (c.version + 1).max(self.leases.version_floor.get(&h).copied().unwrap_or(0));
         #[cfg(feature = "plant-no-version-bump")]
         let version = c.version.max(1);
         let holders: Vec<ServerIdx> = c.replicas.as_slice().to_vec();
@@ -396,9 +401,10 @@ impl Master {
         };
         self.leases.held.insert(h, lease.clone());
         if g.acked.is_empty() {
-            // Nobody answered, yet some may apply the version later: a number the next
-            // grant will use again, for different contents. Their copies are retired.
-            self.retire_participants(h, &g);
+            // Nobody answered, yet some may apply the version later. No client wrote under
+            // it, so such a copy is as good as the current one; the danger is only that
+            // the next grant would use the same number for new writes. It will not.
+            self.leases.version_floor.insert(h, g.version + 1);
             for (id, _) in g.waiters {
                 self.reply_err(
                     id,

@@ -101,11 +101,11 @@ impl Meta {
                 }
             }
         }
-        // Orders about versions the chunk has moved past, or chunks that are gone, are moot.
+        // Orders about versions the chunk has left, or chunks that are gone, are moot.
         if matches!(&rec.op, Some(Op::SetVersion(_)) | Some(Op::Remove(_))) {
             let chunks = &self.chunks;
             self.retired
-                .retain(|(h, _), v| chunks.get(*h).is_some_and(|c| c.version <= *v));
+                .retain(|(h, _), v| chunks.get(*h).is_some_and(|c| c.version == *v));
         }
         Ok(out)
     }

@@ -668,9 +668,7 @@ impl Master {
         let c = self.meta.chunks.get(h);
         let addr = &self.servers.get(server).addr;
         match (c, self.meta.retired.get(&(h, addr.clone()))) {
-            // Also before the master reaches that version: a grant that failed everywhere
-            // leaves the number to be used again.
-            (Some(c), Some(&v)) => c.version <= v,
+            (Some(c), Some(&v)) => c.version == v,
             _ => false,
         }
     }

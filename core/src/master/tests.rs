@@ -1049,7 +1049,7 @@ fn recovered_master_repairs_chunks_reported_short() {
 }
 
 #[test]
-fn a_version_number_is_never_trusted_twice() {
+fn a_version_number_is_never_used_twice() {
     let mut h = H::new();
     cluster(&mut h, 6, 6);
     h.call(create("/f"));
@@ -1062,12 +1062,12 @@ fn a_version_number_is_never_trusted_twice() {
     let first: Vec<String> = h.calls.iter().map(|c| c.to.clone()).collect();
     let e = h.answer_calls(&first.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(reply_for(&e, id).unwrap().error.is_some());
-    // Once that void lease has run out, the next grant succeeds, at version 1 again.
+    // Once that void lease has run out, the next grant succeeds, at a fresh number.
     h.advance(Duration::from_secs(12));
     cluster(&mut h, 6, 6);
     let t = h.write_target("/f", 0).unwrap();
-    assert_eq!(t.version, 1);
-    // A participant of the failed grant that applied it late is not a copy of this v1.
+    assert_eq!(t.version, 2, "a version number used again");
+    // A participant of the failed grant that applied it late holds an older version.
     let late = first
         .iter()
         .find(|a| **a != t.primary && !t.secondaries.contains(a));
@@ -1079,4 +1079,40 @@ fn a_version_number_is_never_trusted_twice() {
             "a copy from a failed grant passed for current"
         );
     }
+}
+
+#[test]
+fn a_failed_regrant_keeps_the_good_copies() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    let t = h.write_target("/f", 0).unwrap();
+    // After the lease, a new grant (v2) reaches nobody.
+    h.advance(Duration::from_secs(12));
+    cluster_report(
+        &mut h,
+        &[
+            ("cs0", t.handle, 1),
+            ("cs1", t.handle, 1),
+            ("cs2", t.handle, 1),
+        ],
+    );
+    let (id, _) = h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+        path: "/f".into(),
+        chunk_index: 0,
+    }));
+    h.sync();
+    let e = h.answer_calls(&["cs0", "cs1", "cs2"]);
+    assert!(reply_for(&e, id).unwrap().error.is_some());
+    // Their version-1 copies are the chunk: none may be refused.
+    for a in ["cs0", "cs1", "cs2"] {
+        let hb = h.heartbeat(a, "r", &[(t.handle, 1)]);
+        assert!(hb.delete_chunks.is_empty(), "{a}'s good copy was deleted");
+    }
+    assert_eq!(chunk_replicas(&mut h, "/f").len(), 3);
+    // A copy that applied version 2 late is as good (no one wrote under 2): adopted.
+    let hb = h.heartbeat("cs0", "r", &[(t.handle, 2)]);
+    assert!(hb.delete_chunks.is_empty());
+    h.sync();
+    assert_eq!(h.m.meta().chunks.get(t.handle).unwrap().version, 2);
 }
