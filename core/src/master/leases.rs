@@ -51,16 +51,19 @@ struct Grant {
 pub struct Leases {
     held: HashMap<ChunkHandle, Lease>,
     granting: HashMap<ChunkHandle, Grant>,
-    /// No lease on an existing chunk before this time (see the module comment).
+    /// No lease on a chunk below `quiet_below` (those that existed at start-up) before
+    /// this time (see the module comment).
     quiet_until: Time,
+    quiet_below: ChunkHandle,
     /// The lowest version the next grant of a chunk may use, after a grant that failed
     /// everywhere (its number may live on in copies that applied it late).
     version_floor: HashMap<ChunkHandle, Version>,
 }
 
 impl Leases {
-    pub fn starting(now: Time, cfg: &MasterConfig) -> Leases {
+    pub fn starting(now: Time, cfg: &MasterConfig, next_handle: ChunkHandle) -> Leases {
         Leases {
+            quiet_below: next_handle,
             held: HashMap::new(),
             granting: HashMap::new(),
             quiet_until: now + cfg.lease_duration + cfg.max_clock_skew,
@@ -268,6 +271,15 @@ impl Master {
             .chunks
             .get(h)
             .ok_or_else(|| FsError::ChunkNotFound(format!("chunk {h}")))?;
+        // Every chunk that existed before a restart waits out the quiet period, even one
+        // at version 0: its first grant may have reached a primary before the master
+        // lost the record of it.
+        if h < self.leases.quiet_below && self.now < self.leases.quiet_until {
+            return Err(FsError::Unavailable(format!(
+                "master restarted: no leases for {} ms",
+                millis(self.leases.quiet_until.saturating_sub(self.now))
+            )));
+        }
         let create = c.version == 0;
         let goal = c.goal as usize;
         #[cfg(not(feature = "plant-no-version-bump"))]
@@ -288,12 +300,6 @@ impl Master {
             }
             chosen
         } else {
-            if self.now < self.leases.quiet_until {
-                return Err(FsError::Unavailable(format!(
-                    "master restarted: no leases for {} ms",
-                    millis(self.leases.quiet_until.saturating_sub(self.now))
-                )));
-            }
             let live: Vec<_> = holders
                 .into_iter()
                 .filter(|&s| self.servers.is_alive(s))

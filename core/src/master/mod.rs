@@ -142,7 +142,7 @@ impl Master {
 
     fn from_meta(cfg: MasterConfig, now: Time, meta: Meta, seq: LogSeq) -> Master {
         let rng = Rng::new(cfg.rng_seed);
-        let leases = leases::Leases::starting(now, &cfg);
+        let leases = leases::Leases::starting(now, &cfg, meta.next_handle);
         // Replica locations are not persisted: until heartbeats say otherwise, every chunk
         // may be short of its goal. Clones wait until every live server has had time to
         // report, or the master would copy chunks that are merely not yet reported.

@@ -1116,3 +1116,35 @@ fn a_failed_regrant_keeps_the_good_copies() {
     h.sync();
     assert_eq!(h.m.meta().chunks.get(t.handle).unwrap().version, 2);
 }
+
+#[test]
+fn a_first_grant_lost_in_a_crash_still_waits_out_the_quiet_period() {
+    let mut h = H::new();
+    h.advance(Duration::from_secs(12));
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    // The chunk is allocated and its first grant sent, then the master dies before any
+    // answer: the log has the chunk at version 0, a primary may hold a lease on it.
+    h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+        path: "/f".into(),
+        chunk_index: 0,
+    }));
+    h.sync();
+    assert!(!h.calls.is_empty());
+    let m = Master::recover(cfg(), Time(20_000), None, h.log.clone()).unwrap();
+    let mut h2 = H {
+        m,
+        now: Time(20_000),
+        next_id: 1,
+        log: vec![],
+        calls: vec![],
+    };
+    cluster(&mut h2, 3, 3);
+    assert!(
+        matches!(h2.write_target("/f", 0), Err(FsError::Unavailable(_))),
+        "granted during the quiet period"
+    );
+    h2.advance(Duration::from_secs(12));
+    cluster(&mut h2, 3, 3);
+    assert!(h2.write_target("/f", 0).is_ok());
+}
