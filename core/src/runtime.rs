@@ -64,8 +64,9 @@ pub trait Transport: Clone + Send + Sync + 'static {
 ///    bytes under a valid checksum.
 /// 3. `replace` is all-or-nothing across a crash even before `sync`: the old chunk or the
 ///    new one.
-/// 4. `delete` need not be synced: a chunk that reappears after a crash is reported to the
-///    master, which deletes it again.
+/// 4. `delete` is durable when it returns: a deleted copy never comes back after a crash.
+///    (The master lifts a standing order against a copy once the server shows it gone; a
+///    copy that came back would pass for current.)
 /// 5. A full disk is `StoreError::NoSpace` and changes nothing.
 pub trait ChunkStore: Send + 'static {
     fn read(

@@ -387,6 +387,7 @@ impl ChunkStore for MemChunkStore {
     fn delete(&mut self, h: ChunkHandle) -> impl Future<Output = Result<(), StoreError>> + Send {
         let mut d = self.0.lock().expect("disk lock");
         d.written.remove(&h);
+        d.durable.remove(&h);
         async { Ok(()) }
     }
 

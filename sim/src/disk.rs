@@ -232,7 +232,9 @@ impl ChunkStore for SimDisk {
 
     fn delete(&mut self, h: ChunkHandle) -> impl Future<Output = Result<(), StoreError>> + Send {
         let mut s = self.state();
+        // Durable at once, as the contract says (an unlink and a directory sync).
         s.written.remove(&h);
+        s.durable.remove(&h);
         s.last_write.remove(&h);
         drop(s);
         after(self.delay(), Ok(()))

@@ -161,7 +161,8 @@ struct Chunk {
 #[derive(Debug)]
 enum Job {
     Request(RequestId, Req, Time),
-    Delete,
+    /// Delete the copy unless its version is above this.
+    Delete(Version),
 }
 
 #[derive(Debug)]
@@ -386,7 +387,7 @@ impl Chunkserver {
             self.busy.insert(h);
             match job {
                 Job::Request(id, req, arrived) => self.start(id, req, arrived),
-                Job::Delete => self.start_delete(h),
+                Job::Delete(max) => self.start_delete(h, max),
             }
         }
     }
@@ -610,6 +611,7 @@ impl Chunkserver {
             )));
         }
         c.serial = r.serial;
+        tracing::debug!(chunk = h, server = %self.cfg.address, serial = r.serial, offset = r.offset, len = r.data.len(), "applying mutation");
         self.apply_local(id, h, r.offset, r.data)
     }
 
@@ -891,7 +893,11 @@ impl Chunkserver {
         );
     }
 
-    fn start_delete(&mut self, h: ChunkHandle) {
+    fn start_delete(&mut self, h: ChunkHandle, max: Version) {
+        if self.chunks.get(&h).is_some_and(|c| c.meta.version > max) {
+            // The order judged an older report; this copy has moved on since.
+            return self.finish(h);
+        }
         self.store(
             Pending::Commit {
                 id: None,
@@ -949,6 +955,7 @@ impl Chunkserver {
                             c.serial = 0;
                             c.writers.clear();
                         }
+                        tracing::debug!(chunk = h, server = %self.cfg.address, version = meta.version, length = meta.length, "committed");
                         let wrote =
                             c.meta.length != meta.length || c.meta.checksums != meta.checksums;
                         c.meta = meta;
@@ -998,6 +1005,7 @@ impl Chunkserver {
         else {
             return self.done(h, id, empty());
         };
+        tracing::debug!(chunk = h, server = %self.cfg.address, serial = f.serial, offset = f.offset, len = f.data.len(), to = ?f.secondaries, "forwarding mutation");
         self.forwarding.insert(h, (id, f.secondaries.len(), None));
         for to in f.secondaries {
             let req = pb::ChunkRequest {
@@ -1076,6 +1084,13 @@ impl Chunkserver {
                 length: c.meta.length,
             })
             .collect();
+        // A corrupt copy is reported at version 0: stale to the master, which then has
+        // it deleted (and the disk space comes back).
+        chunks.extend(self.corrupt.iter().map(|&handle| pb::ChunkReport {
+            handle,
+            version: 0,
+            length: 0,
+        }));
         chunks.sort_by_key(|c| c.handle);
         // Ask to extend leases only on chunks written during the current term (GFS §3.1):
         // an idle chunk's lease lapses, so the master may clone or re-grant it.
@@ -1132,9 +1147,9 @@ impl Chunkserver {
                 c.lease_from = sent_at;
             }
         }
-        for h in hb.delete_chunks {
-            tracing::debug!(chunk = h, "deleting on the master's word");
-            self.enqueue(h, Job::Delete);
+        for d in hb.delete_chunks {
+            tracing::debug!(chunk = d.handle, version = d.version, server = %self.cfg.address, "deleting on the master's word");
+            self.enqueue(d.handle, Job::Delete(d.version));
         }
     }
 }

@@ -201,7 +201,14 @@ fn corrupt_block_never_leaves_and_is_reported() {
     else {
         panic!()
     };
-    assert!(hb.chunks.is_empty());
+    // Reported at version 0, so the master has it deleted.
+    assert_eq!(
+        hb.chunks
+            .iter()
+            .map(|c| (c.handle, c.version))
+            .collect::<Vec<_>>(),
+        vec![(3, 0)]
+    );
 }
 
 #[test]
@@ -344,7 +351,10 @@ fn heartbeat_reports_and_deletes_on_command() {
         error: None,
         resp: Some(pb::master_response::Resp::Heartbeat(
             pb::HeartbeatResponse {
-                delete_chunks: vec![2],
+                delete_chunks: vec![pb::ChunkVersion {
+                    handle: 2,
+                    version: u64::MAX,
+                }],
                 extended_leases: vec![],
                 lease_duration_ms: 1000,
             },
@@ -633,4 +643,42 @@ fn a_grant_applied_too_late_is_refused() {
     );
     assert!(e.replies[0].1.error.is_some());
     assert_eq!(h.cs.chunks().count(), 0);
+}
+
+#[test]
+fn a_delete_order_spares_a_copy_that_moved_on() {
+    let mut h = H::new();
+    h.create(1);
+    // The master judged a report of version 1; meanwhile the copy took version 2.
+    h.req(R::SetVersion(pb::SetVersionRequest {
+        handle: 1,
+        version: 2,
+        create: false,
+        lease_ms: 0,
+        valid_ms: 0,
+    }));
+    h.run(Input::Tick);
+    let c = h.calls.pop().unwrap();
+    let resp = pb::MasterResponse {
+        error: None,
+        resp: Some(pb::master_response::Resp::Heartbeat(
+            pb::HeartbeatResponse {
+                delete_chunks: vec![pb::ChunkVersion {
+                    handle: 1,
+                    version: 1,
+                }],
+                extended_leases: vec![],
+                lease_duration_ms: 1000,
+            },
+        )),
+    };
+    h.run(Input::CallResult {
+        id: c.id,
+        result: Ok(Reply::Master(resp)),
+    });
+    assert_eq!(
+        h.cs.chunks().map(|c| c.1).collect::<Vec<_>>(),
+        vec![2],
+        "a current copy was deleted"
+    );
 }

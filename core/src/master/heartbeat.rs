@@ -176,7 +176,15 @@ impl Master {
         self.reply(
             id,
             Resp::Heartbeat(pb::HeartbeatResponse {
-                delete_chunks: delete,
+                // Each order covers the copy as reported, no newer: one that took a grant
+                // after sending this report is kept.
+                delete_chunks: delete
+                    .into_iter()
+                    .map(|handle| pb::ChunkVersion {
+                        handle,
+                        version: versions.get(&handle).copied().unwrap_or(u64::MAX),
+                    })
+                    .collect(),
                 extended_leases,
                 lease_duration_ms: millis(self.cfg.lease_duration),
             }),

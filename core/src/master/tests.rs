@@ -463,7 +463,13 @@ fn failed_replica_is_stale_after_grant() {
     assert!(!t2.secondaries.contains(&lagging) && t2.primary != lagging);
     // When the lagging server reports version 1, it is told to delete it.
     let hb = h.heartbeat(&lagging, "r", &[(h0, 1)]);
-    assert_eq!(hb.delete_chunks, vec![h0]);
+    assert_eq!(
+        hb.delete_chunks
+            .iter()
+            .map(|d| d.handle)
+            .collect::<Vec<_>>(),
+        vec![h0]
+    );
     let locs = chunk_replicas(&mut h, "/f");
     assert!(
         !locs.contains(&lagging),
@@ -647,7 +653,13 @@ fn delete_undelete_and_reclaim() {
     assert!(h.m.meta().chunks.get(t.handle).is_none());
     // The replicas are orphans now.
     let hb = h.heartbeat("cs0", "r", &[(t.handle, 1)]);
-    assert_eq!(hb.delete_chunks, vec![t.handle]);
+    assert_eq!(
+        hb.delete_chunks
+            .iter()
+            .map(|d| d.handle)
+            .collect::<Vec<_>>(),
+        vec![t.handle]
+    );
 }
 
 #[test]
@@ -977,7 +989,10 @@ fn a_grant_taken_too_late_is_not_trusted() {
     assert!(!t.secondaries.contains(&"cs2".to_string()));
     let hb = h.heartbeat("cs2", "r", &[(t.handle, 1)]);
     assert_eq!(
-        hb.delete_chunks,
+        hb.delete_chunks
+            .iter()
+            .map(|d| d.handle)
+            .collect::<Vec<_>>(),
         vec![t.handle],
         "a copy that missed the grant's writes was kept"
     );
@@ -994,7 +1009,10 @@ fn a_grant_taken_too_late_is_not_trusted() {
     };
     let hb = h2.heartbeat("cs2", "r", &[(t.handle, 1)]);
     assert_eq!(
-        hb.delete_chunks,
+        hb.delete_chunks
+            .iter()
+            .map(|d| d.handle)
+            .collect::<Vec<_>>(),
         vec![t.handle],
         "a restarted master took the copy back"
     );
@@ -1074,7 +1092,10 @@ fn a_version_number_is_never_used_twice() {
     if let Some(late) = late {
         let hb = h.heartbeat(late, "r", &[(t.handle, 1)]);
         assert_eq!(
-            hb.delete_chunks,
+            hb.delete_chunks
+                .iter()
+                .map(|d| d.handle)
+                .collect::<Vec<_>>(),
             vec![t.handle],
             "a copy from a failed grant passed for current"
         );

@@ -79,7 +79,11 @@ impl Observer for SimObserver {
             found.push(v);
         }
         if matches!(input, ms::Input::Tick) {
-            c.replication = ReplicationReport::of(master, t);
+            let mut r = ReplicationReport::of(master, t);
+            if let (Some(e), Some(h)) = (&mut r.example, r.example_handle) {
+                e.push_str(&format!(" held by {:?}", c.versions.holders(h)));
+            }
+            c.replication = r;
         }
         for v in found {
             c.violation(t, v);

@@ -11,6 +11,7 @@ pub struct ReplicationReport {
     pub at_true_ms: i64,
     /// The first chunk short of its goal, described, for a failing run's output.
     pub example: Option<String>,
+    pub example_handle: Option<u64>,
 }
 
 impl ReplicationReport {
@@ -39,6 +40,7 @@ impl ReplicationReport {
             }
             if r.example.is_none() {
                 let h = _h;
+                r.example_handle = Some(h);
                 let servers: Vec<String> = c
                     .replicas
                     .as_slice()

@@ -34,6 +34,18 @@ impl Versions {
         None
     }
 
+    /// Every server's last word on `h`.
+    pub fn holders(&self, h: ChunkHandle) -> Vec<(String, Version)> {
+        let mut v: Vec<_> = self
+            .servers
+            .iter()
+            .filter(|((_, x), _)| *x == h)
+            .map(|((s, _), v)| (s.clone(), *v))
+            .collect();
+        v.sort();
+        v
+    }
+
     /// What `server` last said its version of `h` is.
     pub fn server_version(&self, server: &str, h: ChunkHandle) -> Option<Version> {
         self.servers.get(&(server.to_string(), h)).copied()
