@@ -266,11 +266,9 @@ impl Master {
     }
 
     fn start_grant(&mut self, h: ChunkHandle) -> Result<(), FsError> {
-        let c = self
-            .meta
-            .chunks
-            .get(h)
-            .ok_or_else(|| FsError::ChunkNotFound(format!("chunk {h}")))?;
+        if self.meta.chunks.get(h).is_none() {
+            return Err(FsError::ChunkNotFound(format!("chunk {h}")));
+        }
         // Every chunk that existed before a restart waits out the quiet period, even one
         // at version 0: its first grant may have reached a primary before the master
         // lost the record of it.
@@ -280,6 +278,12 @@ impl Master {
                 millis(self.leases.quiet_until.saturating_sub(self.now))
             )));
         }
+        if self.now >= self.repl_not_before() && self.repair_before_grant(h) {
+            return Err(FsError::Unavailable(format!(
+                "chunk {h}: restoring its replicas first"
+            )));
+        }
+        let c = self.meta.chunks.get(h).expect("checked above");
         let create = c.version == 0;
         let goal = c.goal as usize;
         #[cfg(not(feature = "plant-no-version-bump"))]

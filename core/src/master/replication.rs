@@ -47,6 +47,10 @@ pub struct Need {
 }
 
 impl Master {
+    pub(super) fn repl_not_before(&self) -> Time {
+        self.repl.not_before
+    }
+
     /// Chunks below their goal, most urgent first: fewest live replicas, then furthest
     /// from goal. Chunks with no live replica are left out (nothing to copy from).
     pub fn replication_queue(&mut self) -> Vec<Need> {
@@ -93,6 +97,53 @@ impl Master {
         }
         needs.sort();
         needs
+    }
+
+    /// Before a new lease on a chunk below its goal: start a clone if one can run and
+    /// none is, and say whether the grant must wait for it. Repair goes first: under a
+    /// steady writer every grant bumps the version and voids the clone in flight, and the
+    /// chunk would live on one copy indefinitely.
+    pub(super) fn repair_before_grant(&mut self, h: ChunkHandle) -> bool {
+        if self.repl.in_flight.contains_key(&h) {
+            return true;
+        }
+        let Some(c) = self.meta.chunks.get(h) else {
+            return false;
+        };
+        let holders: Vec<ServerIdx> = c.replicas.as_slice().to_vec();
+        let live: Vec<ServerIdx> = holders
+            .iter()
+            .copied()
+            .filter(|&s| self.servers.is_alive(s))
+            .collect();
+        if c.version == 0
+            || live.is_empty()
+            || live.len() >= usize::from(c.goal)
+            || self.repl.running >= self.cfg.clones_cluster
+        {
+            return false;
+        }
+        let version = c.version;
+        let per_server = self.cfg.clones_per_server;
+        let Some(source) = live
+            .iter()
+            .copied()
+            .filter(|&s| self.servers.get(s).clones_in_flight < per_server)
+            .min_by_key(|&s| (self.servers.get(s).clones_in_flight, s))
+        else {
+            return false;
+        };
+        let mut exclude = holders;
+        exclude.extend(self.servers.iter().map(|(s, _)| s).filter(|&s| {
+            self.servers.get(s).clones_in_flight >= per_server
+                || self.gc.pending_deletes.is_ordered(s, h)
+                || self.is_retired(h, s)
+        }));
+        let Some(&target) = self.place(1, &exclude).first() else {
+            return false;
+        };
+        self.start_clone(h, version, source, target);
+        true
     }
 
     pub(super) fn schedule_clones(&mut self) {

@@ -955,7 +955,22 @@ fn lease_is_renewed_when_a_replica_leaves() {
         .expect("lease revoked");
     assert_eq!(revoke.to, t.primary);
     h.answer_calls(&[]);
+    // Before a new lease, the chunk gets its third replica back.
+    let e = h.write_target("/f", 0).unwrap_err();
+    assert!(matches!(e, FsError::Unavailable(_)), "{e:?}");
+    assert!(
+        h.calls
+            .iter()
+            .any(|c| matches!(c.req.req, Some(CReq::Clone(_)))),
+        "no repair started"
+    );
+    h.answer_calls(&[]);
     let t2 = h.write_target("/f", 0).unwrap();
+    assert_eq!(
+        t2.secondaries.len(),
+        2,
+        "granted before the replica count was restored"
+    );
     assert_eq!(
         t2.version, 2,
         "a new version, so the departed replica is stale"
