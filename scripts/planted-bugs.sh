@@ -14,7 +14,7 @@ BUGS="plant-no-version-bump plant-stale-location plant-gc-live-chunk"
 SCENARIOS="steady chunkserver-crash partition master-restart disk-corruption gc"
 for bug in $BUGS; do
   RUSTFLAGS="--cfg madsim" CARGO_TARGET_DIR="$SIM_TARGET" \
-    cargo build --quiet --release -p tessera-scenarios --features "tessera-core/$bug" || exit 1
+    cargo build --quiet --release -p tessera-scenarios --features "$bug" || exit 1
   cp "$SIM_TARGET/release/tessera-scenarios" "$OUT/runner-$bug"
 done
 # Leave the normal runner built, as CI expects it.
