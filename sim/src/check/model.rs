@@ -11,40 +11,59 @@ use std::collections::BTreeMap;
 
 #[derive(Clone, Debug, Default)]
 pub struct FileModel {
-    /// Allowed values per byte; index = offset.
-    allowed: Vec<Vec<u8>>,
+    /// One allowed value per byte; index = offset. Unwritten bytes are zero.
+    values: Vec<u8>,
+    /// Bytes a failed write left in doubt: every other value they may hold. Rare, so a
+    /// map beside the dense values (a set per byte made the model the simulator's cost).
+    doubt: BTreeMap<usize, Vec<u8>>,
     pub len_min: u64,
     pub len_max: u64,
 }
 
 impl FileModel {
     fn grow(&mut self, end: usize) {
-        if self.allowed.len() < end {
-            self.allowed.resize(end, vec![0]);
+        if self.values.len() < end {
+            self.values.resize(end, 0);
         }
     }
 
-    pub fn write_ok(&mut self, off: u64, data: &[u8]) {
-        let end = off as usize + data.len();
-        self.grow(end);
-        for (i, b) in data.iter().enumerate() {
-            self.allowed[off as usize + i] = vec![*b];
+    fn allows(&self, pos: usize, b: u8) -> bool {
+        match self.values.get(pos) {
+            Some(&v) => v == b || self.doubt.get(&pos).is_some_and(|d| d.contains(&b)),
+            None => b == 0,
         }
-        // A gap before the write is zero-filled; bytes there were allowed zero already.
+    }
+
+    fn allowed(&self, pos: usize) -> Vec<u8> {
+        let mut a = vec![self.values.get(pos).copied().unwrap_or(0)];
+        if let Some(d) = self.doubt.get(&pos) {
+            a.extend_from_slice(d);
+        }
+        a
+    }
+
+    pub fn write_ok(&mut self, off: u64, data: &[u8]) {
+        let (off, end) = (off as usize, off as usize + data.len());
+        self.grow(end);
+        self.values[off..end].copy_from_slice(data);
+        // The region is defined now.
+        let doubtful: Vec<usize> = self.doubt.range(off..end).map(|(k, _)| *k).collect();
+        for k in doubtful {
+            self.doubt.remove(&k);
+        }
         self.len_min = self.len_min.max(end as u64);
         self.len_max = self.len_max.max(end as u64);
     }
 
     pub fn write_failed(&mut self, off: u64, data: &[u8]) {
-        let end = off as usize + data.len();
-        self.grow(end);
-        for (i, b) in data.iter().enumerate() {
-            let a = &mut self.allowed[off as usize + i];
-            if !a.contains(b) {
-                a.push(*b);
+        let off = off as usize;
+        self.grow(off + data.len());
+        for (i, &b) in data.iter().enumerate() {
+            if !self.allows(off + i, b) {
+                self.doubt.entry(off + i).or_default().push(b);
             }
         }
-        self.len_max = self.len_max.max(end as u64);
+        self.len_max = self.len_max.max((off + data.len()) as u64);
     }
 
     /// Checks a read of `want` bytes at `off` that returned `got`.
@@ -58,16 +77,26 @@ impl FileModel {
                 self.len_min, self.len_max
             ));
         }
+        let start = off as usize;
+        let end = (start + got.len()).min(self.values.len());
+        // Fast path: compare the dense values, then look closer only at differences.
+        let dense = if start < end {
+            &self.values[start..end]
+        } else {
+            &[][..]
+        };
+        if dense == got {
+            return Ok(());
+        }
         for (i, b) in got.iter().enumerate() {
-            let pos = off as usize + i;
-            let ok = match self.allowed.get(pos) {
-                Some(a) => a.contains(b),
-                None => *b == 0,
-            };
-            if !ok {
+            if dense.get(i) == Some(b) {
+                continue;
+            }
+            let pos = start + i;
+            if !self.allows(pos, *b) {
                 return Err(format!(
                     "byte {pos} read as {b}, but only {:?} was ever written there",
-                    self.allowed.get(pos)
+                    Some(self.allowed(pos))
                 ));
             }
         }
@@ -76,12 +105,7 @@ impl FileModel {
 
     /// Whether every byte up to `len_max` is defined (no failed write left doubt).
     pub fn is_defined(&self) -> bool {
-        self.len_min == self.len_max
-            && self
-                .allowed
-                .iter()
-                .take(self.len_max as usize)
-                .all(|a| a.len() == 1)
+        self.len_min == self.len_max && self.doubt.range(..self.len_max as usize).next().is_none()
     }
 }
 
