@@ -333,6 +333,16 @@ impl Cluster {
         net.clog_link(self.servers[i].id, self.master_id);
     }
 
+    /// Cuts one direction of the link between the master and chunkserver `i`.
+    pub fn cut_one_way(&self, i: usize, to_master: bool) {
+        let net = NetSim::current();
+        if to_master {
+            net.clog_link(self.servers[i].id, self.master_id);
+        } else {
+            net.clog_link(self.master_id, self.servers[i].id);
+        }
+    }
+
     pub fn mend_from_master(&self, i: usize) {
         let net = NetSim::current();
         net.unclog_link(self.master_id, self.servers[i].id);

@@ -125,7 +125,7 @@ async fn world(sc: Scenario, seed: u64) -> Outcome {
         reads_checked: c.reads_checked,
         ops_ok: runs.iter().map(|r| r.ok).sum(),
         ops_failed: runs.iter().map(|r| r.errors).sum(),
-        knobs: format!("{knobs:?}"),
+        knobs: format!("{knobs:?} faults={:?}", sched.mix()),
         faults: sched.log.clone(),
     }
 }
