@@ -116,3 +116,15 @@ pub trait MetaStore: Send + 'static {
         prefix: &[u8],
     ) -> impl Future<Output = Result<Vec<(Vec<u8>, Bytes)>, StoreError>> + Send;
 }
+
+/// Every entry of `map` whose key starts with `prefix`, in key order: `MetaStore::scan` for
+/// stores kept in a `BTreeMap` (the simulator's and the test kit's).
+pub fn scan_prefix(
+    map: &std::collections::BTreeMap<Vec<u8>, Bytes>,
+    prefix: &[u8],
+) -> Vec<(Vec<u8>, Bytes)> {
+    map.range(prefix.to_vec()..)
+        .take_while(|(k, _)| k.starts_with(prefix))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}

@@ -243,13 +243,7 @@ impl MetaStore for MemMetaStore {
         &mut self,
         prefix: &[u8],
     ) -> impl Future<Output = Result<Vec<(Vec<u8>, Bytes)>, StoreError>> + Send {
-        let kv = self.0.lock().expect("kv lock");
-        let out = kv
-            .written
-            .range(prefix.to_vec()..)
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let out = crate::runtime::scan_prefix(&self.0.lock().expect("kv lock").written, prefix);
         async { Ok(out) }
     }
 }

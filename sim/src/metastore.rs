@@ -65,13 +65,8 @@ impl MetaStore for SimMetaStore {
         &mut self,
         prefix: &[u8],
     ) -> impl Future<Output = Result<Vec<(Vec<u8>, Bytes)>, StoreError>> + Send {
-        let s = self.0.lock().expect("meta lock");
-        let out = s
-            .written
-            .range(prefix.to_vec()..)
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let out =
+            tessera_core::runtime::scan_prefix(&self.0.lock().expect("meta lock").written, prefix);
         async { Ok(out) }
     }
 }
