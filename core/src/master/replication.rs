@@ -147,11 +147,14 @@ impl Master {
     }
 
     pub(super) fn schedule_clones(&mut self) {
+        // The queue is worked out every tick, so chunks at their goal leave the suspect
+        // set even while clones may not start yet.
+        let queue = self.replication_queue();
         if self.now < self.repl.not_before {
             return;
         }
         let per_server = self.cfg.clones_per_server;
-        for need in self.replication_queue() {
+        for need in queue {
             if self.repl.running >= self.cfg.clones_cluster {
                 return;
             }
