@@ -588,17 +588,7 @@ fn rereplication_fewest_replicas_first_and_throttled() {
     h.step(Input::Tick);
     assert!(h.calls.is_empty(), "cloned a chunk under a lease");
     h.advance(Duration::from_millis(11_000));
-    for i in 0..5 {
-        let a = format!("cs{i}");
-        let mut rep = vec![];
-        if ha[0] == a {
-            rep.push((ta.handle, 1));
-        }
-        if hb[..2].contains(&a) {
-            rep.push((tb.handle, 1));
-        }
-        h.heartbeat(&a, "r", &rep);
-    }
+    report(&mut h);
     h.calls.clear();
     h.step(Input::Tick);
     let q = h.m.replication_queue();
