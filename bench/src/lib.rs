@@ -124,6 +124,7 @@ impl MasterHarness {
         match self.request(Req::GetWriteTarget(pb::GetWriteTargetRequest {
             path: path.into(),
             chunk_index: index,
+            append: false,
         })) {
             pb::MasterResponse {
                 resp: Some(Resp::WriteTarget(t)),

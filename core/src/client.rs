@@ -19,6 +19,7 @@ use crate::pb::{
     self, chunk_request::Req as CReq, chunk_response::Resp as CResp, master_request::Req,
     master_response::Resp,
 };
+use crate::record;
 use crate::runtime::{Runtime, Transport};
 use crate::types::Time;
 
@@ -61,6 +62,8 @@ pub struct Client<R: Runtime, T: Transport> {
     id: u64,
     /// Numbers this client's writes; a retry reuses its number.
     seq: Arc<std::sync::atomic::AtomicU64>,
+    /// Per file, the chunk the last record append went to.
+    append_index: Arc<Mutex<HashMap<String, u64>>>,
 }
 
 impl<R: Runtime, T: Transport> Client<R, T> {
@@ -73,6 +76,7 @@ impl<R: Runtime, T: Transport> Client<R, T> {
             cache: Arc::default(),
             id,
             seq: Arc::default(),
+            append_index: Arc::default(),
         }
     }
 
@@ -339,12 +343,149 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         .await
     }
 
-    /// Appends `data` at the file's current end (not atomic: record append comes with the
-    /// mutation protocol).
+    /// Appends `data` at the file's current end, as a plain write: not atomic, and two
+    /// writers appending at once may overwrite each other. Concurrent appenders use
+    /// [`Client::record_append`].
     pub async fn append(&self, path: &str, data: Bytes) -> Result<u64, FsError> {
         let at = self.stat(path).await?.length;
         self.write(path, at, data).await?;
         Ok(at)
+    }
+
+    /// The largest payload [`Client::append_record`] takes for a file with chunks of
+    /// `chunk_size` bytes: a frame is at most a quarter of a chunk.
+    pub fn max_record(chunk_size: u64) -> u64 {
+        (chunk_size / 4).saturating_sub(record::HEADER as u64)
+    }
+
+    /// Record append of `payload`, framed (see [`record`]): atomically, at least once, at
+    /// an offset the primary picks. Returns the file offset of the record's frame. A
+    /// failed attempt is retried whole, so the record may appear more than once, and a
+    /// failed attempt may leave garbage behind; [`Client::read_records`] skips both.
+    pub async fn append_record(&self, path: &str, payload: &[u8]) -> Result<u64, FsError> {
+        let id = self.rt.random_u64();
+        self.record_append(path, record::frame(id, payload)).await
+    }
+
+    /// Record append of `data` as it is (the caller frames it): atomic, at least once, at
+    /// an offset the primary picks, never across a chunk boundary. Returns its file offset.
+    pub async fn record_append(&self, path: &str, data: Bytes) -> Result<u64, FsError> {
+        let chunk_size = self.locations(path, false).await?.chunk_size;
+        if data.is_empty() || data.len() as u64 > chunk_size / 4 {
+            return Err(FsError::InvalidArgument(format!(
+                "a record append takes 1 to {} bytes, not {}",
+                chunk_size / 4,
+                data.len()
+            )));
+        }
+        // Start at the chunk the last append here went to; the master moves us on to the
+        // file's last chunk if there are more.
+        let mut index = self.last_append_index(path);
+        let mut wait = self.cfg.backoff;
+        let mut attempt = 1;
+        loop {
+            match self.record_append_once(path, index, data.clone()).await {
+                Ok(Appended::At { index: i, offset }) => {
+                    self.set_last_append_index(path, i);
+                    let at = i * chunk_size + offset;
+                    self.forget(path);
+                    self.master_empty(Req::ExtendFile(pb::ExtendFileRequest {
+                        path: path.into(),
+                        length: at + data.len() as u64,
+                    }))
+                    .await?;
+                    return Ok(at);
+                }
+                // Padded: the next chunk. Not a failure, so no back-off.
+                Ok(Appended::Full { index: i }) => {
+                    index = i + 1;
+                    continue;
+                }
+                Err(e) if e.is_retryable() && attempt < self.cfg.attempts => {
+                    tracing::debug!(path, chunk_index = index, attempt, error = %e, "record append failed; retrying");
+                }
+                Err(e) => return Err(e),
+            }
+            attempt += 1;
+            self.rt.sleep(wait).await;
+            wait = (wait * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    fn last_append_index(&self, path: &str) -> u64 {
+        self.append_index
+            .lock()
+            .expect("append index lock")
+            .get(path)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn set_last_append_index(&self, path: &str, index: u64) {
+        let mut m = self.append_index.lock().expect("append index lock");
+        let e = m.entry(path.to_string()).or_default();
+        *e = (*e).max(index);
+    }
+
+    async fn record_append_once(
+        &self,
+        path: &str,
+        index: u64,
+        data: Bytes,
+    ) -> Result<Appended, FsError> {
+        let t = self.write_target(path, index, true).await?;
+        let req = CReq::Append(pb::AppendChunkRequest {
+            handle: t.handle,
+            version: t.version,
+            data,
+            secondaries: t.secondaries.clone(),
+        });
+        match self.chunk_call(&t.primary, req).await? {
+            pb::ChunkResponse {
+                resp: Some(CResp::Append(a)),
+                ..
+            } => Ok(if a.chunk_full {
+                Appended::Full {
+                    index: t.chunk_index,
+                }
+            } else {
+                Appended::At {
+                    index: t.chunk_index,
+                    offset: a.offset,
+                }
+            }),
+            other => Err(FsError::Internal(format!(
+                "unexpected reply to a record append from {}: {other:?}",
+                t.primary
+            ))),
+        }
+    }
+
+    /// Every record in the file, in file order, each once: padding, the remains of failed
+    /// appends and duplicates are skipped.
+    pub async fn read_records(&self, path: &str) -> Result<Vec<record::Record>, FsError> {
+        let data = self.read(path, 0, u64::MAX).await?;
+        let chunk_size = self.locations(path, false).await?.chunk_size;
+        Ok(record::dedup(record::scan(&data, 0, chunk_size)))
+    }
+
+    async fn write_target(
+        &self,
+        path: &str,
+        index: u64,
+        append: bool,
+    ) -> Result<pb::WriteTarget, FsError> {
+        match self
+            .master(Req::GetWriteTarget(pb::GetWriteTargetRequest {
+                path: path.into(),
+                chunk_index: index,
+                append,
+            }))
+            .await?
+        {
+            Resp::WriteTarget(t) => Ok(t),
+            other => Err(unexpected(other)),
+        }
     }
 
     async fn write_piece(
@@ -381,16 +522,7 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         data: Bytes,
         seq: u64,
     ) -> Result<(), FsError> {
-        let t = match self
-            .master(Req::GetWriteTarget(pb::GetWriteTargetRequest {
-                path: path.into(),
-                chunk_index: idx,
-            }))
-            .await?
-        {
-            Resp::WriteTarget(t) => t,
-            other => return Err(unexpected(other)),
-        };
+        let t = self.write_target(path, idx, false).await?;
         // The primary orders the write, applies it and has the secondaries apply it; it
         // answers once all have. (Pipelined data push along a chain comes with the full
         // mutation protocol.)
@@ -405,6 +537,11 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         });
         self.chunk_call(&t.primary, req).await.map(|_| ())
     }
+}
+
+enum Appended {
+    At { index: u64, offset: u64 },
+    Full { index: u64 },
 }
 
 fn unavailable(e: RpcError) -> FsError {

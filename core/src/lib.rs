@@ -13,6 +13,7 @@ pub mod error;
 pub mod master;
 pub mod path;
 pub mod pb;
+pub mod record;
 pub mod rng;
 pub mod runtime;
 pub mod testkit;

@@ -55,6 +55,7 @@ fn start_chunkserver(
             capacity_bytes: 1 << 30,
             chunk_size: CHUNK,
             clone_piece: 64 * 1024,
+            ..ChunkserverConfig::default()
         },
         master: "master".into(),
         heartbeat_interval: Duration::from_secs(1),
@@ -200,6 +201,74 @@ fn cluster_survives_chunkserver_loss_master_crash_and_corruption() {
             s.abort();
         }
         m.abort();
+    });
+}
+
+#[test]
+fn concurrent_record_appends_land_whole_and_at_least_once() {
+    let rt = TestRuntime::new(11);
+    let net = MemNet::new(rt.clone());
+    let rt2 = rt.clone();
+    rt.block_on(async move {
+        let rt = rt2;
+        let meta = MemMetaStore::default();
+        let _m = start_master(&rt, &net, &meta);
+        let disks: Vec<MemChunkStore> = (0..3).map(|_| MemChunkStore::default()).collect();
+        let _servers: Vec<AbortHandle> = disks
+            .iter()
+            .enumerate()
+            .map(|(i, d)| start_chunkserver(&rt, &net, d, i))
+            .collect();
+        rt.sleep(Duration::from_secs(2)).await;
+        let mut cfg = ClientConfig::new("master");
+        cfg.rpc_timeout = Duration::from_secs(2);
+        cfg.attempts = 30;
+        let first = Client::new(rt.clone(), net.clone(), cfg.clone());
+        first.create("/log", 3).await.unwrap();
+        // Four appenders, 40 records each, sizes up to a fifth of a chunk, so chunks fill
+        // and get padded while others append.
+        let mut tasks = Vec::new();
+        for w in 0..4u8 {
+            let client = Client::new(rt.clone(), net.clone(), cfg.clone());
+            let (tx, rx) = futures::channel::oneshot::channel();
+            tasks.push(rx);
+            rt.spawn(async move {
+                let mut mine = Vec::new();
+                for n in 0..40u8 {
+                    let len = 1 + (w as usize * 7919 + n as usize * 104_729) % (CHUNK as usize / 5);
+                    let payload = data(len, w.wrapping_mul(50).wrapping_add(n));
+                    let at = client.append_record("/log", &payload).await.unwrap();
+                    mine.push((at, payload));
+                }
+                let _ = tx.send(mine);
+            });
+        }
+        let mut acked = Vec::new();
+        for t in tasks {
+            acked.extend(t.await.expect("appender finished"));
+        }
+        let records = first.read_records("/log").await.unwrap();
+        assert_eq!(
+            records.len(),
+            acked.len(),
+            "each record once (no faults, no retries)"
+        );
+        let whole = first.read("/log", 0, u64::MAX).await.unwrap();
+        for (at, payload) in &acked {
+            // Whole, at the offset returned, inside one chunk.
+            let r = records
+                .iter()
+                .find(|r| r.offset == *at)
+                .expect("record at its offset");
+            assert_eq!(&r.payload, payload);
+            let end = at + (tessera_core::record::HEADER + payload.len()) as u64;
+            assert_eq!(at / CHUNK, (end - 1) / CHUNK, "a record straddles chunks");
+            assert!(end <= whole.len() as u64);
+        }
+        assert!(
+            whole.len() as u64 > 2 * CHUNK,
+            "the appends should fill several chunks"
+        );
     });
 }
 

@@ -195,6 +195,7 @@ impl Cluster {
                             capacity_bytes: knobs2.disk_capacity,
                             chunk_size: knobs2.chunk_size,
                             clone_piece: 64 << 10,
+                            ..ChunkserverConfig::default()
                         },
                         master: maddr.clone(),
                         heartbeat_interval: knobs2.heartbeat,

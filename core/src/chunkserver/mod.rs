@@ -37,6 +37,11 @@ pub struct ChunkserverConfig {
     pub chunk_size: u64,
     /// Largest piece read from a peer in one call while cloning.
     pub clone_piece: u64,
+    /// The scrubber verifies one idle chunk this often (zero turns it off). It finds
+    /// silent corruption in data nobody reads, before the last good copy is gone.
+    pub scrub_interval: Duration,
+    /// A chunk written within this long is not idle, so not scrubbed yet.
+    pub scrub_idle: Duration,
 }
 
 impl Default for ChunkserverConfig {
@@ -47,6 +52,8 @@ impl Default for ChunkserverConfig {
             capacity_bytes: 1 << 40,
             chunk_size: DEFAULT_CHUNK_SIZE,
             clone_piece: 4 << 20,
+            scrub_interval: Duration::from_secs(10),
+            scrub_idle: Duration::from_secs(60),
         }
     }
 }
@@ -163,6 +170,8 @@ enum Job {
     Request(RequestId, Req, Time),
     /// Delete the copy unless its version is above this.
     Delete(Version),
+    /// Read the whole copy and verify every block.
+    Scrub,
 }
 
 #[derive(Debug)]
@@ -181,6 +190,10 @@ enum Pending {
         data: Bytes,
         end: u64,
     },
+    Scrub {
+        h: ChunkHandle,
+        length: u64,
+    },
     Commit {
         id: Option<RequestId>,
         h: ChunkHandle,
@@ -196,6 +209,19 @@ struct Forward {
     offset: u64,
     data: Bytes,
     secondaries: Vec<String>,
+    /// The answer once every replica has applied the mutation.
+    reply: pb::ChunkResponse,
+}
+
+/// As primary: a mutation out to the secondaries.
+#[derive(Debug)]
+struct Forwarding {
+    id: RequestId,
+    /// Answers still awaited.
+    waiting: usize,
+    /// The first failure.
+    error: Option<FsError>,
+    reply: pb::ChunkResponse,
 }
 
 #[derive(Debug)]
@@ -228,8 +254,11 @@ pub struct Chunkserver {
     calls: HashMap<CallId, CallCtx>,
     /// As primary: the mutation to forward once the local write is durable, per chunk.
     forwards: HashMap<ChunkHandle, Forward>,
-    /// As primary: forwards in flight per chunk (request, answers awaited, first error).
-    forwarding: HashMap<ChunkHandle, (RequestId, usize, Option<FsError>)>,
+    /// As primary: forwards in flight per chunk.
+    forwarding: HashMap<ChunkHandle, Forwarding>,
+    /// The scrubber's next run, and the handle it verified last.
+    next_scrub: Time,
+    scrub_cursor: ChunkHandle,
     next_id: u64,
     out: Effects,
 }
@@ -257,6 +286,7 @@ impl Chunkserver {
     /// inconsistent (checksum count not matching its length) is treated as corrupt.
     pub fn recover(cfg: ChunkserverConfig, now: Time, metas: Vec<pb::ChunkMeta>) -> Chunkserver {
         let mut cs = Chunkserver {
+            next_scrub: now + cfg.scrub_interval,
             cfg,
             now,
             chunks: HashMap::new(),
@@ -267,6 +297,7 @@ impl Chunkserver {
             calls: HashMap::new(),
             forwards: HashMap::new(),
             forwarding: HashMap::new(),
+            scrub_cursor: 0,
             next_id: 1,
             out: Effects::default(),
         };
@@ -338,13 +369,17 @@ impl Chunkserver {
                         Req::Clone(r) => r.handle,
                         Req::RevokeLease(r) => r.handle,
                         Req::Apply(r) => r.handle,
+                        Req::Append(r) => r.handle,
                     };
                     self.enqueue(h, Job::Request(id, r, arrived.min(self.now)));
                 }
             },
             Input::CallResult { id, result } => self.on_call_result(id, result),
             Input::StoreDone { id, result } => self.on_store_done(id, result),
-            Input::Tick => self.heartbeat(),
+            Input::Tick => {
+                self.heartbeat();
+                self.scrub();
+            }
         }
         std::mem::take(&mut self.out)
     }
@@ -388,6 +423,7 @@ impl Chunkserver {
             match job {
                 Job::Request(id, req, arrived) => self.start(id, req, arrived),
                 Job::Delete(max) => self.start_delete(h, max),
+                Job::Scrub => self.start_scrub(h),
             }
         }
     }
@@ -441,6 +477,10 @@ impl Chunkserver {
             Req::Apply(r) => {
                 h = r.handle;
                 self.start_apply(id, r)
+            }
+            Req::Append(r) => {
+                h = r.handle;
+                self.start_append(id, r)
             }
             Req::SetVersion(r) => {
                 h = r.handle;
@@ -537,6 +577,18 @@ impl Chunkserver {
 
     /// A checksum failed: refuse the reader, never serve this copy again, tell the master.
     fn found_corrupt(&mut self, h: ChunkHandle, id: RequestId) {
+        self.mark_corrupt(h);
+        self.done(
+            h,
+            id,
+            err(FsError::Corrupt(format!(
+                "chunk {h} on {}",
+                self.cfg.address
+            ))),
+        );
+    }
+
+    fn mark_corrupt(&mut self, h: ChunkHandle) {
         tracing::warn!(chunk = h, server = %self.cfg.address, "checksum mismatch");
         self.chunks.remove(&h);
         self.corrupt.insert(h);
@@ -547,14 +599,6 @@ impl Chunkserver {
             })),
         };
         self.call(Dest::Master, Outgoing::Master(req), CallCtx::ReportCorrupt);
-        self.done(
-            h,
-            id,
-            err(FsError::Corrupt(format!(
-                "chunk {h} on {}",
-                self.cfg.address
-            ))),
-        );
     }
 
     // ---- writes -----------------------------------------------------------------------
@@ -589,9 +633,70 @@ impl Chunkserver {
             offset: r.offset,
             data: r.data.clone(),
             secondaries: r.secondaries,
+            reply: empty(),
         };
         self.forwards.insert(h, forward);
         self.apply_local(id, h, r.offset, r.data)
+    }
+
+    /// A record append: the primary picks the offset, its copy's end. A record that does
+    /// not fit is not written; the chunk is padded to its full size on every replica
+    /// instead (an empty write at the chunk's end, which fills the gap with zeros), and
+    /// the client moves on to the next chunk. No writer sequence check: appends from one
+    /// writer have no order to keep, and a late duplicate is what at-least-once allows.
+    fn start_append(
+        &mut self,
+        id: RequestId,
+        r: pb::AppendChunkRequest,
+    ) -> Result<Option<pb::ChunkResponse>, FsError> {
+        let h = r.handle;
+        self.usable(h, r.version, true)?;
+        let max = self.cfg.chunk_size / 4;
+        if r.data.is_empty() || r.data.len() as u64 > max {
+            return Err(FsError::InvalidArgument(format!(
+                "a record must be 1 to {max} bytes, not {}",
+                r.data.len()
+            )));
+        }
+        if !self.is_primary(h, self.now) {
+            return Err(FsError::Unavailable(format!(
+                "{} holds no lease on chunk {h}",
+                self.cfg.address
+            )));
+        }
+        let chunk_size = self.cfg.chunk_size;
+        let c = self.chunks.get_mut(&h).expect("usable");
+        let length = c.meta.length;
+        let fits = length + r.data.len() as u64 <= chunk_size;
+        #[cfg(feature = "plant-no-padding")]
+        let (offset, data, full) = if fits {
+            (length, r.data, false)
+        } else {
+            // Planted bug: no padding; the record is cut at the chunk's end.
+            let room = (chunk_size - length) as usize;
+            (length, r.data.slice(..room), false)
+        };
+        #[cfg(not(feature = "plant-no-padding"))]
+        let (offset, data, full) = if fits {
+            (length, r.data, false)
+        } else {
+            (chunk_size, Bytes::new(), true)
+        };
+        c.serial += 1;
+        tracing::debug!(chunk = h, server = %self.cfg.address, serial = c.serial, offset, len = data.len(), full, "record append");
+        let forward = Forward {
+            version: r.version,
+            serial: c.serial,
+            offset,
+            data: data.clone(),
+            secondaries: r.secondaries,
+            reply: ok(Resp::Append(pb::AppendChunkResponse {
+                offset: if full { 0 } else { offset },
+                chunk_full: full,
+            })),
+        };
+        self.forwards.insert(h, forward);
+        self.apply_local(id, h, offset, data)
     }
 
     /// A mutation from the primary, in its serial order.
@@ -909,6 +1014,66 @@ impl Chunkserver {
         );
     }
 
+    // ---- scrubbing --------------------------------------------------------------------
+
+    /// On a tick: when due, verify the next idle chunk after the last one verified, in
+    /// handle order, so every chunk's turn comes.
+    fn scrub(&mut self) {
+        if self.cfg.scrub_interval.is_zero() || self.now < self.next_scrub {
+            return;
+        }
+        self.next_scrub = self.now + self.cfg.scrub_interval;
+        let now = self.now;
+        let idle =
+            |c: &Chunk| c.last_write + self.cfg.scrub_idle <= now || c.last_write == Time::ZERO;
+        let pick = |from: ChunkHandle| {
+            self.chunks
+                .iter()
+                .filter(|(h, c)| **h > from && c.meta.length > 0 && idle(c))
+                .map(|(h, _)| *h)
+                .min()
+        };
+        let Some(h) = pick(self.scrub_cursor).or_else(|| pick(0)) else {
+            return;
+        };
+        self.scrub_cursor = h;
+        if self.busy.contains(&h) || self.queues.contains_key(&h) {
+            return; // in use: not idle after all; its turn comes round again
+        }
+        self.enqueue(h, Job::Scrub);
+    }
+
+    fn start_scrub(&mut self, h: ChunkHandle) {
+        let Some(c) = self.chunks.get(&h) else {
+            return self.finish(h); // deleted meanwhile, or found corrupt
+        };
+        let length = c.meta.length;
+        self.store(
+            Pending::Scrub { h, length },
+            StoreOp::Read {
+                handle: h,
+                ranges: vec![(0, length)],
+            },
+        );
+    }
+
+    fn finish_scrub(&mut self, h: ChunkHandle, length: u64, data: Bytes) {
+        let Some(c) = self.chunks.get(&h) else {
+            return self.finish(h);
+        };
+        // The job held the chunk, so nothing changed it while it was read.
+        debug_assert_eq!(c.meta.length, length);
+        if data.len() as u64 != c.meta.length
+            || checksum::verify(&c.meta.checksums, 0, &data).is_err()
+        {
+            tracing::warn!(chunk = h, server = %self.cfg.address, "scrubber found a corrupt copy");
+            self.mark_corrupt(h);
+        } else {
+            tracing::trace!(chunk = h, server = %self.cfg.address, "scrubbed");
+        }
+        self.finish(h);
+    }
+
     // ---- completions ------------------------------------------------------------------
 
     fn on_store_done(&mut self, op: OpId, result: Result<StoreOutput, StoreError>) {
@@ -939,6 +1104,9 @@ impl Chunkserver {
                 },
                 Ok(StoreOutput::Data(d)),
             ) => self.commit_write(id, h, off, data, end, d),
+            (Pending::Scrub { h, length }, Ok(StoreOutput::Data(mut d))) if d.len() == 1 => {
+                self.finish_scrub(h, length, d.pop().expect("one range"))
+            }
             (Pending::Commit { id, h, meta, lease }, Ok(StoreOutput::Done)) => {
                 match meta {
                     Some(meta) => {
@@ -984,6 +1152,7 @@ impl Chunkserver {
                         (Some(id), h)
                     }
                     Pending::Commit { id, h, .. } => (id, h),
+                    Pending::Scrub { h, .. } => (None, h),
                 };
                 tracing::warn!(chunk = h, error = %e, "storage operation failed");
                 match id {
@@ -998,15 +1167,22 @@ impl Chunkserver {
     /// The local write is durable. As primary, forward the mutation to the secondaries
     /// and answer once they all have; otherwise answer now.
     fn after_commit(&mut self, h: ChunkHandle, id: RequestId) {
-        let Some(f) = self
-            .forwards
-            .remove(&h)
-            .filter(|f| !f.secondaries.is_empty())
-        else {
+        let Some(f) = self.forwards.remove(&h) else {
             return self.done(h, id, empty());
         };
+        if f.secondaries.is_empty() {
+            return self.done(h, id, f.reply);
+        }
         tracing::debug!(chunk = h, server = %self.cfg.address, serial = f.serial, offset = f.offset, len = f.data.len(), to = ?f.secondaries, "forwarding mutation");
-        self.forwarding.insert(h, (id, f.secondaries.len(), None));
+        self.forwarding.insert(
+            h,
+            Forwarding {
+                id,
+                waiting: f.secondaries.len(),
+                error: None,
+                reply: f.reply,
+            },
+        );
         for to in f.secondaries {
             let req = pb::ChunkRequest {
                 req: Some(Req::Apply(pb::ApplyMutationRequest {
@@ -1035,15 +1211,17 @@ impl Chunkserver {
         let Some(entry) = self.forwarding.get_mut(&h) else {
             return;
         };
-        entry.1 -= 1;
-        if entry.2.is_none() {
-            entry.2 = error;
+        entry.waiting -= 1;
+        if entry.error.is_none() {
+            entry.error = error;
         }
-        if entry.1 == 0 {
-            let (id, _, error) = self.forwarding.remove(&h).expect("present");
+        if entry.waiting == 0 {
+            let Forwarding {
+                id, error, reply, ..
+            } = self.forwarding.remove(&h).expect("present");
             // Any failure leaves the region inconsistent; the writer retries.
             let resp = match error {
-                None => empty(),
+                None => reply,
                 Some(e) => err(FsError::Unavailable(format!(
                     "mutation not applied everywhere: {e}"
                 ))),

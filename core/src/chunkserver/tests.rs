@@ -67,12 +67,17 @@ struct H {
     disk: Disk,
     next: RequestId,
     calls: Vec<Call>,
+    now: Time,
 }
 
 impl H {
     fn new() -> H {
+        H::named("cs0")
+    }
+
+    fn named(address: &str) -> H {
         let cfg = ChunkserverConfig {
-            address: "cs0".into(),
+            address: address.into(),
             chunk_size: 1 << 20,
             ..Default::default()
         };
@@ -81,6 +86,7 @@ impl H {
             disk: Disk::default(),
             next: 1,
             calls: vec![],
+            now: Time(1),
         }
     }
 
@@ -89,7 +95,7 @@ impl H {
         let mut replies = Vec::new();
         let mut inputs = vec![input];
         while let Some(i) = inputs.pop() {
-            let e = self.cs.handle(Time(1), i);
+            let e = self.cs.handle(self.now, i);
             replies.extend(e.replies);
             self.calls.extend(e.calls);
             for (id, op) in e.store {
@@ -105,7 +111,7 @@ impl H {
         self.next += 1;
         let replies = self.run(Input::Request {
             id,
-            arrived: Time(1),
+            arrived: self.now,
             req: pb::ChunkRequest { req: Some(r) },
         });
         replies
@@ -681,4 +687,261 @@ fn a_delete_order_spares_a_copy_that_moved_on() {
         vec![2],
         "a current copy was deleted"
     );
+}
+
+fn append(h: &mut H, data: &[u8]) -> Result<pb::AppendChunkResponse, FsError> {
+    match h.req(R::Append(pb::AppendChunkRequest {
+        handle: 1,
+        version: 1,
+        data: Bytes::copy_from_slice(data),
+        secondaries: vec![],
+    })) {
+        pb::ChunkResponse { error: Some(e), .. } => Err(FsError::from_pb(&e)),
+        pb::ChunkResponse {
+            resp: Some(Resp::Append(a)),
+            ..
+        } => Ok(a),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn record_append_goes_at_the_end_and_pads_a_full_chunk() {
+    let mut h = H::new();
+    h.create(1);
+    let rec = vec![7u8; 200_000];
+    for i in 0..5u64 {
+        let a = append(&mut h, &rec).unwrap();
+        assert_eq!((a.offset, a.chunk_full), (i * 200_000, false));
+    }
+    // 48,576 bytes of room left: the record does not fit, so the chunk is padded.
+    let a = append(&mut h, &rec).unwrap();
+    assert!(a.chunk_full);
+    let all = h.read(1, 0, 2 << 20).unwrap();
+    assert_eq!(all.len(), 1 << 20, "padded to the chunk's full size");
+    assert!(all[1_000_000..].iter().all(|&b| b == 0));
+    assert_eq!(
+        h.disk.meta[&1].checksums,
+        checksum::blocks(&h.disk.data[&1])
+    );
+    // Full stays full; and a small record does not sneak into the padding.
+    assert!(append(&mut h, b"x").unwrap().chunk_full);
+}
+
+#[test]
+fn record_append_refuses_big_records_and_non_primaries() {
+    let mut h = H::new();
+    h.create(1);
+    let too_big = vec![1u8; (1 << 20) / 4 + 1];
+    assert!(matches!(
+        append(&mut h, &too_big),
+        Err(FsError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        append(&mut h, b""),
+        Err(FsError::InvalidArgument(_))
+    ));
+    assert!(
+        append(&mut h, &too_big[1..]).is_ok(),
+        "a quarter chunk fits"
+    );
+    h.now = Time(120_000); // the lease is over
+    assert!(matches!(
+        append(&mut h, b"late"),
+        Err(FsError::Unavailable(_))
+    ));
+}
+
+#[test]
+fn padding_reaches_the_secondaries() {
+    let mut p = H::named("p");
+    p.create(1);
+    p.write(1, 0, &[3u8; 1000]);
+    let req = pb::ChunkRequest {
+        req: Some(R::Append(pb::AppendChunkRequest {
+            handle: 1,
+            version: 1,
+            data: Bytes::from(vec![9u8; 262_144]),
+            secondaries: vec!["s".into()],
+        })),
+    };
+    // Fill the chunk to within 100 bytes of its end, then append a record too big.
+    p.write(1, 1000, &vec![4u8; (1 << 20) - 1000 - 100]);
+    let replies = p.run(Input::Request {
+        id: 501,
+        arrived: p.now,
+        req,
+    });
+    assert!(replies.is_empty(), "answered before the secondary padded");
+    let Outgoing::Chunk(pb::ChunkRequest {
+        req: Some(R::Apply(pad)),
+    }) = p.calls.last().unwrap().req.clone()
+    else {
+        panic!()
+    };
+    assert_eq!((pad.offset, pad.data.len()), (1 << 20, 0));
+    let mut s = H::named("s");
+    s.create(1);
+    s.write(1, 0, b"short");
+    let r = s.req(R::Apply(pad));
+    assert!(r.error.is_none(), "{r:?}");
+    let got = s.read(1, 0, 2 << 20).unwrap();
+    assert_eq!(got.len(), 1 << 20);
+    assert!(got[5..].iter().all(|&b| b == 0));
+}
+
+#[test]
+fn scrubber_finds_corruption_in_an_idle_chunk_before_any_read() {
+    let mut h = H::new();
+    for c in 1..=3 {
+        h.create(c);
+        h.write(c, 0, &vec![c as u8; 100_000]);
+    }
+    h.disk.data.get_mut(&2).unwrap()[70_000] ^= 0x01;
+    let scrub = h.cs.cfg.scrub_interval;
+    let idle = h.cs.cfg.scrub_idle;
+    // Recently written: not idle, so not scrubbed.
+    h.now = h.now + scrub;
+    h.run(Input::Tick);
+    assert!(!h.cs.corrupt.contains(&2));
+    // Idle now: one chunk per interval, in handle order.
+    h.now = h.now + idle;
+    let mut reported = false;
+    for _ in 0..3 {
+        h.now = h.now + scrub;
+        h.calls.clear();
+        h.run(Input::Tick);
+        reported |= h.calls.iter().any(|c| matches!(&c.req, Outgoing::Master(pb::MasterRequest { req: Some(MReq::ReportCorrupt(r)) }) if r.handle == 2));
+    }
+    assert!(reported, "the scrubber did not report chunk 2");
+    assert!(h.cs.corrupt.contains(&2));
+    assert!(!h.cs.corrupt.contains(&1) && !h.cs.corrupt.contains(&3));
+    assert!(matches!(
+        h.req(R::Read(pb::ReadChunkRequest {
+            handle: 2,
+            version: 1,
+            offset: 0,
+            length: 10,
+        })),
+        pb::ChunkResponse { error: Some(_), .. }
+    ));
+}
+
+mod serial_order {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Write(u64, Vec<u8>),
+        Append(Vec<u8>),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0u64..300_000, 1usize..90_000, any::<u8>())
+                .prop_map(|(o, n, b)| Op::Write(o, vec![b; n])),
+            (1usize..150_000, any::<u8>()).prop_map(|(n, b)| Op::Append(vec![b; n])),
+        ]
+    }
+
+    /// Runs `ops` on a primary with one secondary that acknowledges everything; returns
+    /// the mutations the primary sent, in serial order.
+    fn primary_run(p: &mut H, ops: &[Op]) -> Vec<pb::ApplyMutationRequest> {
+        let mut sent = Vec::new();
+        for (i, op) in ops.iter().enumerate() {
+            let req = match op {
+                Op::Write(o, d) => R::Write(pb::WriteChunkRequest {
+                    handle: 1,
+                    version: 1,
+                    offset: *o,
+                    data: Bytes::from(d.clone()),
+                    secondaries: vec!["s".into()],
+                    client_id: 1,
+                    client_seq: i as u64,
+                }),
+                Op::Append(d) => R::Append(pb::AppendChunkRequest {
+                    handle: 1,
+                    version: 1,
+                    data: Bytes::from(d.clone()),
+                    secondaries: vec!["s".into()],
+                }),
+            };
+            p.run(Input::Request {
+                id: 10_000 + i as u64,
+                arrived: p.now,
+                req: pb::ChunkRequest { req: Some(req) },
+            });
+            for c in std::mem::take(&mut p.calls) {
+                if let Outgoing::Chunk(pb::ChunkRequest {
+                    req: Some(R::Apply(a)),
+                }) = c.req
+                {
+                    sent.push(a);
+                    p.run(Input::CallResult {
+                        id: c.id,
+                        result: Ok(Reply::Chunk(empty())),
+                    });
+                }
+            }
+        }
+        sent
+    }
+
+    fn replica(deliver: &[pb::ApplyMutationRequest]) -> (H, Vec<u64>) {
+        let mut s = H::named("s");
+        s.create(1);
+        let mut applied = Vec::new();
+        for m in deliver {
+            if s.req(R::Apply(m.clone())).error.is_none() {
+                applied.push(m.serial);
+            }
+        }
+        (s, applied)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Mutations applied in serial order leave every replica identical to the
+        /// primary, bytes and checksums; delivered in any order, with repeats, a replica
+        /// applies an increasing run of serials and holds exactly what they make.
+        #[test]
+        fn replicas_applying_the_serial_order_are_identical(
+            ops in proptest::collection::vec(op(), 1..12),
+            shuffle in proptest::collection::vec(any::<u16>(), 0..24),
+        ) {
+            let mut p = H::named("p");
+            p.create(1);
+            let sent = primary_run(&mut p, &ops);
+            prop_assert_eq!(sent.len(), ops.len());
+            let (s, applied) = replica(&sent);
+            prop_assert_eq!(applied.len(), sent.len());
+            prop_assert_eq!(&s.disk.data[&1], &p.disk.data[&1]);
+            prop_assert_eq!(&s.disk.meta[&1], &p.disk.meta[&1]);
+
+            // Out of order, with repeats.
+            let mut order: Vec<pb::ApplyMutationRequest> = sent.clone();
+            for (i, k) in shuffle.iter().enumerate() {
+                let j = *k as usize % sent.len();
+                if i % 3 == 0 {
+                    order.push(sent[j].clone());
+                } else {
+                    let a = i % order.len();
+                    let b = j % order.len();
+                    order.swap(a, b);
+                }
+            }
+            let (s2, applied) = replica(&order);
+            prop_assert!(applied.windows(2).all(|w| w[0] < w[1]));
+            let subset: Vec<pb::ApplyMutationRequest> = applied
+                .iter()
+                .map(|&n| sent[(n - 1) as usize].clone())
+                .collect();
+            let (s3, _) = replica(&subset);
+            prop_assert_eq!(&s2.disk.data[&1], &s3.disk.data[&1]);
+            prop_assert_eq!(&s2.disk.meta[&1], &s3.disk.meta[&1]);
+            prop_assert_eq!(&s2.disk.meta[&1].checksums, &checksum::blocks(&s2.disk.data[&1]));
+        }
+    }
 }

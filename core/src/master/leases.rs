@@ -44,7 +44,8 @@ struct Grant {
     pending: usize,
     acked: Vec<ServerIdx>,
     /// Requests waiting for the grant, each with the log record it must also wait for.
-    waiters: Vec<(RequestId, LogSeq)>,
+    /// Write-target requests: (request, log record the reply also waits for, chunk index).
+    waiters: Vec<(RequestId, LogSeq, u64)>,
 }
 
 #[derive(Debug)]
@@ -125,12 +126,18 @@ impl Master {
             .file(&path)
             .map(|f| f.chunks.len() as u64)
             .unwrap_or(0);
-        let allocate = r.chunk_index >= have;
+        // An append targets the last chunk, unless the appender found that one full and
+        // asks for the next.
+        let index = if r.append {
+            r.chunk_index.max(have.saturating_sub(1))
+        } else {
+            r.chunk_index
+        };
+        let allocate = index >= have;
         let max_chunks = u64::MAX / self.cfg.chunk_size.max(1);
-        if r.chunk_index >= max_chunks {
+        if index >= max_chunks {
             return Err(FsError::InvalidArgument(format!(
-                "chunk index {} too large",
-                r.chunk_index
+                "chunk index {index} too large"
             )));
         }
         let set = LockSet::on(&path, if allocate { Mode::Write } else { Mode::Read })?;
@@ -146,15 +153,15 @@ impl Master {
         };
         let mut after = 0;
         if !allocate {
-            let h = f.chunks[r.chunk_index as usize];
+            let h = f.chunks[index as usize];
             self.locks.release(&set);
-            self.write_target(id, h, after);
+            self.write_target(id, h, after, index);
             return Ok(true);
         }
         // Allocate every chunk up to the one asked for (a write past the end leaves a
         // hole of chunks that read as empty until written).
         let mut last = None;
-        for _ in have..=r.chunk_index {
+        for _ in have..=index {
             let handle = self.meta.next_handle;
             match self.log(Op::AddChunk(pb::AddChunkOp {
                 path: path.clone(),
@@ -170,25 +177,32 @@ impl Master {
         let (seq, h) = last.expect("at least one chunk allocated");
         after = seq;
         self.hold(seq, None, Some(set));
-        self.write_target(id, h, after);
+        self.write_target(id, h, after, index);
         Ok(true)
     }
 
     /// Replies with the lease holder of `h`, granting a lease first if none is valid.
-    /// The reply also waits for log record `after`.
-    pub(super) fn write_target(&mut self, id: RequestId, h: ChunkHandle, after: LogSeq) {
+    /// The reply also waits for log record `after`. `index` is the chunk's place in its
+    /// file, echoed to the client.
+    pub(super) fn write_target(
+        &mut self,
+        id: RequestId,
+        h: ChunkHandle,
+        after: LogSeq,
+        index: u64,
+    ) {
         if after > self.synced_seq {
             // The chunk's allocation is not durable yet. No chunkserver may hear of the
             // handle before it is: a master that crashed now would hand it out again.
             self.deferred_targets
                 .entry(after)
                 .or_default()
-                .push((id, h));
+                .push((id, h, index));
             return;
         }
         let now = self.now;
         if let Some(g) = self.leases.granting.get_mut(&h) {
-            g.waiters.push((id, after));
+            g.waiters.push((id, after, index));
             return;
         }
         if let Some(l) = self.leases.held.get(&h) {
@@ -199,7 +213,7 @@ impl Master {
                     .get(h)
                     .expect("leased chunk is in the table");
                 if l.replicas.iter().all(|&s| c.replicas.contains(s)) {
-                    let reply = self.target_reply(h, l);
+                    let reply = self.target_reply(h, l, index);
                     self.hold(after, Some((id, reply)), None);
                     return;
                 }
@@ -237,10 +251,10 @@ impl Master {
             .granting
             .get_mut(&h)
             .expect("grant just started");
-        g.waiters.push((id, after));
+        g.waiters.push((id, after, index));
     }
 
-    fn target_reply(&self, h: ChunkHandle, lease: &Lease) -> pb::MasterResponse {
+    fn target_reply(&self, h: ChunkHandle, lease: &Lease, index: u64) -> pb::MasterResponse {
         let c = self
             .meta
             .chunks
@@ -262,6 +276,7 @@ impl Master {
             secondaries,
             lease_expires_in_ms: millis(expires.saturating_sub(self.now)),
             chunk_size: self.cfg.chunk_size,
+            chunk_index: index,
         }))
     }
 
@@ -395,7 +410,7 @@ impl Master {
         let now = self.now;
         if self.meta.chunks.get(h).is_none() {
             // The file went away while the grant was out.
-            for (id, _) in g.waiters {
+            for (id, _, _) in g.waiters {
                 self.reply_err(id, FsError::NotFound(format!("chunk {h} was deleted")));
             }
             return;
@@ -415,7 +430,7 @@ impl Master {
             // it, so such a copy is as good as the current one; the danger is only that
             // the next grant would use the same number for new writes. It will not.
             self.leases.version_floor.insert(h, g.version + 1);
-            for (id, _) in g.waiters {
+            for (id, _, _) in g.waiters {
                 self.reply_err(
                     id,
                     FsError::Unavailable(format!("chunk {h}: no replica took the new version")),
@@ -452,9 +467,9 @@ impl Master {
             tracing::debug!(chunk = h, replicas = g.acked.len(), "chunk created");
         }
         self.repl.check(h);
-        for (id, after) in g.waiters {
+        for (id, after, index) in g.waiters {
             if primary_ok {
-                let reply = self.target_reply(h, &lease);
+                let reply = self.target_reply(h, &lease, index);
                 self.hold(seq.max(after), Some((id, reply)), None);
             } else {
                 self.reply_err(

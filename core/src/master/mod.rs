@@ -128,7 +128,7 @@ pub struct Master {
     gc: gc::Gc,
     checkpoint_seq: LogSeq,
     /// Write-target requests waiting for their chunk's allocation to be durable.
-    deferred_targets: BTreeMap<LogSeq, Vec<(RequestId, u64)>>,
+    deferred_targets: BTreeMap<LogSeq, Vec<(RequestId, u64, u64)>>,
     /// When each retired copy's order was given (or the master started), for lifting it.
     retired_at: HashMap<(u64, ServerIdx), Time>,
     out: Effects,
@@ -317,8 +317,8 @@ impl Master {
         let later = self.deferred_targets.split_off(&(through + 1));
         let ready = std::mem::replace(&mut self.deferred_targets, later);
         for (seq, targets) in ready {
-            for (id, h) in targets {
-                self.write_target(id, h, seq);
+            for (id, h, index) in targets {
+                self.write_target(id, h, seq, index);
             }
         }
         if released {
@@ -597,8 +597,10 @@ impl Master {
         }
         match self.meta.ns.file(&path) {
             Ok(f) if f.length >= r.length => {
-                self.locks.release(&set);
-                self.reply(id, Resp::Empty(pb::Empty {}));
+                // Long enough already, but the record that made it so may not be durable
+                // yet: answer when everything logged so far is.
+                let last = self.last_seq;
+                self.hold(last, Some((id, ok(Resp::Empty(pb::Empty {})))), Some(set));
                 Ok(true)
             }
             Ok(_) => {

@@ -125,9 +125,14 @@ impl H {
     }
 
     fn write_target(&mut self, path: &str, idx: u64) -> Result<pb::WriteTarget, FsError> {
+        self.target(path, idx, false)
+    }
+
+    fn target(&mut self, path: &str, idx: u64, append: bool) -> Result<pb::WriteTarget, FsError> {
         let (id, mut e) = self.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
             path: path.into(),
             chunk_index: idx,
+            append,
         }));
         e.replies.extend(self.sync().replies);
         if reply_for(&e, id).is_none() {
@@ -268,6 +273,7 @@ fn malformed_requests_get_errors() {
     let r = h.call(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
         path: "/nope".into(),
         chunk_index: 0,
+        append: false,
     }));
     assert_eq!(r.error.unwrap().code, pb::ErrorCode::NotFound as i32);
 }
@@ -301,6 +307,7 @@ fn lease_grant_bumps_version_on_replicas_before_reply() {
     let (id, mut e) = h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
         path: "/f".into(),
         chunk_index: 0,
+        append: false,
     }));
     e.replies.extend(h.sync().replies);
     assert!(
@@ -346,6 +353,27 @@ fn lease_grant_bumps_version_on_replicas_before_reply() {
     // While the lease is valid the same primary is returned with no new grant.
     let again = h.write_target("/f", 0).unwrap();
     assert_eq!((again.primary, again.version), (t.primary, 1));
+}
+
+#[test]
+fn append_targets_the_last_chunk_or_the_next_one_asked_for() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    // An empty file: the first chunk is allocated.
+    let t0 = h.target("/f", 0, true).unwrap();
+    assert_eq!(t0.chunk_index, 0);
+    // A writer made chunk 2 (a hole at 1): appends go to the last chunk.
+    let t2 = h.write_target("/f", 2).unwrap();
+    assert_eq!(t2.chunk_index, 2);
+    let t = h.target("/f", 0, true).unwrap();
+    assert_eq!((t.chunk_index, t.handle), (2, t2.handle));
+    // An appender that found chunk 2 full asks for 3; two of them get the same chunk.
+    let a = h.target("/f", 3, true).unwrap();
+    let b = h.target("/f", 3, true).unwrap();
+    assert_eq!((a.chunk_index, a.handle), (3, b.handle));
+    assert_eq!(h.target("/f", 1, true).unwrap().chunk_index, 3);
+    assert!(h.target("/nope", 0, true).is_err());
 }
 
 #[test]
@@ -454,6 +482,7 @@ fn failed_replica_is_stale_after_grant() {
     let (id, _) = h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
         path: "/f".into(),
         chunk_index: 0,
+        append: false,
     }));
     let e = h.answer_calls(&[&lagging]);
     let Some(Resp::WriteTarget(t2)) = reply_for(&e, id).unwrap().resp else {
@@ -830,6 +859,7 @@ fn request(op: &NsOp) -> MReq {
         NsOp::AddChunk(i) => MReq::GetWriteTarget(pb::GetWriteTargetRequest {
             path: PATHS[i].into(),
             chunk_index: 0,
+            append: false,
         }),
         NsOp::Extend(i, l) => MReq::ExtendFile(pb::ExtendFileRequest {
             path: PATHS[i].into(),
@@ -977,6 +1007,7 @@ fn a_grant_taken_too_late_is_not_trusted() {
     let (id, _) = h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
         path: "/f".into(),
         chunk_index: 0,
+        append: false,
     }));
     assert!(
         h.calls.is_empty(),
@@ -1080,6 +1111,7 @@ fn a_version_number_is_never_used_twice() {
     let (id, _) = h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
         path: "/f".into(),
         chunk_index: 0,
+        append: false,
     }));
     h.sync();
     let first: Vec<String> = h.calls.iter().map(|c| c.to.clone()).collect();
@@ -1126,6 +1158,7 @@ fn a_failed_regrant_keeps_the_good_copies() {
     let (id, _) = h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
         path: "/f".into(),
         chunk_index: 0,
+        append: false,
     }));
     h.sync();
     let e = h.answer_calls(&["cs0", "cs1", "cs2"]);
@@ -1154,6 +1187,7 @@ fn a_first_grant_lost_in_a_crash_still_waits_out_the_quiet_period() {
     h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
         path: "/f".into(),
         chunk_index: 0,
+        append: false,
     }));
     h.sync();
     assert!(!h.calls.is_empty());
