@@ -114,12 +114,14 @@ pub enum StoreOp {
         ranges: Vec<(u64, u64)>,
     },
     /// Writes `data` at `offset`, then `meta`, then syncs both: on completion the write
-    /// and its checksums are durable.
+    /// and its checksums are durable. With an `intent` (the old metadata marked with the
+    /// range about to be overwritten), that is written and synced first.
     Write {
         handle: ChunkHandle,
         offset: u64,
         data: Bytes,
         meta: pb::ChunkMeta,
+        intent: Option<pb::ChunkMeta>,
     },
     /// Replaces the chunk's data and metadata whole (a clone), durably.
     Replace {
@@ -172,6 +174,9 @@ enum Job {
     Delete(Version),
     /// Read the whole copy and verify every block.
     Scrub,
+    /// After a crash in the middle of an overwrite: recompute the checksums of the
+    /// blocks the write touched (see `pb::ChunkMeta::writing`).
+    Repair(pb::WriteIntent),
 }
 
 #[derive(Debug)]
@@ -193,6 +198,10 @@ enum Pending {
     Scrub {
         h: ChunkHandle,
         length: u64,
+    },
+    Repair {
+        h: ChunkHandle,
+        start: u64,
     },
     Commit {
         id: Option<RequestId>,
@@ -222,6 +231,8 @@ struct Forwarding {
     /// The first failure.
     error: Option<FsError>,
     reply: pb::ChunkResponse,
+    /// The client was answered already (only by the planted early-ack bug).
+    answered: bool,
 }
 
 #[derive(Debug)]
@@ -259,6 +270,8 @@ pub struct Chunkserver {
     /// The scrubber's next run, and the handle it verified last.
     next_scrub: Time,
     scrub_cursor: ChunkHandle,
+    /// Whether the jobs queued by recovery have been started.
+    started: bool,
     next_id: u64,
     out: Effects,
 }
@@ -298,10 +311,11 @@ impl Chunkserver {
             forwards: HashMap::new(),
             forwarding: HashMap::new(),
             scrub_cursor: 0,
+            started: false,
             next_id: 1,
             out: Effects::default(),
         };
-        for meta in metas {
+        for mut meta in metas {
             let h = meta.handle;
             if meta.checksums.len() as u64 != meta.length.div_ceil(BLOCK_SIZE)
                 || meta.length > cs.cfg.chunk_size
@@ -312,6 +326,16 @@ impl Chunkserver {
                 );
                 cs.corrupt.insert(h);
                 continue;
+            }
+            let writing = meta.writing.take();
+            if let Some(w) = writing {
+                tracing::info!(
+                    chunk = h,
+                    offset = w.offset,
+                    length = w.length,
+                    "an overwrite was cut short; repairing its checksums"
+                );
+                cs.queues.entry(h).or_default().push_back(Job::Repair(w));
             }
             cs.chunks.insert(
                 h,
@@ -355,6 +379,15 @@ impl Chunkserver {
 
     pub fn handle(&mut self, now: Time, input: Input) -> Effects {
         self.now = self.now.max(now);
+        if !self.started {
+            // Repairs found by recovery run first, before anything else on their chunks.
+            self.started = true;
+            let mut queued: Vec<ChunkHandle> = self.queues.keys().copied().collect();
+            queued.sort_unstable();
+            for h in queued {
+                self.run_next(h);
+            }
+        }
         match input {
             Input::Request { id, req, arrived } => match req.req {
                 None => self
@@ -424,6 +457,7 @@ impl Chunkserver {
                 Job::Request(id, req, arrived) => self.start(id, req, arrived),
                 Job::Delete(max) => self.start_delete(h, max),
                 Job::Scrub => self.start_scrub(h),
+                Job::Repair(w) => self.start_repair(h, w),
             }
         }
     }
@@ -559,7 +593,11 @@ impl Chunkserver {
             .saturating_mul(BLOCK_SIZE)
             .min(c.meta.length)
             - start;
-        if data.len() as u64 != want || checksum::verify(&c.meta.checksums, start, &data).is_err() {
+        // Planted bug: bytes leave unverified.
+        let verify = !cfg!(feature = "plant-skip-read-verify");
+        if data.len() as u64 != want
+            || (verify && checksum::verify(&c.meta.checksums, start, &data).is_err())
+        {
             return self.found_corrupt(h, id);
         }
         let s = (off - start) as usize;
@@ -577,7 +615,7 @@ impl Chunkserver {
 
     /// A checksum failed: refuse the reader, never serve this copy again, tell the master.
     fn found_corrupt(&mut self, h: ChunkHandle, id: RequestId) {
-        self.mark_corrupt(h);
+        self.mark_corrupt(h, false);
         self.done(
             h,
             id,
@@ -588,7 +626,7 @@ impl Chunkserver {
         );
     }
 
-    fn mark_corrupt(&mut self, h: ChunkHandle) {
+    fn mark_corrupt(&mut self, h: ChunkHandle, by_scrubber: bool) {
         tracing::warn!(chunk = h, server = %self.cfg.address, "checksum mismatch");
         self.chunks.remove(&h);
         self.corrupt.insert(h);
@@ -596,6 +634,7 @@ impl Chunkserver {
             req: Some(MReq::ReportCorrupt(pb::ReportCorruptRequest {
                 address: self.cfg.address.clone(),
                 handle: h,
+                by_scrubber,
             })),
         };
         self.call(Dest::Master, Outgoing::Master(req), CallCtx::ReportCorrupt);
@@ -809,6 +848,15 @@ impl Chunkserver {
             covered.extend_from_slice(&tail[(end - edges.tb) as usize..]);
         }
         checksum::update(&mut meta.checksums, edges.fb, &covered);
+        // Bytes below the old length are overwritten: say so durably first, so a crash
+        // in the middle is repaired rather than leaving the whole copy corrupt.
+        let intent = (off < meta.length).then(|| pb::ChunkMeta {
+            writing: Some(pb::WriteIntent {
+                offset: off,
+                length: end - off,
+            }),
+            ..c.meta.clone()
+        });
         meta.length = meta.length.max(end);
         self.store(
             Pending::Commit {
@@ -822,6 +870,7 @@ impl Chunkserver {
                 offset: off,
                 data,
                 meta,
+                intent,
             },
         );
     }
@@ -860,6 +909,7 @@ impl Chunkserver {
                 version: r.version,
                 length: 0,
                 checksums: vec![],
+                writing: None,
             },
             None => return Err(FsError::ChunkNotFound(format!("chunk {h}"))),
         };
@@ -982,6 +1032,7 @@ impl Chunkserver {
             version,
             length: data.len() as u64,
             checksums: checksum::blocks(&data),
+            writing: None,
         };
         self.store(
             Pending::Commit {
@@ -1067,11 +1118,71 @@ impl Chunkserver {
             || checksum::verify(&c.meta.checksums, 0, &data).is_err()
         {
             tracing::warn!(chunk = h, server = %self.cfg.address, "scrubber found a corrupt copy");
-            self.mark_corrupt(h);
+            self.mark_corrupt(h, true);
         } else {
             tracing::trace!(chunk = h, server = %self.cfg.address, "scrubbed");
         }
         self.finish(h);
+    }
+
+    // ---- repair after a torn write ---------------------------------------------------
+
+    fn start_repair(&mut self, h: ChunkHandle, w: pb::WriteIntent) {
+        let Some(c) = self.chunks.get(&h) else {
+            return self.finish(h);
+        };
+        let length = c.meta.length;
+        let start = w.offset / BLOCK_SIZE * BLOCK_SIZE;
+        let end = w
+            .offset
+            .saturating_add(w.length)
+            .div_ceil(BLOCK_SIZE)
+            .saturating_mul(BLOCK_SIZE)
+            .min(length);
+        if start >= end {
+            // Nothing below the length was touched: just clear the mark.
+            let meta = c.meta.clone();
+            return self.store(
+                Pending::Commit {
+                    id: None,
+                    h,
+                    meta: Some(meta.clone()),
+                    lease: None,
+                },
+                StoreOp::WriteMeta { handle: h, meta },
+            );
+        }
+        self.store(
+            Pending::Repair { h, start },
+            StoreOp::Read {
+                handle: h,
+                ranges: vec![(start, end - start)],
+            },
+        );
+    }
+
+    fn finish_repair(&mut self, h: ChunkHandle, start: u64, data: Bytes) {
+        let Some(c) = self.chunks.get(&h) else {
+            return self.finish(h);
+        };
+        let mut meta = c.meta.clone();
+        let want = ((start + data.len() as u64).div_ceil(BLOCK_SIZE) * BLOCK_SIZE).min(meta.length);
+        if start + data.len() as u64 != want {
+            // The data is shorter than the metadata says: not a torn write's doing.
+            tracing::warn!(chunk = h, "chunk data shorter than its metadata");
+            self.mark_corrupt(h, false);
+            return self.finish(h);
+        }
+        checksum::update(&mut meta.checksums, start, &data);
+        self.store(
+            Pending::Commit {
+                id: None,
+                h,
+                meta: Some(meta.clone()),
+                lease: None,
+            },
+            StoreOp::WriteMeta { handle: h, meta },
+        );
     }
 
     // ---- completions ------------------------------------------------------------------
@@ -1106,6 +1217,9 @@ impl Chunkserver {
             ) => self.commit_write(id, h, off, data, end, d),
             (Pending::Scrub { h, length }, Ok(StoreOutput::Data(mut d))) if d.len() == 1 => {
                 self.finish_scrub(h, length, d.pop().expect("one range"))
+            }
+            (Pending::Repair { h, start }, Ok(StoreOutput::Data(mut d))) if d.len() == 1 => {
+                self.finish_repair(h, start, d.pop().expect("one range"))
             }
             (Pending::Commit { id, h, meta, lease }, Ok(StoreOutput::Done)) => {
                 match meta {
@@ -1152,7 +1266,7 @@ impl Chunkserver {
                         (Some(id), h)
                     }
                     Pending::Commit { id, h, .. } => (id, h),
-                    Pending::Scrub { h, .. } => (None, h),
+                    Pending::Scrub { h, .. } | Pending::Repair { h, .. } => (None, h),
                 };
                 tracing::warn!(chunk = h, error = %e, "storage operation failed");
                 match id {
@@ -1174,6 +1288,11 @@ impl Chunkserver {
             return self.done(h, id, f.reply);
         }
         tracing::debug!(chunk = h, server = %self.cfg.address, serial = f.serial, offset = f.offset, len = f.data.len(), to = ?f.secondaries, "forwarding mutation");
+        // Planted bug: the primary answers before the secondaries have applied.
+        let answered = cfg!(feature = "plant-early-ack");
+        if answered {
+            self.out.replies.push((id, f.reply.clone()));
+        }
         self.forwarding.insert(
             h,
             Forwarding {
@@ -1181,6 +1300,7 @@ impl Chunkserver {
                 waiting: f.secondaries.len(),
                 error: None,
                 reply: f.reply,
+                answered,
             },
         );
         for to in f.secondaries {
@@ -1217,8 +1337,15 @@ impl Chunkserver {
         }
         if entry.waiting == 0 {
             let Forwarding {
-                id, error, reply, ..
+                id,
+                error,
+                reply,
+                answered,
+                ..
             } = self.forwarding.remove(&h).expect("present");
+            if answered {
+                return self.finish(h);
+            }
             // Any failure leaves the region inconsistent; the writer retries.
             let resp = match error {
                 None => reply,

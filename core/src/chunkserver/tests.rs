@@ -10,6 +10,8 @@ use crate::pb::chunk_request::Req as R;
 struct Disk {
     data: HashMap<ChunkHandle, Vec<u8>>,
     meta: HashMap<ChunkHandle, pb::ChunkMeta>,
+    /// Every write intent stored.
+    intents: Vec<pb::WriteIntent>,
 }
 
 impl Disk {
@@ -33,7 +35,9 @@ impl Disk {
                 offset,
                 data,
                 meta,
+                intent,
             } => {
+                self.intents.extend(intent.and_then(|i| i.writing));
                 let d = self.data.entry(handle).or_default();
                 let end = offset as usize + data.len();
                 if d.len() < end {
@@ -381,12 +385,14 @@ fn recovery_flags_inconsistent_metadata() {
         version: 2,
         length: 10,
         checksums: vec![0],
+        writing: None,
     };
     let bad = pb::ChunkMeta {
         handle: 2,
         version: 2,
         length: 100_000,
         checksums: vec![0],
+        writing: None,
     };
     let cs = Chunkserver::recover(ChunkserverConfig::default(), Time(0), vec![good, bad]);
     assert_eq!(cs.chunks().map(|c| c.0).collect::<Vec<_>>(), vec![1]);
@@ -944,4 +950,55 @@ mod serial_order {
             prop_assert_eq!(&s2.disk.meta[&1].checksums, &checksum::blocks(&s2.disk.data[&1]));
         }
     }
+}
+
+#[test]
+fn an_overwrite_cut_short_by_a_crash_is_repaired_not_lost() {
+    let mut h = H::new();
+    h.create(1);
+    h.write(1, 0, &vec![b'a'; 200_000]);
+    assert!(
+        h.disk.intents.is_empty(),
+        "a write to fresh space needs no intent"
+    );
+    h.write(1, 150_000, &[b'c'; 100]);
+    assert_eq!(
+        h.disk.intents,
+        vec![pb::WriteIntent {
+            offset: 150_000,
+            length: 100
+        }]
+    );
+    // A crash in the middle of an overwrite of 1,000 bytes at 70,000: its intent is on
+    // disk, and only the first 500 bytes made it.
+    let mut meta = h.disk.meta[&1].clone();
+    meta.writing = Some(pb::WriteIntent {
+        offset: 70_000,
+        length: 1_000,
+    });
+    h.disk.data.get_mut(&1).unwrap()[70_000..70_500].fill(b'b');
+    let disk = std::mem::take(&mut h.disk);
+    let mut h2 = H::new();
+    h2.disk = disk;
+    h2.cs = Chunkserver::recover(h.cs.cfg.clone(), Time(0), vec![meta.clone()]);
+    let all = h2.read(1, 0, 300_000).expect("repaired, not corrupt");
+    assert_eq!(all.len(), 200_000);
+    assert!(
+        all[..70_000].iter().all(|&b| b == b'a'),
+        "earlier writes kept"
+    );
+    assert!(all[70_000..70_500].iter().all(|&b| b == b'b'));
+    assert!(all[70_500..150_000].iter().all(|&b| b == b'a'));
+    assert!(h2.disk.meta[&1].writing.is_none(), "the mark is cleared");
+    assert_eq!(
+        h2.disk.meta[&1].checksums,
+        checksum::blocks(&h2.disk.data[&1])
+    );
+    // Without the intent the same crash would cost the whole copy.
+    let mut h3 = H::new();
+    h3.disk = std::mem::take(&mut h2.disk);
+    h3.disk.data.get_mut(&1).unwrap()[70_000..70_500].fill(b'd');
+    meta.writing = None;
+    h3.cs = Chunkserver::recover(h.cs.cfg.clone(), Time(0), vec![meta]);
+    assert!(matches!(h3.read(1, 65_536, 10), Err(FsError::Corrupt(_))));
 }

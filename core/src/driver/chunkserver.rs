@@ -46,7 +46,12 @@ pub async fn execute<S: ChunkStore>(store: &mut S, op: StoreOp) -> Result<StoreO
             offset,
             data,
             meta,
+            intent,
         } => {
+            if let Some(intent) = intent {
+                store.write_meta(intent).await?;
+                store.sync(handle).await?;
+            }
             store.write(handle, offset, data).await?;
             store.write_meta(meta).await?;
             store.sync(handle).await?;

@@ -124,11 +124,26 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
     }
     let mut replies: HashMap<RequestId, oneshot::Sender<Bytes>> = HashMap::new();
     let mut next_request: RequestId = 1;
-    while let Some(first) = events.next().await {
+    // Records (and a checkpoint) made by the step that learned of a sync: they go into
+    // the next batch at once, without waiting for an event.
+    let mut carried: Vec<(LogSeq, pb::LogRecord)> = Vec::new();
+    let mut carried_checkpoint: Option<pb::Checkpoint> = None;
+    loop {
         let mut batch = Vec::new();
         let mut last = None;
-        let mut checkpoint = None;
-        let mut ev = Some(first);
+        let mut checkpoint = carried_checkpoint.take();
+        for (seq, rec) in carried.drain(..) {
+            batch.push((log_key(seq), Some(Bytes::from(rec.encode_to_vec()))));
+            last = Some(seq);
+        }
+        let mut ev = if batch.is_empty() && checkpoint.is_none() {
+            match events.next().await {
+                Some(e) => Some(e),
+                None => break,
+            }
+        } else {
+            events.try_recv().ok()
+        };
         // Take every event that is ready, so one sync covers many records (group commit).
         while let Some(e) = ev.take() {
             let input = match e {
@@ -183,12 +198,15 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
             store.write(batch).await?;
             store.sync().await?;
             if let Some(through) = last {
-                let effects = step(
+                let mut effects = step(
                     &rt,
                     &mut master,
                     &mut observer,
                     Input::LogSynced { through },
                 );
+                // A sync can release work that logs (a grant reserving its version).
+                carried = std::mem::take(&mut effects.log);
+                carried_checkpoint = effects.checkpoint.take();
                 dispatch(&rt, &transport, &tx, &opts, &mut replies, effects);
             }
         }
@@ -224,7 +242,7 @@ fn dispatch<R: Runtime, T: Transport>(
     }
     for call in effects.calls {
         let (transport, tx) = (transport.clone(), tx.clone());
-        let deadline = rt.now() + opts.call_timeout;
+        let deadline = rt.now() + call.timeout.unwrap_or(opts.call_timeout);
         rt.spawn(async move {
             let result = transport
                 .call(&call.to, call.req.encode_to_vec().into(), deadline)

@@ -28,6 +28,8 @@ pub struct MasterConfig {
     /// Clones one server may take part in at once, and clones in the whole cluster.
     pub clones_per_server: u32,
     pub clones_cluster: u32,
+    /// How long the master waits for a clone to finish before counting it failed.
+    pub clone_timeout: Duration,
     /// A checkpoint is taken after this many log records.
     pub checkpoint_every: u64,
     /// Seed for the master's tie-breaking choices (placement, primaries).
@@ -48,6 +50,7 @@ impl Default for MasterConfig {
             creation_limit: 20,
             clones_per_server: 2,
             clones_cluster: 16,
+            clone_timeout: Duration::from_secs(300),
             checkpoint_every: 100_000,
             rng_seed: 0,
         }

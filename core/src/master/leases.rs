@@ -1,8 +1,10 @@
 //! Chunk leases (GFS §3.1) and the write-target request that needs them.
 //!
-//! A grant first asks the replicas to record a new version durably (`SetVersion`); only
-//! when they answer is the version logged and the client told. A replica that did not
-//! answer keeps the old version and is stale from then on.
+//! A grant first reserves the new version in the log (`ReserveVersion`), durably, so no
+//! number is ever handed out twice, even across a master crash. Then it asks the
+//! replicas to record the version durably (`SetVersion`); only when they answer is the
+//! version logged as the chunk's and the client told. A replica that did not answer
+//! keeps the old version and is stale from then on.
 //!
 //! Safety: a new lease is never granted while an old one may still be valid on its holder.
 //! The holder counts its lease from when the `SetVersion` (or extension) *reached* it; the
@@ -46,6 +48,8 @@ struct Grant {
     /// Requests waiting for the grant, each with the log record it must also wait for.
     /// Write-target requests: (request, log record the reply also waits for, chunk index).
     waiters: Vec<(RequestId, LogSeq, u64)>,
+    /// The `SetVersion` calls, held until the reservation is durable.
+    unsent: Vec<(ServerIdx, CReq)>,
 }
 
 #[derive(Debug)]
@@ -56,9 +60,8 @@ pub struct Leases {
     /// this time (see the module comment).
     quiet_until: Time,
     quiet_below: ChunkHandle,
-    /// The lowest version the next grant of a chunk may use, after a grant that failed
-    /// everywhere (its number may live on in copies that applied it late).
-    version_floor: HashMap<ChunkHandle, Version>,
+    /// Grants waiting for their version reservation to be durable, by log record.
+    unreserved: std::collections::BTreeMap<LogSeq, Vec<ChunkHandle>>,
 }
 
 impl Leases {
@@ -68,14 +71,13 @@ impl Leases {
             held: HashMap::new(),
             granting: HashMap::new(),
             quiet_until: now + cfg.lease_duration + cfg.max_clock_skew,
-            version_floor: HashMap::new(),
+            unreserved: Default::default(),
         }
     }
 
     pub fn forget(&mut self, h: ChunkHandle) {
         self.held.remove(&h);
         self.granting.remove(&h);
-        self.version_floor.remove(&h);
     }
 
     /// Drops leases that can no longer be valid anywhere (expired, skew included): they
@@ -230,7 +232,9 @@ impl Master {
                 return;
             }
             let free_at = l.expires + self.cfg.max_clock_skew;
-            if now < free_at {
+            // Planted bug: a lease whose holder looks dead is taken as over at once.
+            let planted = cfg!(feature = "plant-early-lease");
+            if now < free_at && !planted {
                 let wait = millis(free_at.saturating_sub(now));
                 self.reply_err(
                     id,
@@ -302,7 +306,7 @@ impl Master {
         let create = c.version == 0;
         let goal = c.goal as usize;
         #[cfg(not(feature = "plant-no-version-bump"))]
-        let version = (c.version + 1).max(self.leases.version_floor.get(&h).copied().unwrap_or(0));
+        let version = (c.version + 1).max(self.meta.reserved.get(&h).map_or(0, |r| r + 1));
         #[cfg(feature = "plant-no-version-bump")]
         let version = c.version.max(1);
         let holders: Vec<ServerIdx> = c.replicas.as_slice().to_vec();
@@ -332,23 +336,27 @@ impl Master {
         };
         let primary = targets[self.rng.below(targets.len() as u64) as usize];
         let lease_ms = millis(self.cfg.lease_duration);
-        for &s in &targets {
-            let req = CReq::SetVersion(pb::SetVersionRequest {
-                handle: h,
-                version,
-                create,
-                lease_ms: if s == primary { lease_ms } else { 0 },
-                valid_ms: lease_ms,
-            });
-            self.call(
-                s,
-                CallCtx::SetVersion {
+        let unsent: Vec<(ServerIdx, CReq)> = targets
+            .iter()
+            .map(|&s| {
+                let req = CReq::SetVersion(pb::SetVersionRequest {
                     handle: h,
-                    server: s,
-                },
-                req,
-            );
-        }
+                    version,
+                    create,
+                    lease_ms: if s == primary { lease_ms } else { 0 },
+                    valid_ms: lease_ms,
+                });
+                (s, req)
+            })
+            .collect();
+        #[cfg(not(feature = "plant-no-version-bump"))]
+        let reserve = self.log(Op::ReserveVersion(pb::ReserveVersionOp {
+            handle: h,
+            version,
+        }));
+        #[cfg(feature = "plant-no-version-bump")]
+        let reserve: Result<(LogSeq, super::meta::Applied), FsError> = Ok((0, Default::default()));
+        let (seq, _) = reserve?;
         tracing::debug!(chunk = h, version, primary = %self.servers.get(primary).addr, "granting lease");
         self.leases.granting.insert(
             h,
@@ -360,9 +368,41 @@ impl Master {
                 pending: targets.len(),
                 acked: Vec::new(),
                 waiters: Vec::new(),
+                unsent,
             },
         );
+        if seq <= self.synced_seq {
+            self.send_grant(h);
+        } else {
+            self.leases.unreserved.entry(seq).or_default().push(h);
+        }
         Ok(())
+    }
+
+    /// The grant's version is reserved durably: ask the replicas to take it.
+    fn send_grant(&mut self, h: ChunkHandle) {
+        let Some(g) = self.leases.granting.get_mut(&h) else {
+            return;
+        };
+        for (s, req) in std::mem::take(&mut g.unsent) {
+            self.call(
+                s,
+                CallCtx::SetVersion {
+                    handle: h,
+                    server: s,
+                },
+                req,
+            );
+        }
+    }
+
+    /// Log records through `through` are durable: send the grants they reserved.
+    pub(super) fn reservations_synced(&mut self, through: LogSeq) {
+        let later = self.leases.unreserved.split_off(&(through + 1));
+        let ready = std::mem::replace(&mut self.leases.unreserved, later);
+        for h in ready.into_values().flatten() {
+            self.send_grant(h);
+        }
     }
 
     /// Picks `n` servers for new replicas, avoiding `exclude` and their racks.
@@ -428,8 +468,8 @@ impl Master {
         if g.acked.is_empty() {
             // Nobody answered, yet some may apply the version later. No client wrote under
             // it, so such a copy is as good as the current one; the danger is only that
-            // the next grant would use the same number for new writes. It will not.
-            self.leases.version_floor.insert(h, g.version + 1);
+            // the next grant would use the same number for new writes. It will not: the
+            // number is reserved in the log.
             for (id, _, _) in g.waiters {
                 self.reply_err(
                     id,

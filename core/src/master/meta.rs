@@ -4,7 +4,7 @@
 
 use crate::error::FsError;
 use crate::pb::{self, log_record::Op};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::types::{ChunkHandle, LogSeq, Version};
 
@@ -20,6 +20,9 @@ pub struct Meta {
     /// Copies not to be trusted: (chunk, server address) -> the version they may falsely
     /// claim. Meaningful only while the chunk is still at that version.
     pub retired: BTreeMap<(ChunkHandle, String), Version>,
+    /// The highest version a grant reserved, where above the chunk's version (a grant
+    /// out or failed). The next grant goes above it.
+    pub reserved: HashMap<ChunkHandle, Version>,
 }
 
 /// What an applied record did beyond the state change, for the master to follow up.
@@ -36,6 +39,7 @@ impl Meta {
             chunks: ChunkTable::default(),
             next_handle: 1,
             retired: BTreeMap::new(),
+            reserved: HashMap::new(),
         }
     }
 
@@ -84,6 +88,29 @@ impl Meta {
                     )));
                 }
                 c.version = o.version;
+                if self
+                    .reserved
+                    .get(&o.handle)
+                    .is_some_and(|&r| r <= o.version)
+                {
+                    self.reserved.remove(&o.handle);
+                }
+            }
+            Some(Op::ReserveVersion(o)) => {
+                let c = self.chunks.get(o.handle).ok_or_else(|| {
+                    FsError::ChunkNotFound(format!(
+                        "reserve a version of unknown chunk {}",
+                        o.handle
+                    ))
+                })?;
+                if o.version <= c.version {
+                    return Err(FsError::Internal(format!(
+                        "chunk {}: reserving version {} at version {}",
+                        o.handle, o.version, c.version
+                    )));
+                }
+                let r = self.reserved.entry(o.handle).or_insert(o.version);
+                *r = (*r).max(o.version);
             }
             Some(Op::SetLength(o)) => self.ns.set_length(&o.path, o.length, t)?,
             Some(Op::RetireReplica(o)) => {
@@ -106,6 +133,9 @@ impl Meta {
             let chunks = &self.chunks;
             self.retired
                 .retain(|(h, _), v| chunks.get(*h).is_some_and(|c| c.version == *v));
+        }
+        for h in &out.reclaimed {
+            self.reserved.remove(h);
         }
         Ok(out)
     }
@@ -152,12 +182,19 @@ impl Meta {
                 lift: false,
             })
             .collect();
+        let mut reserved: Vec<pb::ChunkVersion> = self
+            .reserved
+            .iter()
+            .map(|(&handle, &version)| pb::ChunkVersion { handle, version })
+            .collect();
+        reserved.sort_unstable_by_key(|r| r.handle);
         pb::Checkpoint {
             through_seq,
             next_handle: self.next_handle,
             entries,
             chunks,
             retired,
+            reserved,
         }
     }
 
@@ -209,6 +246,14 @@ impl Meta {
             }
             meta.retired
                 .insert((r.handle, r.address.clone()), r.version);
+        }
+        for r in &cp.reserved {
+            match meta.chunks.get(r.handle) {
+                Some(c) if r.version > c.version => {
+                    meta.reserved.insert(r.handle, r.version);
+                }
+                _ => return Err(bad(format!("reserved version of chunk {}", r.handle))),
+            }
         }
         Ok(meta)
     }

@@ -68,6 +68,9 @@ pub struct Call {
     pub id: CallId,
     pub to: String,
     pub req: pb::ChunkRequest,
+    /// How long to wait for the answer, where the driver's usual deadline is too short
+    /// (a clone copies a whole chunk).
+    pub timeout: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Default)]
@@ -314,6 +317,7 @@ impl Master {
                 }
             }
         }
+        self.reservations_synced(through);
         let later = self.deferred_targets.split_off(&(through + 1));
         let ready = std::mem::replace(&mut self.deferred_targets, later);
         for (seq, targets) in ready {
@@ -625,6 +629,10 @@ impl Master {
     // ---- calls to chunkservers -------------------------------------------------------
 
     fn call(&mut self, to: ServerIdx, ctx: CallCtx, req: pb::chunk_request::Req) {
+        // A clone that timed out here would be started again while the first copy still
+        // runs, queueing duplicate copies (and the grants behind them) on the target.
+        let timeout =
+            matches!(req, pb::chunk_request::Req::Clone(_)).then_some(self.cfg.clone_timeout);
         let id = self.next_call;
         self.next_call += 1;
         self.calls.insert(id, ctx);
@@ -632,6 +640,7 @@ impl Master {
             id,
             to: self.servers.get(to).addr.clone(),
             req: pb::ChunkRequest { req: Some(req) },
+            timeout,
         });
     }
 

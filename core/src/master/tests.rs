@@ -61,9 +61,27 @@ impl H {
         (id, e)
     }
 
-    fn sync(&mut self) -> Effects {
+    /// One `LogSynced` step, through the last record.
+    fn sync_once(&mut self) -> Effects {
         let through = self.m.last_seq();
         self.step(Input::LogSynced { through })
+    }
+
+    /// Syncs the log, again while syncing makes more records (a grant's reservation
+    /// follows its chunk's allocation).
+    fn sync(&mut self) -> Effects {
+        let mut all = Effects::default();
+        loop {
+            let through = self.m.last_seq();
+            let e = self.step(Input::LogSynced { through });
+            all.log.extend(e.log);
+            all.replies.extend(e.replies);
+            all.calls.extend(e.calls);
+            all.checkpoint = e.checkpoint.or(all.checkpoint);
+            if self.m.last_seq() == through {
+                return all;
+            }
+        }
     }
 
     /// Sends a request, syncs the log, and returns the reply.
@@ -105,9 +123,11 @@ impl H {
     }
 
     /// Answers every outstanding call with success (or failure for the `fail` servers).
+    /// The log is synced first: a grant's calls go out once its reservation is durable.
     fn answer_calls(&mut self, fail: &[&str]) -> Effects {
-        let calls = std::mem::take(&mut self.calls);
         let mut all = Effects::default();
+        all.replies.extend(self.sync().replies);
+        let calls = std::mem::take(&mut self.calls);
         for c in calls {
             let result = if fail.contains(&c.to.as_str()) {
                 Err(RpcError::Unreachable(c.to.clone()))
@@ -237,14 +257,14 @@ fn siblings_proceed_while_directory_waits() {
     // Renaming the directory needs its write lock: it waits for both.
     let (r, e3) = h.send(rename("/d", "/e"));
     assert!(e3.log.is_empty());
-    let e = h.sync();
+    let e = h.sync_once();
     assert!(is_ok(&reply_for(&e, a).unwrap()) && is_ok(&reply_for(&e, b).unwrap()));
     assert_eq!(
         e.log.len(),
         1,
         "the rename ran once the creates were durable"
     );
-    let e = h.sync();
+    let e = h.sync_once();
     assert!(is_ok(&reply_for(&e, r).unwrap()));
     assert_eq!(listing(&mut h, "/e", false), vec!["/e/a", "/e/b"]);
 }
@@ -755,6 +775,7 @@ fn recovery_rejects_gaps_and_bad_records() {
         }],
         chunks: vec![],
         retired: vec![],
+        reserved: vec![],
     };
     assert!(Master::recover(cfg(), Time(0), Some(&cp), vec![]).is_err());
 }
@@ -1207,4 +1228,70 @@ fn a_first_grant_lost_in_a_crash_still_waits_out_the_quiet_period() {
     h2.advance(Duration::from_secs(12));
     cluster(&mut h2, 3, 3);
     assert!(h2.write_target("/f", 0).is_ok());
+}
+
+#[test]
+fn a_version_handed_out_before_a_crash_is_never_handed_out_again() {
+    let mut h = H::new();
+    h.advance(Duration::from_secs(12));
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    let t1 = h.write_target("/f", 0).unwrap();
+    assert_eq!(t1.version, 1);
+    // The lease runs out; a second grant goes out (its version reserved and durable)...
+    h.advance(Duration::from_secs(12));
+    for i in 0..3 {
+        h.heartbeat(&format!("cs{i}"), "r", &[(t1.handle, 1)]);
+    }
+    h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+        path: "/f".into(),
+        chunk_index: 0,
+        append: false,
+    }));
+    h.sync();
+    let sv: Vec<(String, u64)> = h
+        .calls
+        .iter()
+        .filter_map(|c| match &c.req.req {
+            Some(CReq::SetVersion(s)) => Some((c.to.clone(), s.version)),
+            _ => None,
+        })
+        .collect();
+    assert!(sv.iter().all(|(_, v)| *v == 2) && !sv.is_empty());
+    // ...one replica takes version 2, and the master dies before logging it as current.
+    let m = Master::recover(cfg(), Time(40_000), None, h.log.clone()).unwrap();
+    let mut h2 = H {
+        m,
+        now: Time(40_000),
+        next_id: 1,
+        log: vec![],
+        calls: vec![],
+    };
+    // The replica that took version 2 stays away; the others report version 1.
+    let (away, _) = sv[0].clone();
+    for i in 0..3 {
+        let a = format!("cs{i}");
+        if a != away {
+            h2.heartbeat(&a, "r", &[(t1.handle, 1)]);
+        }
+    }
+    h2.advance(Duration::from_secs(12));
+    for i in 0..3 {
+        let a = format!("cs{i}");
+        if a != away {
+            h2.heartbeat(&a, "r", &[(t1.handle, 1)]);
+        }
+    }
+    let t = h2.write_target("/f", 0).unwrap();
+    assert_eq!(t.version, 3, "version 2 handed out twice");
+    // The copy at version 2 comes back: it missed the writes under version 3.
+    let hb = h2.heartbeat(&away, "r", &[(t1.handle, 2)]);
+    assert_eq!(
+        hb.delete_chunks
+            .iter()
+            .map(|d| d.handle)
+            .collect::<Vec<_>>(),
+        vec![t1.handle],
+        "a copy from the lost grant passed for current"
+    );
 }
