@@ -2,7 +2,7 @@
 # The planted-bug experiment: builds the scenario runner with each planted bug (cargo
 # features of tessera-core, off in every normal build) and reports, per scenario, the
 # first seed that catches it and the check that fired. Not part of CI: it must fail.
-#   ./scripts/planted-bugs.sh [max-seeds]
+#   ./scripts/planted-bugs.sh [max-seeds]      (BUGS=... SCENARIOS=... narrow it down)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MAX="${1:-30}"
@@ -10,8 +10,8 @@ CACHE="${TESSERA_CACHE:-$HOME/.cache/tessera}"
 SIM_TARGET="$CACHE/target-madsim"
 OUT="$CACHE/planted"
 mkdir -p "$OUT"
-BUGS="plant-no-version-bump plant-stale-location plant-gc-live-chunk"
-SCENARIOS="steady chunkserver-crash partition master-restart disk-corruption gc"
+BUGS="${BUGS:-plant-no-version-bump plant-stale-location plant-gc-live-chunk plant-early-ack plant-skip-read-verify plant-early-lease plant-no-padding}"
+SCENARIOS="${SCENARIOS:-steady chunkserver-crash partition master-restart disk-corruption gc concurrent-writers record-append stale-replica scrub}"
 for bug in $BUGS; do
   RUSTFLAGS="--cfg madsim" CARGO_TARGET_DIR="$SIM_TARGET" \
     cargo build --quiet --release -p tessera-scenarios --features "$bug" || exit 1

@@ -28,7 +28,7 @@ RUNNER="$SIM_TARGET/release/tessera-scenarios"
 
 # Every scenario, every seed must pass. SEEDS and the list can be overridden.
 SEEDS="${TESSERA_SEEDS:-50}"
-SCENARIOS="${TESSERA_SCENARIOS:-steady chunkserver-crash partition master-restart disk-corruption gc beyond-claim}"
+SCENARIOS="${TESSERA_SCENARIOS:-steady chunkserver-crash partition master-restart disk-corruption gc beyond-claim concurrent-writers record-append stale-replica scrub}"
 echo "== scenarios over $SEEDS seeds: $SCENARIOS"
 for s in $SCENARIOS; do
   "$RUNNER" run "$s" --seeds "$SEEDS"

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tessera_sim::cluster::{Knobs, Shape};
 use tessera_sim::faults::FaultMix;
 use tessera_sim::run::Scenario;
-use tessera_sim::workload::Workload;
+use tessera_sim::workload::{Kind, Workload};
 
 const SHAPE: Shape = Shape {
     chunkservers: 5,
@@ -16,6 +16,8 @@ const SHAPE: Shape = Shape {
 };
 
 const WORKLOAD: Workload = Workload {
+    kind: Kind::Private,
+    no_reads: false,
     ops: 60,
     max_files: 4,
     max_write: 150 << 10,
@@ -42,6 +44,11 @@ fn short_gc(k: &mut Knobs) {
     k.gc_delay = Duration::from_millis(500);
 }
 
+fn eager_scrub(k: &mut Knobs) {
+    k.scrub_interval = Duration::from_millis(500);
+    k.scrub_idle = Duration::from_secs(1);
+}
+
 const fn scenario(name: &'static str, faults: FaultMix) -> Scenario {
     Scenario {
         name,
@@ -50,8 +57,16 @@ const fn scenario(name: &'static str, faults: FaultMix) -> Scenario {
         faults,
         tweak: keep,
         heal_within: Duration::from_secs(180),
+        silent_corruption: false,
+        stale_collected: false,
     }
 }
+
+const MANY: Shape = Shape {
+    chunkservers: 5,
+    racks: 3,
+    clients: 4,
+};
 
 pub fn all() -> Vec<Scenario> {
     vec![
@@ -110,6 +125,63 @@ pub fn all() -> Vec<Scenario> {
                 ..NO_FAULTS
             },
         ),
+        Scenario {
+            shape: MANY,
+            workload: Workload {
+                kind: Kind::Shared { files: 2 },
+                ops: 40,
+                ..WORKLOAD
+            },
+            ..scenario(
+                "concurrent-writers",
+                FaultMix {
+                    server_crashes: true,
+                    partitions: true,
+                    slow_disks: true,
+                    lossy_net: true,
+                    ..NO_FAULTS
+                },
+            )
+        },
+        Scenario {
+            shape: MANY,
+            workload: Workload {
+                kind: Kind::Appends { files: 2 },
+                ops: 50,
+                max_write: 64 << 10,
+                ..WORKLOAD
+            },
+            ..scenario(
+                "record-append",
+                FaultMix {
+                    server_crashes: true,
+                    slow_disks: true,
+                    lossy_net: true,
+                    master_restarts: true,
+                    ..NO_FAULTS
+                },
+            )
+        },
+        Scenario {
+            stale_collected: true,
+            ..scenario(
+                "stale-replica",
+                FaultMix {
+                    server_crashes: true,
+                    ..NO_FAULTS
+                },
+            )
+        },
+        Scenario {
+            tweak: eager_scrub,
+            silent_corruption: true,
+            workload: Workload {
+                no_reads: true,
+                delete_permille: 0,
+                ..WORKLOAD
+            },
+            ..scenario("scrub", NO_FAULTS)
+        },
     ]
 }
 

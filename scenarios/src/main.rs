@@ -50,14 +50,7 @@ mod madsim_main {
                     seed,
                     scenario: sc.name,
                     violations: vec![format!("panicked: {msg}")],
-                    trace: 0,
-                    sim_ms: 0,
-                    steps: 0,
-                    reads_checked: 0,
-                    ops_ok: 0,
-                    ops_failed: 0,
-                    knobs: String::new(),
-                    faults: vec![],
+                    ..Outcome::default()
                 }
             }
         }
@@ -117,9 +110,14 @@ mod madsim_main {
         for sc in &scenarios {
             let started = Instant::now();
             let mut sim_ms = 0i64;
+            let (mut records, mut reads, mut stale_runs, mut scrubbed) = (0, 0, 0, 0);
             for &seed in &seeds {
                 let o = run_isolated(*sc, seed);
                 sim_ms += o.sim_ms;
+                records += o.records_checked;
+                reads += o.reads_checked;
+                stale_runs += usize::from(o.stale_seen > 0);
+                scrubbed += o.scrub_found;
                 let mut violations = o.violations.clone();
                 if determinism && o.passed() {
                     let again = run_isolated(*sc, seed);
@@ -149,8 +147,15 @@ mod madsim_main {
                 }
                 if verbose {
                     println!(
-                        "  sim={}ms steps={} ops_ok={} ops_failed={} reads_checked={}",
-                        o.sim_ms, o.steps, o.ops_ok, o.ops_failed, o.reads_checked
+                        "  sim={}ms steps={} ops_ok={} ops_failed={} reads_checked={} records_checked={} stale_copies={} scrub_found={}",
+                        o.sim_ms,
+                        o.steps,
+                        o.ops_ok,
+                        o.ops_failed,
+                        o.reads_checked,
+                        o.records_checked,
+                        o.stale_seen,
+                        o.scrub_found
                     );
                     for f in &o.faults {
                         println!("  fault: {f}");
@@ -159,7 +164,9 @@ mod madsim_main {
             }
             let wall = started.elapsed().as_secs_f64();
             eprintln!(
-                "scenario={} seeds={} wall={wall:.1}s seeds_per_min={:.1} sim_per_wall={:.0}x",
+                "scenario={} seeds={} wall={wall:.1}s seeds_per_min={:.1} sim_per_wall={:.0}x \
+                 reads_checked={reads} records_checked={records} runs_with_stale_copies={stale_runs} \
+                 scrubber_finds={scrubbed}",
                 sc.name,
                 seeds.len(),
                 seeds.len() as f64 * 60.0 / wall.max(1e-9) / if determinism { 2.0 } else { 1.0 },

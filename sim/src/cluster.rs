@@ -40,6 +40,9 @@ pub struct Knobs {
     /// Largest clock offset (±) and drift (± ppm) a node may get.
     pub clock_offset_ms: i64,
     pub clock_drift_ppm: i64,
+    pub scrub_interval: Duration,
+    pub scrub_idle: Duration,
+    pub clone_timeout: Duration,
 }
 
 impl Knobs {
@@ -62,6 +65,9 @@ impl Knobs {
             disk_capacity: 1 << 30,
             clock_offset_ms: pick(rng, &[0, 50, 5_000]) as i64,
             clock_drift_ppm: pick(rng, &[0, 50, 200]) as i64,
+            scrub_interval: Duration::from_millis(pick(rng, &[500, 2_000, 10_000])),
+            scrub_idle: Duration::from_millis(pick(rng, &[1_000, 10_000])),
+            clone_timeout: Duration::from_millis(pick(rng, &[5_000, 30_000])),
         }
     }
 }
@@ -141,6 +147,7 @@ impl Cluster {
                             heartbeat_timeout: knobs.heartbeat_timeout,
                             gc_delay: knobs.gc_delay,
                             checkpoint_every: knobs.checkpoint_every,
+                            clone_timeout: knobs.clone_timeout,
                             rng_seed: madsim::rand::random(),
                             ..MasterConfig::default()
                         },
@@ -195,7 +202,8 @@ impl Cluster {
                             capacity_bytes: knobs2.disk_capacity,
                             chunk_size: knobs2.chunk_size,
                             clone_piece: 64 << 10,
-                            ..ChunkserverConfig::default()
+                            scrub_interval: knobs2.scrub_interval,
+                            scrub_idle: knobs2.scrub_idle,
                         },
                         master: maddr.clone(),
                         heartbeat_interval: knobs2.heartbeat,
@@ -258,12 +266,19 @@ impl Cluster {
 
     /// A client library handle for client node `i`; use it from a task on that node.
     pub fn client(&self, i: usize) -> Client<SimRuntime, SimNet> {
+        self.client_with_ttl(i, Duration::from_secs(5))
+    }
+
+    /// A client that caches chunk locations for `ttl`. Readers of files other clients
+    /// write use 0: a cached location may name a replica that has since gone stale, and
+    /// GFS's bound on that window is the cache's timeout.
+    pub fn client_with_ttl(&self, i: usize, ttl: Duration) -> Client<SimRuntime, SimNet> {
         let rt = SimRuntime::new(self.start, self.clients[i].1);
         let mut cfg = ClientConfig::new(self.master_addr.clone());
         cfg.rpc_timeout = self.knobs.rpc_timeout;
         cfg.attempts = 6;
         cfg.backoff = Duration::from_millis(100);
-        cfg.location_ttl = Duration::from_secs(5);
+        cfg.location_ttl = ttl;
         Client::new(rt.clone(), SimNet::new(rt), cfg)
     }
 

@@ -81,6 +81,13 @@ impl SimDisk {
                     c.data.resize(end, 0);
                 }
                 c.data[off as usize..end].copy_from_slice(&data[..n]);
+                tracing::debug!(
+                    chunk = h,
+                    offset = off,
+                    torn = n,
+                    of = data.len(),
+                    "crash tore a write"
+                );
                 // A torn write reached the platter: it is durable now, for better or worse.
             }
         }

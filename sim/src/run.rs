@@ -19,9 +19,14 @@ pub struct Scenario {
     pub tweak: fn(&mut Knobs),
     /// How long after healing the cluster has to be whole again.
     pub heal_within: Duration,
+    /// After the workload, while the data lies idle and unread, flip bits in up to R−1
+    /// servers' copies; the scrubber must report every one.
+    pub silent_corruption: bool,
+    /// Healing also means every stale copy (a version below the master's) is deleted.
+    pub stale_collected: bool,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Outcome {
     pub seed: u64,
     pub scenario: &'static str,
@@ -32,6 +37,10 @@ pub struct Outcome {
     pub reads_checked: u64,
     pub ops_ok: u64,
     pub ops_failed: u64,
+    pub records_checked: u64,
+    /// Distinct stale copies seen on chunkservers during the run.
+    pub stale_seen: usize,
+    pub scrub_found: usize,
     pub knobs: String,
     pub faults: Vec<String>,
 }
@@ -63,15 +72,41 @@ async fn world(sc: Scenario, seed: u64) -> Outcome {
     let mut cluster = Cluster::start(sc.shape, knobs.clone(), checks.clone());
     madsim::time::sleep(Duration::from_secs(2)).await;
 
+    // Readers of files others write see fresh locations (see `client_with_ttl`).
+    let shared = sc.workload.kind != workload::Kind::Private;
+    let client_for = |cluster: &Cluster, i: usize| {
+        if shared {
+            cluster.client_with_ttl(i, Duration::ZERO)
+        } else {
+            cluster.client(i)
+        }
+    };
+    {
+        let client = client_for(&cluster, 0);
+        let (checks2, w) = (checks.clone(), sc.workload);
+        let setup = cluster.clients[0]
+            .0
+            .spawn(async move { workload::setup(&client, &w, &checks2).await });
+        if let Err(e) = setup.await {
+            fail(
+                &checks,
+                &cluster,
+                format!("setting up shared files failed: {e}"),
+            );
+        }
+    }
     let mut handles = Vec::new();
     for i in 0..sc.shape.clients {
-        let client = cluster.client(i);
+        let client = client_for(&cluster, i);
         let (checks, start, w) = (checks.clone(), cluster.start, sc.workload);
-        handles.push(
-            cluster.clients[i]
-                .0
-                .spawn(workload::run(client, i, w, checks, start)),
-        );
+        handles.push(cluster.clients[i].0.spawn(workload::run(
+            client,
+            i,
+            w,
+            checks,
+            start,
+            knobs.chunk_size,
+        )));
     }
 
     // The fault phase lasts as long as the workload.
@@ -89,9 +124,32 @@ async fn world(sc: Scenario, seed: u64) -> Outcome {
             Err(e) => fail(&checks, &cluster, format!("a client task died: {e}")),
         }
     }
+    if sc.silent_corruption {
+        silent_corruption(&cluster, &checks).await;
+    }
     sched.heal(&mut cluster);
-    let healed = liveness(&cluster, &checks, sc.heal_within, sc.faults.beyond_claim).await;
-    if healed && !sc.faults.beyond_claim {
+    let healed = liveness(
+        &cluster,
+        &checks,
+        sc.heal_within,
+        sc.faults.beyond_claim,
+        sc.stale_collected,
+    )
+    .await;
+    if healed && !sc.faults.beyond_claim && shared {
+        if let Some(mut r) = runs.pop() {
+            let client = client_for(&cluster, r.id);
+            let (checks2, start, w) = (checks.clone(), cluster.start, sc.workload);
+            let h = cluster.clients[r.id].0.spawn(async move {
+                workload::verify_shared(&client, &mut r, &w, &checks2, start).await;
+                r
+            });
+            match h.await {
+                Ok(r) => runs.push(r),
+                Err(e) => fail(&checks, &cluster, format!("a verifying client died: {e}")),
+            }
+        }
+    } else if healed && !sc.faults.beyond_claim {
         for run in runs.iter_mut() {
             let client = cluster.client(run.id);
             let (checks2, start) = (checks.clone(), cluster.start);
@@ -99,6 +157,7 @@ async fn world(sc: Scenario, seed: u64) -> Outcome {
                 run,
                 ClientRun {
                     id: run.id,
+                    chunk_size: run.chunk_size,
                     model: Default::default(),
                     ok: 0,
                     errors: 0,
@@ -125,6 +184,9 @@ async fn world(sc: Scenario, seed: u64) -> Outcome {
         reads_checked: c.reads_checked,
         ops_ok: runs.iter().map(|r| r.ok).sum(),
         ops_failed: runs.iter().map(|r| r.errors).sum(),
+        records_checked: c.records_checked,
+        stale_seen: c.stale_seen.len(),
+        scrub_found: c.scrub_found.len(),
         knobs: format!("{knobs:?} faults={:?}", sched.mix()),
         faults: sched.log.clone(),
     }
@@ -138,20 +200,31 @@ fn fail(checks: &Shared, cluster: &Cluster, what: String) {
 }
 
 /// After healing: every chunk of every live file back at its replication goal within
-/// `within`. Beyond the claim, chunks may be lost for good; only wrong data is an error.
+/// `within` (and, if asked, every stale copy deleted). Beyond the claim, chunks may be
+/// lost for good; only wrong data is an error.
 async fn liveness(
     cluster: &Cluster,
     checks: &Shared,
     within: Duration,
     beyond_claim: bool,
+    stale_collected: bool,
 ) -> bool {
     let deadline = cluster.true_ms() + within.as_millis() as i64;
     let healed_at = cluster.true_ms();
     loop {
         madsim::time::sleep(Duration::from_secs(1)).await;
-        let r = checks.lock().expect("checks").replication.clone();
+        let (r, stale) = {
+            let c = checks.lock().expect("checks");
+            let stale = if stale_collected {
+                c.versions.stale_copies()
+            } else {
+                Vec::new()
+            };
+            (c.replication.clone(), stale)
+        };
         let fresh = r.at_true_ms > healed_at;
-        if fresh && r.under_replicated == 0 && (r.missing == 0 || beyond_claim) {
+        if fresh && r.under_replicated == 0 && (r.missing == 0 || beyond_claim) && stale.is_empty()
+        {
             return true;
         }
         if cluster.true_ms() > deadline {
@@ -159,11 +232,66 @@ async fn liveness(
                 checks,
                 cluster,
                 format!(
-                    "not healed {} s after faults stopped: {r:?}",
+                    "not healed {} s after faults stopped: {r:?}; stale copies left: {stale:?}",
                     within.as_secs()
                 ),
             );
             return false;
+        }
+    }
+}
+
+/// Flips a bit in a few idle copies on up to R−1 servers (one copy per chunk), then waits
+/// for the scrubber to report each one. Nothing reads the data meanwhile, so only the
+/// scrubber can find them.
+async fn silent_corruption(cluster: &Cluster, checks: &Shared) {
+    let n = cluster.servers.len();
+    let victims = (cluster.knobs.replication as usize - 1).min(n);
+    let first = (rand() % n as u64) as usize;
+    let mut flipped: Vec<(String, u64)> = Vec::new();
+    for k in 0..victims {
+        let s = &cluster.servers[(first + k) % n];
+        let chunks: Vec<(u64, usize)> = s.disk.chunks().into_iter().filter(|c| c.1 > 0).collect();
+        for _ in 0..3.min(chunks.len()) {
+            let (h, len) = chunks[(rand() % chunks.len() as u64) as usize];
+            // One bad copy per chunk: a second one could be found first by the clone
+            // that repairs the first, which is a read, not the scrubber.
+            if flipped.iter().any(|f| f.1 == h) {
+                continue;
+            }
+            let off = (rand() % len as u64) as usize;
+            if s.disk.flip_bit(h, off, (rand() % 8) as u8) {
+                tracing::info!(
+                    t = cluster.true_ms(),
+                    "flip a bit of chunk {h} at {off} on {}",
+                    s.addr
+                );
+                flipped.push((s.addr.clone(), h));
+            }
+        }
+    }
+    let deadline = cluster.true_ms() + 120_000;
+    loop {
+        madsim::time::sleep(Duration::from_secs(1)).await;
+        let missed: Vec<&(String, u64)> = {
+            let c = checks.lock().expect("checks");
+            flipped
+                .iter()
+                .filter(|f| !c.scrub_found.contains(f))
+                // A copy deleted meanwhile (its file was removed) is not the scrubber's.
+                .filter(|f| c.versions.server_version(&f.0, f.1).is_some())
+                .collect()
+        };
+        if missed.is_empty() {
+            return;
+        }
+        if cluster.true_ms() > deadline {
+            fail(
+                checks,
+                cluster,
+                format!("the scrubber did not find corrupted copies within 120 s: {missed:?}"),
+            );
+            return;
         }
     }
 }

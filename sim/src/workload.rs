@@ -1,21 +1,38 @@
-//! Client workloads. Each client works serially in its own directory: creates files,
-//! writes at random offsets (across chunk boundaries, past the end), reads and checks
-//! every byte against the model, renames, deletes. Every outcome, success or error,
-//! updates the model; every read is judged by it.
+//! Client workloads. Every outcome, success or error, updates a model; every read is
+//! judged by it.
+//! - `Private`: each client works serially in its own directory: creates files, writes at
+//!   random offsets (across chunk boundaries, past the end), reads and checks every byte,
+//!   renames, deletes.
+//! - `Shared`: every client writes the same few files at once, some writes overlapping
+//!   anywhere, some inside the client's own stripe; reads are judged by the history model.
+//! - `Appends`: every client record-appends to the same few files and reads them back,
+//!   judged by the append model.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
 use tessera_core::client::Client;
 use tessera_core::error::FsError;
+use tessera_core::record;
 
 use crate::check::Shared;
 use crate::check::model::{FileModel, Model};
 use crate::net::SimNet;
 use crate::runtime::SimRuntime;
 
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Kind {
+    Private,
+    Shared { files: usize },
+    Appends { files: usize },
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct Workload {
+    pub kind: Kind,
+    /// Private files only: reads are replaced by writes (data is left idle, unread).
+    pub no_reads: bool,
     pub ops: usize,
     pub max_files: usize,
     /// Largest write, in bytes.
@@ -28,7 +45,7 @@ pub struct Workload {
     pub delete_permille: u64,
 }
 
-type C = Client<SimRuntime, SimNet>;
+pub type C = Client<SimRuntime, SimNet>;
 
 fn rand() -> u64 {
     madsim::rand::random()
@@ -45,6 +62,8 @@ fn pattern(client: usize, seq: u64, len: u64) -> Bytes {
 
 pub struct ClientRun {
     pub id: usize,
+    /// The chunk size of the run, for checks that look at chunks.
+    pub chunk_size: u64,
     pub model: Model,
     pub ok: u64,
     pub errors: u64,
@@ -55,6 +74,52 @@ fn violation(checks: &Shared, start: madsim::time::Instant, what: String) {
     checks.lock().expect("checks").violation(t, what);
 }
 
+fn now_ms(start: madsim::time::Instant) -> i64 {
+    start.elapsed().as_millis() as i64
+}
+
+/// The files shared workloads use; created by [`setup`] before clients start.
+pub fn shared_paths(w: &Workload) -> Vec<String> {
+    match w.kind {
+        Kind::Private => vec![],
+        Kind::Shared { files } => (0..files).map(|i| format!("/shared/w{i}")).collect(),
+        Kind::Appends { files } => (0..files).map(|i| format!("/shared/log{i}")).collect(),
+    }
+}
+
+/// Creates the shared files and registers their models.
+pub async fn setup(client: &C, w: &Workload, checks: &Shared) {
+    let paths = shared_paths(w);
+    if paths.is_empty() {
+        return;
+    }
+    while !matches!(
+        client.mkdir("/shared", true).await,
+        Ok(()) | Err(FsError::AlreadyExists(_))
+    ) {
+        madsim::time::sleep(Duration::from_millis(500)).await;
+    }
+    for p in &paths {
+        while !matches!(
+            client.create(p, 0).await,
+            Ok(()) | Err(FsError::AlreadyExists(_))
+        ) {
+            madsim::time::sleep(Duration::from_millis(500)).await;
+        }
+        let mut c = checks.lock().expect("checks");
+        match w.kind {
+            Kind::Shared { .. } => {
+                c.histories.insert(p.clone(), Default::default());
+            }
+            Kind::Appends { .. } => {
+                c.appends.insert(p.clone(), Default::default());
+                c.stored.get_or_insert_with(Default::default);
+            }
+            Kind::Private => {}
+        }
+    }
+}
+
 /// Runs `w` as client `id`; returns the model of what it left behind.
 pub async fn run(
     client: C,
@@ -62,14 +127,27 @@ pub async fn run(
     w: Workload,
     checks: Shared,
     start: madsim::time::Instant,
+    chunk_size: u64,
 ) -> ClientRun {
     let dir = format!("/c{id}");
     let mut run = ClientRun {
         id,
+        chunk_size,
         model: Model::default(),
         ok: 0,
         errors: 0,
     };
+    match w.kind {
+        Kind::Private => {}
+        Kind::Shared { .. } => {
+            shared_run(&client, &mut run, &w, &checks, start).await;
+            return run;
+        }
+        Kind::Appends { .. } => {
+            appends_run(&client, &mut run, &w, &checks, start).await;
+            return run;
+        }
+    }
     // The directory must exist before anything else; retry through faults.
     loop {
         match client.mkdir(&dir, true).await {
@@ -91,7 +169,7 @@ pub async fn run(
             } else if roll < 200 + w.delete_permille {
                 let to = format!("{dir}/r{seq}");
                 rename(&client, &mut run, &path, &to).await;
-            } else if roll < 600 {
+            } else if roll < 600 || w.no_reads {
                 write(&client, &mut run, &path, seq, &w).await;
             } else {
                 read(&client, &mut run, &path, &checks, start).await;
@@ -287,6 +365,7 @@ pub async fn verify_all(
                 format!("after healing, no progress writing {path}: {e}"),
             ),
         }
+        verify_replicas(client, path, Kind::Private, run, checks, start).await;
     }
 }
 
@@ -361,4 +440,410 @@ async fn explain(client: &C, path: &str, off: u64, want: u64, got: &[u8], f: &Fi
         out += &format!("; {r}: {answer}");
     }
     out
+}
+
+// ---- shared files: many writers --------------------------------------------------------
+
+fn pick<T: Clone>(xs: &[T]) -> T {
+    xs[(rand() % xs.len() as u64) as usize].clone()
+}
+
+async fn shared_run(
+    client: &C,
+    run: &mut ClientRun,
+    w: &Workload,
+    checks: &Shared,
+    start: madsim::time::Instant,
+) {
+    let paths = shared_paths(w);
+    // Each client also has a stripe of every file to itself (disjoint writes).
+    let stripe = (w.max_file / 8).max(1);
+    for seq in 0..w.ops as u64 {
+        madsim::time::sleep(w.think).await;
+        let path = pick(&paths);
+        if rand() % 1000 < 550 {
+            let (off, len) = if rand().is_multiple_of(2) {
+                let off = rand() % (w.max_file - 1);
+                (off, (1 + rand() % w.max_write).min(w.max_file - off))
+            } else {
+                let base = (run.id as u64 % 8) * stripe;
+                let off = base + rand() % stripe;
+                (off, (1 + rand() % w.max_write).min(base + stripe - off))
+            };
+            let data = pattern(run.id, seq, len);
+            let n = checks
+                .lock()
+                .expect("checks")
+                .histories
+                .get_mut(&path)
+                .expect("shared file")
+                .begin(now_ms(start), off, data.clone());
+            let result = client.write(&path, off, data).await;
+            let ok = result.is_ok();
+            if ok {
+                run.ok += 1;
+            } else {
+                run.errors += 1;
+            }
+            checks
+                .lock()
+                .expect("checks")
+                .histories
+                .get_mut(&path)
+                .expect("shared file")
+                .end(n, now_ms(start), ok);
+        } else {
+            let off = rand() % w.max_file;
+            let len = 1 + rand() % (2 * w.max_write);
+            read_shared(client, run, &path, off, len, checks, start, "").await;
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn read_shared(
+    client: &C,
+    run: &mut ClientRun,
+    path: &str,
+    off: u64,
+    len: u64,
+    checks: &Shared,
+    start: madsim::time::Instant,
+    when: &str,
+) -> bool {
+    let rs = now_ms(start);
+    let got = client.read(path, off, len).await;
+    let re = now_ms(start);
+    match got {
+        Ok(got) => {
+            run.ok += 1;
+            let verdict = {
+                let mut c = checks.lock().expect("checks");
+                c.reads_checked += 1;
+                c.histories[path].check_read(rs, re, off, len, &got)
+            };
+            if let Err(e) = verdict {
+                violation(checks, start, format!("{when}{path}: {e}"));
+            }
+            true
+        }
+        Err(_) => {
+            run.errors += 1;
+            false
+        }
+    }
+}
+
+// ---- record append ---------------------------------------------------------------------
+
+async fn appends_run(
+    client: &C,
+    run: &mut ClientRun,
+    w: &Workload,
+    checks: &Shared,
+    start: madsim::time::Instant,
+) {
+    let paths = shared_paths(w);
+    let max = Client::<SimRuntime, SimNet>::max_record(run.chunk_size).min(w.max_write);
+    for seq in 0..w.ops as u64 {
+        madsim::time::sleep(w.think).await;
+        let path = pick(&paths);
+        if rand() % 1000 < 750 {
+            append_one(client, run, &path, seq, max, checks, start).await;
+        } else {
+            read_appends(client, run, &path, checks, start, "").await;
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn append_one(
+    client: &C,
+    run: &mut ClientRun,
+    path: &str,
+    seq: u64,
+    max: u64,
+    checks: &Shared,
+    start: madsim::time::Instant,
+) -> bool {
+    let payload = pattern(run.id, seq, 1 + rand() % max);
+    let id = rand();
+    checks
+        .lock()
+        .expect("checks")
+        .appends
+        .get_mut(path)
+        .expect("append file")
+        .attempted
+        .insert(id, payload.clone());
+    match client
+        .record_append(path, record::frame(id, &payload))
+        .await
+    {
+        Ok(at) => {
+            run.ok += 1;
+            let mut c = checks.lock().expect("checks");
+            c.writes_acked += 1;
+            c.appends
+                .get_mut(path)
+                .expect("append file")
+                .acked
+                .push((id, at, now_ms(start)));
+            true
+        }
+        Err(_) => {
+            run.errors += 1;
+            false
+        }
+    }
+}
+
+async fn read_appends(
+    client: &C,
+    run: &mut ClientRun,
+    path: &str,
+    checks: &Shared,
+    start: madsim::time::Instant,
+    when: &str,
+) -> bool {
+    let rs = now_ms(start);
+    let got = match client.read(path, 0, u64::MAX).await {
+        Ok(g) => g,
+        Err(_) => {
+            run.errors += 1;
+            return false;
+        }
+    };
+    run.ok += 1;
+    // Chunks are never reassigned, so the handles fetched now are the ones read.
+    let handles = get_chunks(client, path).await.map(|i| {
+        i.chunks
+            .iter()
+            .map(|c| (c.index, c.handle))
+            .collect::<BTreeMap<u64, u64>>()
+    });
+    let mut c = checks.lock().expect("checks");
+    c.reads_checked += 1;
+    let verdict = c.appends[path].check(
+        &got,
+        0,
+        u64::MAX,
+        run.chunk_size,
+        rs,
+        handles.as_ref(),
+        c.stored.as_ref(),
+    );
+    match verdict {
+        Ok(n) => c.records_checked += n as u64,
+        Err(e) => {
+            drop(c);
+            violation(checks, start, format!("{when}{path}: {e}"));
+        }
+    }
+    true
+}
+
+// ---- liveness and every replica, after healing ----------------------------------------
+
+/// After healing, for shared and append files: every file reads back right, a fresh
+/// write or append succeeds, and every replica of every chunk is judged on its own.
+pub async fn verify_shared(
+    client: &C,
+    run: &mut ClientRun,
+    w: &Workload,
+    checks: &Shared,
+    start: madsim::time::Instant,
+) {
+    let when = "after healing, ";
+    for (n, path) in shared_paths(w).iter().enumerate() {
+        let give_up = madsim::time::Instant::now() + Duration::from_secs(120);
+        let read_ok = loop {
+            let ok = match w.kind {
+                Kind::Shared { .. } => {
+                    read_shared(client, run, path, 0, u64::MAX, checks, start, when).await
+                }
+                _ => read_appends(client, run, path, checks, start, when).await,
+            };
+            if ok || madsim::time::Instant::now() >= give_up {
+                break ok;
+            }
+            madsim::time::sleep(Duration::from_secs(1)).await;
+        };
+        if !read_ok {
+            violation(checks, start, format!("{when}{path} cannot be read"));
+        }
+        let seq = 2_000_000 + (run.id * 100 + n) as u64;
+        let progressed = match w.kind {
+            Kind::Shared { .. } => {
+                let data = pattern(run.id, seq, 100);
+                let k = checks
+                    .lock()
+                    .expect("checks")
+                    .histories
+                    .get_mut(path)
+                    .expect("shared")
+                    .begin(now_ms(start), 0, data.clone());
+                let r = patiently(|| client.write(path, 0, data.clone())).await;
+                checks
+                    .lock()
+                    .expect("checks")
+                    .histories
+                    .get_mut(path)
+                    .expect("shared")
+                    .end(k, now_ms(start), r.is_ok());
+                r.is_ok()
+            }
+            _ => {
+                let give_up = madsim::time::Instant::now() + Duration::from_secs(120);
+                loop {
+                    if append_one(client, run, path, seq, 100, checks, start).await {
+                        break true;
+                    }
+                    if madsim::time::Instant::now() >= give_up {
+                        break false;
+                    }
+                    madsim::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        };
+        if !progressed {
+            violation(checks, start, format!("{when}no progress writing {path}"));
+        }
+        verify_replicas(client, path, w.kind, run, checks, start).await;
+    }
+}
+
+/// The master's chunk list of `path`, asked directly.
+async fn get_chunks(client: &C, path: &str) -> Option<tessera_core::pb::GetChunksResponse> {
+    use prost::Message;
+    use tessera_core::pb::{self, master_request::Req as MReq, master_response::Resp};
+    use tessera_core::runtime::{Runtime, Transport};
+    let (rt, net, master) = client.parts();
+    let req = pb::MasterRequest {
+        req: Some(MReq::GetChunks(pb::GetChunksRequest {
+            path: path.into(),
+            first_index: 0,
+            count: 0,
+        })),
+    };
+    let deadline = rt.now() + Duration::from_secs(5);
+    let bytes = net
+        .call(master, req.encode_to_vec().into(), deadline)
+        .await
+        .ok()?;
+    match pb::MasterResponse::decode(bytes) {
+        Ok(pb::MasterResponse {
+            resp: Some(Resp::GetChunks(info)),
+            ..
+        }) => Some(info),
+        _ => None,
+    }
+}
+
+/// Reads `len` bytes of chunk `handle` at `version` from one replica, directly.
+async fn read_replica(
+    client: &C,
+    replica: &str,
+    handle: u64,
+    version: u64,
+    len: u64,
+) -> Option<Bytes> {
+    use prost::Message;
+    use tessera_core::pb::{self, chunk_request::Req as CReq, chunk_response::Resp};
+    use tessera_core::runtime::{Runtime, Transport};
+    let (rt, net, _) = client.parts();
+    let req = pb::ChunkRequest {
+        req: Some(CReq::Read(pb::ReadChunkRequest {
+            handle,
+            version,
+            offset: 0,
+            length: len,
+        })),
+    };
+    let deadline = rt.now() + Duration::from_secs(5);
+    let bytes = net
+        .call(replica, req.encode_to_vec().into(), deadline)
+        .await
+        .ok()?;
+    match pb::ChunkResponse::decode(bytes) {
+        Ok(pb::ChunkResponse {
+            error: None,
+            resp: Some(Resp::Read(r)),
+        }) => Some(r.data),
+        _ => None,
+    }
+}
+
+/// Judges every replica of every chunk of `path` on its own: each must hold what the
+/// file's model allows (GFS's consistency is about *all* replicas, not the one a reader
+/// happened to pick). The bytes past a replica's end read as zeros, as a reader sees
+/// them, up to the file's length.
+pub async fn verify_replicas(
+    client: &C,
+    path: &str,
+    kind: Kind,
+    run: &mut ClientRun,
+    checks: &Shared,
+    start: madsim::time::Instant,
+) {
+    let Some(info) = get_chunks(client, path).await else {
+        return;
+    };
+    let cs = info.chunk_size;
+    let handles: BTreeMap<u64, u64> = info.chunks.iter().map(|c| (c.index, c.handle)).collect();
+    for c in &info.chunks {
+        let base = c.index * cs;
+        let extent = info.file_length.saturating_sub(base).min(cs);
+        if c.version == 0 || extent == 0 {
+            continue;
+        }
+        for r in &c.replicas {
+            let Some(mut d) = read_replica(client, r, c.handle, c.version, cs)
+                .await
+                .map(|d| d.to_vec())
+            else {
+                continue;
+            };
+            if (d.len() as u64) < extent {
+                d.resize(extent as usize, 0);
+            }
+            let d = Bytes::from(d);
+            let rs = now_ms(start);
+            let verdict = {
+                let mut ch = checks.lock().expect("checks");
+                ch.reads_checked += 1;
+                match kind {
+                    Kind::Private => run
+                        .model
+                        .files
+                        .get(path)
+                        .map_or(Ok(()), |f| f.check_read(base, d.len() as u64, &d)),
+                    Kind::Shared { .. } => {
+                        ch.histories[path].check_read(rs, rs, base, d.len() as u64, &d)
+                    }
+                    Kind::Appends { .. } => ch.appends[path]
+                        .check(
+                            &d,
+                            base,
+                            base + cs,
+                            cs,
+                            rs,
+                            Some(&handles),
+                            ch.stored.as_ref(),
+                        )
+                        .map(|_| ()),
+                }
+            };
+            if let Err(e) = verdict {
+                violation(
+                    checks,
+                    start,
+                    format!(
+                        "replica {r} of {path} chunk {} (handle {} v{}): {e}",
+                        c.index, c.handle, c.version
+                    ),
+                );
+            }
+        }
+    }
 }

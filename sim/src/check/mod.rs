@@ -3,6 +3,8 @@
 //! (`model.rs`) every client operation. A violation is recorded with the simulated time
 //! and fails the run.
 
+pub mod appends;
+pub mod history;
 pub mod leases;
 pub mod locations;
 pub mod model;
@@ -12,6 +14,7 @@ pub mod replication;
 pub mod trace;
 pub mod versions;
 
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 /// What every checker shares in one run.
@@ -26,6 +29,19 @@ pub struct Checks {
     pub steps: u64,
     pub reads_checked: u64,
     pub writes_acked: u64,
+    /// Files many clients write at once, by path.
+    pub histories: BTreeMap<String, history::History>,
+    /// Files written by record append, by path.
+    pub appends: BTreeMap<String, appends::AppendLog>,
+    /// Every byte chunkservers stored, kept only in runs that judge record appends.
+    pub stored: Option<appends::Stored>,
+    /// (server, chunk) copies the scrubber reported corrupt.
+    pub scrub_found: HashSet<(String, u64)>,
+    /// Copies seen on a chunkserver at a version below the master's: (server, chunk,
+    /// version), each counted once.
+    pub stale_seen: HashSet<(String, u64, u64)>,
+    /// Records found by readers, for the run's summary.
+    pub records_checked: u64,
 }
 
 impl Checks {

@@ -98,7 +98,8 @@ impl Observer for SimObserver {
         server: &Chunkserver,
     ) {
         let t = self.true_ms();
-        let mut c = self.checks.lock().expect("checks lock");
+        let mut guard = self.checks.lock().expect("checks lock");
+        let c = &mut *guard;
         c.steps += 1;
         let tr = &mut c.trace;
         tr.add(self.node.as_bytes());
@@ -127,6 +128,33 @@ impl Observer for SimObserver {
             tr.add_u64(*id);
             tr.add(format!("{:?}", std::mem::discriminant(op)).as_bytes());
         }
+        if let Some(stored) = &mut c.stored {
+            for (_, op) in &effects.store {
+                if let cs::StoreOp::Write {
+                    handle,
+                    offset,
+                    data,
+                    ..
+                } = op
+                    && !data.is_empty()
+                {
+                    stored
+                        .writes
+                        .entry(*handle)
+                        .or_default()
+                        .push((*offset, data.clone()));
+                }
+            }
+        }
+        for call in &effects.calls {
+            if let cs::Outgoing::Master(tessera_core::pb::MasterRequest {
+                req: Some(tessera_core::pb::master_request::Req::ReportCorrupt(r)),
+            }) = &call.req
+                && r.by_scrubber
+            {
+                c.scrub_found.insert((self.node.clone(), r.handle));
+            }
+        }
         tr.add_u64(effects.calls.len() as u64);
         // Leases, in true time.
         let leases: HashMap<u64, i64> = server
@@ -141,6 +169,9 @@ impl Observer for SimObserver {
         for (&h, &v) in &held {
             if let Some(x) = c.versions.server(&self.node, h, v) {
                 found.push(x);
+            }
+            if c.versions.master_version(h).is_some_and(|m| v < m) {
+                c.stale_seen.insert((self.node.clone(), h, v));
             }
         }
         c.versions

@@ -34,6 +34,23 @@ impl Versions {
         None
     }
 
+    /// The master's latest version of `h`.
+    pub fn master_version(&self, h: ChunkHandle) -> Option<Version> {
+        self.master.get(&h).copied()
+    }
+
+    /// Copies servers hold at a version below the master's: (server, chunk, version).
+    pub fn stale_copies(&self) -> Vec<(String, ChunkHandle, Version)> {
+        let mut v: Vec<_> = self
+            .servers
+            .iter()
+            .filter(|((_, h), v)| self.master.get(h).is_some_and(|m| *v < m))
+            .map(|((s, h), v)| (s.clone(), *h, *v))
+            .collect();
+        v.sort();
+        v
+    }
+
     /// Every server's last word on `h`.
     pub fn holders(&self, h: ChunkHandle) -> Vec<(String, Version)> {
         let mut v: Vec<_> = self
