@@ -32,6 +32,11 @@ pub struct ClientConfig {
     /// First back-off between attempts; doubles each time.
     pub backoff: Duration,
     pub location_ttl: Duration,
+    /// The client's rack, for ordering the data push by network distance ("" if unknown).
+    pub rack: String,
+    /// Data is pushed to the replicas in pieces of this size, this many in flight.
+    pub push_piece: u64,
+    pub push_window: usize,
 }
 
 impl ClientConfig {
@@ -42,6 +47,9 @@ impl ClientConfig {
             attempts: 8,
             backoff: Duration::from_millis(100),
             location_ttl: Duration::from_secs(60),
+            rack: String::new(),
+            push_piece: 1 << 20,
+            push_window: 4,
         }
     }
 }
@@ -64,7 +72,19 @@ pub struct Client<R: Runtime, T: Transport> {
     seq: Arc<std::sync::atomic::AtomicU64>,
     /// Per file, the chunk the last record append went to.
     append_index: Arc<Mutex<HashMap<String, u64>>>,
+    /// Write targets (lease holders) the master gave, by file and chunk index (`APPEND`
+    /// for record appends), kept until shortly before the lease ends: mutations need no
+    /// master round trip while a lease lasts (GFS §3.1). Dropped on any failure; the
+    /// primary refuses a mutation once its lease is over, so a stale entry costs a retry,
+    /// never a wrong write.
+    targets: Arc<Mutex<TargetCache>>,
 }
+
+/// (file, chunk index or `APPEND`) to the target and when to stop using it.
+type TargetCache = HashMap<(String, u64), (pb::WriteTarget, Time)>;
+
+/// The write-target cache key for record appends (a file's last chunk).
+const APPEND: u64 = u64::MAX;
 
 impl<R: Runtime, T: Transport> Client<R, T> {
     pub fn new(rt: R, transport: T, cfg: ClientConfig) -> Self {
@@ -77,6 +97,7 @@ impl<R: Runtime, T: Transport> Client<R, T> {
             id,
             seq: Arc::default(),
             append_index: Arc::default(),
+            targets: Arc::default(),
         }
     }
 
@@ -148,7 +169,7 @@ impl<R: Runtime, T: Transport> Client<R, T> {
     }
 
     pub async fn delete(&self, path: &str, recursive: bool) -> Result<(), FsError> {
-        self.forget(path);
+        self.forget_all(path);
         self.master_empty(Req::Delete(pb::DeleteRequest {
             path: path.into(),
             recursive,
@@ -157,7 +178,8 @@ impl<R: Runtime, T: Transport> Client<R, T> {
     }
 
     pub async fn rename(&self, src: &str, dst: &str) -> Result<(), FsError> {
-        self.forget(src);
+        self.forget_all(src);
+        self.forget_all(dst);
         self.master_empty(Req::Rename(pb::RenameRequest {
             src: src.into(),
             dst: dst.into(),
@@ -194,6 +216,22 @@ impl<R: Runtime, T: Transport> Client<R, T> {
 
     fn forget(&self, path: &str) {
         self.cache.lock().expect("cache lock").remove(path);
+    }
+
+    /// Drops everything cached about `path` (it is being renamed or deleted).
+    fn forget_all(&self, path: &str) {
+        self.forget(path);
+        self.targets
+            .lock()
+            .expect("targets lock")
+            .retain(|(p, _), _| p != path);
+    }
+
+    fn forget_target(&self, path: &str, key: u64) {
+        self.targets
+            .lock()
+            .expect("targets lock")
+            .remove(&(path.to_string(), key));
     }
 
     async fn locations(&self, path: &str, fresh: bool) -> Result<pb::GetChunksResponse, FsError> {
@@ -434,17 +472,27 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         data: Bytes,
     ) -> Result<Appended, FsError> {
         let t = self.write_target(path, index, true).await?;
-        let req = CReq::Append(pb::AppendChunkRequest {
-            handle: t.handle,
-            version: t.version,
-            data,
-            secondaries: t.secondaries.clone(),
-        });
-        match self.chunk_call(&t.primary, req).await? {
+        let result = async {
+            let data_id = self.push(&t, &data).await?;
+            let req = CReq::Append(pb::AppendChunkRequest {
+                handle: t.handle,
+                version: t.version,
+                data: Bytes::new(),
+                secondaries: t.secondaries.clone(),
+                data_id,
+            });
+            self.chunk_call(&t.primary, req).await
+        }
+        .await;
+        if result.is_err() {
+            self.forget_target(path, APPEND);
+        }
+        match result? {
             pb::ChunkResponse {
                 resp: Some(CResp::Append(a)),
                 ..
             } => Ok(if a.chunk_full {
+                self.forget_target(path, APPEND);
                 Appended::Full {
                     index: t.chunk_index,
                 }
@@ -469,13 +517,23 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         Ok(record::dedup(record::scan(&data, 0, chunk_size)))
     }
 
+    /// The lease holder for chunk `index` of `path` (for an append: the last chunk, at
+    /// `index` or later), from the cache while its lease lasts, else from the master.
     async fn write_target(
         &self,
         path: &str,
         index: u64,
         append: bool,
     ) -> Result<pb::WriteTarget, FsError> {
-        match self
+        let key = (path.to_string(), if append { APPEND } else { index });
+        let now = self.rt.now();
+        if let Some((t, until)) = self.targets.lock().expect("targets lock").get(&key)
+            && now < *until
+            && t.chunk_index >= index
+        {
+            return Ok(t.clone());
+        }
+        let t = match self
             .master(Req::GetWriteTarget(pb::GetWriteTargetRequest {
                 path: path.into(),
                 chunk_index: index,
@@ -483,9 +541,17 @@ impl<R: Runtime, T: Transport> Client<R, T> {
             }))
             .await?
         {
-            Resp::WriteTarget(t) => Ok(t),
-            other => Err(unexpected(other)),
-        }
+            Resp::WriteTarget(t) => t,
+            other => return Err(unexpected(other)),
+        };
+        // Stop using it a little early: the primary's clock may run ahead of ours.
+        let lease = Duration::from_millis(t.lease_expires_in_ms);
+        let until = self.rt.now() + lease.saturating_sub(lease / 10 + Duration::from_millis(500));
+        self.targets
+            .lock()
+            .expect("targets lock")
+            .insert(key, (t.clone(), until));
+        Ok(t)
     }
 
     async fn write_piece(
@@ -523,19 +589,88 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         seq: u64,
     ) -> Result<(), FsError> {
         let t = self.write_target(path, idx, false).await?;
-        // The primary orders the write, applies it and has the secondaries apply it; it
-        // answers once all have. (Pipelined data push along a chain comes with the full
-        // mutation protocol.)
-        let req = CReq::Write(pb::WriteChunkRequest {
-            handle: t.handle,
-            version: t.version,
-            offset: off,
-            data,
-            secondaries: t.secondaries.clone(),
-            client_id: self.id,
-            client_seq: seq,
-        });
-        self.chunk_call(&t.primary, req).await.map(|_| ())
+        // The data goes first, to every replica along a chain; then the primary orders
+        // the write, applies it and has the secondaries apply it, answering once all have.
+        let result = async {
+            let data_id = self.push(&t, &data).await?;
+            let req = CReq::Write(pb::WriteChunkRequest {
+                handle: t.handle,
+                version: t.version,
+                offset: off,
+                data: Bytes::new(),
+                secondaries: t.secondaries.clone(),
+                client_id: self.id,
+                client_seq: seq,
+                data_id,
+            });
+            self.chunk_call(&t.primary, req).await
+        }
+        .await;
+        if result.is_err() {
+            self.forget_target(path, idx);
+        }
+        result.map(|_| ())
+    }
+
+    /// The replicas of `t` in push order: from this client, each next one the nearest to
+    /// the last (same rack before another rack), ties broken by address.
+    fn chain(&self, t: &pb::WriteTarget) -> Vec<String> {
+        let mut left: Vec<(String, String)> =
+            std::iter::once((t.primary.clone(), t.primary_rack.clone()))
+                .chain(
+                    t.secondaries.iter().cloned().zip(
+                        t.secondary_racks
+                            .iter()
+                            .cloned()
+                            .chain(std::iter::repeat(String::new())),
+                    ),
+                )
+                .collect();
+        left.sort();
+        let mut here = self.cfg.rack.clone();
+        let mut chain = Vec::with_capacity(left.len());
+        while !left.is_empty() {
+            let i = left
+                .iter()
+                .position(|(_, r)| !r.is_empty() && *r == here)
+                .unwrap_or(0);
+            let (addr, rack) = left.remove(i);
+            here = rack;
+            chain.push(addr);
+        }
+        chain
+    }
+
+    /// Pushes `data` to every replica of `t`, pipelined: pieces go to the first server in
+    /// the chain, which forwards each on as it arrives; several pieces are in flight at
+    /// once. Returns the id the write names the data by (0 for no data).
+    async fn push(&self, t: &pb::WriteTarget, data: &Bytes) -> Result<u64, FsError> {
+        use futures::{StreamExt, TryStreamExt};
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let chain = self.chain(t);
+        let (first, rest) = chain.split_first().expect("a target has a primary");
+        let id = self.rt.random_u64() | 1;
+        let total = data.len() as u64;
+        let piece = self.cfg.push_piece.max(1);
+        let offsets: Vec<u64> = (0..total).step_by(piece as usize).collect();
+        futures::stream::iter(offsets)
+            .map(|off| {
+                let end = (off + piece).min(total);
+                let req = CReq::Push(pb::PushDataRequest {
+                    data_id: id,
+                    offset: off,
+                    total,
+                    piece: data.slice(off as usize..end as usize),
+                    chain: rest.to_vec(),
+                });
+                self.chunk_call(first, req)
+            })
+            .buffer_unordered(self.cfg.push_window.max(1))
+            .try_collect::<Vec<_>>()
+            .await?;
+        Ok(id)
     }
 }
 

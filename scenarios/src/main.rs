@@ -4,6 +4,7 @@
 //! tessera-scenarios list
 //! tessera-scenarios run <name|all> --seed <n>
 //! tessera-scenarios run <name|all> --seeds <count> [--first <n>] [--check-determinism]
+//! tessera-scenarios append-bench [--appenders 1,4,16] [--seconds 60] [--record 4096] [--seed 1]
 //! ```
 //! One line per run: `seed=<n> scenario=<name> result=ok trace=<hex>`, or `result=FAIL`
 //! with the violated check and a command that replays it. Exits non-zero on any failure.
@@ -31,7 +32,7 @@ mod madsim_main {
 
     fn usage() -> i32 {
         eprintln!(
-            "usage: tessera-scenarios list | run <name|all> (--seed N | --seeds COUNT [--first N]) [--check-determinism] [--verbose]"
+            "usage: tessera-scenarios list | run <name|all> (--seed N | --seeds COUNT [--first N]) [--check-determinism] [--verbose]\n       tessera-scenarios append-bench [--appenders 1,4,16] [--seconds 60] [--record 4096] [--seed 1]"
         );
         2
     }
@@ -70,6 +71,7 @@ mod madsim_main {
                 0
             }
             Some("run") => run_cmd(&args[1..]),
+            Some("append-bench") => append_bench(&args[1..]),
             _ => usage(),
         }
     }
@@ -79,6 +81,52 @@ mod madsim_main {
             .position(|a| a == name)
             .and_then(|i| args.get(i + 1))
             .and_then(|v| v.parse().ok())
+    }
+
+    /// Aggregate record-append throughput, one fault-free run per appender count.
+    fn append_bench(args: &[String]) -> i32 {
+        use tessera_sim::bench::{AppendBench, append_throughput};
+        let counts: Vec<usize> = args
+            .iter()
+            .position(|a| a == "--appenders")
+            .and_then(|i| args.get(i + 1))
+            .map_or(Some(vec![1, 4, 16]), |v| {
+                v.split(',').map(|x| x.parse().ok()).collect()
+            })
+            .unwrap_or_default();
+        if counts.is_empty() || counts.contains(&0) {
+            return usage();
+        }
+        let seconds = flag(args, "--seconds").unwrap_or(60);
+        let record = flag(args, "--record").unwrap_or(4096) as usize;
+        let seed = flag(args, "--seed").unwrap_or(1);
+        let mut bad = 0;
+        for n in counts {
+            let b = AppendBench {
+                appenders: n,
+                duration: std::time::Duration::from_secs(seconds),
+                record,
+            };
+            let started = Instant::now();
+            let f = std::thread::spawn(move || append_throughput(seed, b))
+                .join()
+                .expect("benchmark thread");
+            println!(
+                "appenders={n} record={record}B records={} failed={} sim={}ms records_per_s={:.1} MB_per_s={:.3} read_back={} wall={:.1}s",
+                f.records,
+                f.failed,
+                f.sim_ms,
+                f.records_per_sec(),
+                f.mb_per_sec(),
+                f.found,
+                started.elapsed().as_secs_f64()
+            );
+            for v in &f.violations {
+                bad += 1;
+                println!("  violated: {v}");
+            }
+        }
+        i32::from(bad > 0)
     }
 
     fn run_cmd(args: &[String]) -> i32 {

@@ -97,6 +97,8 @@ pub struct Cluster {
     pub master_alive: bool,
     pub servers: Vec<ServerNode>,
     pub clients: Vec<(NodeHandle, Clock)>,
+    /// Racks in the cluster; client `i` sits in rack `i % racks`, as chunkservers do.
+    pub racks: usize,
 }
 
 fn ip(a: u8, b: u8) -> IpAddr {
@@ -204,6 +206,7 @@ impl Cluster {
                             clone_piece: 64 << 10,
                             scrub_interval: knobs2.scrub_interval,
                             scrub_idle: knobs2.scrub_idle,
+                            ..ChunkserverConfig::default()
                         },
                         master: maddr.clone(),
                         heartbeat_interval: knobs2.heartbeat,
@@ -247,6 +250,7 @@ impl Cluster {
             })
             .collect();
         Cluster {
+            racks: shape.racks.max(1),
             handle,
             start,
             knobs,
@@ -279,6 +283,9 @@ impl Cluster {
         cfg.attempts = 6;
         cfg.backoff = Duration::from_millis(100);
         cfg.location_ttl = ttl;
+        cfg.rack = format!("rack{}", i % self.racks);
+        // Small pieces, so pushes of the simulator's small writes are pipelined too.
+        cfg.push_piece = 16 << 10;
         Client::new(rt.clone(), SimNet::new(rt), cfg)
     }
 

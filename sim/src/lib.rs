@@ -6,6 +6,7 @@
 //! `--cfg madsim` (see the README); without it this crate is empty.
 #![cfg(madsim)]
 
+pub mod bench;
 pub mod check;
 pub mod cluster;
 pub mod disk;

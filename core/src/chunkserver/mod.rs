@@ -42,6 +42,10 @@ pub struct ChunkserverConfig {
     pub scrub_interval: Duration,
     /// A chunk written within this long is not idle, so not scrubbed yet.
     pub scrub_idle: Duration,
+    /// Memory for data pushed ahead of writes; the oldest buffers go when it runs short.
+    pub push_buffer_bytes: u64,
+    /// A pushed buffer no write has used for this long is dropped.
+    pub push_buffer_ttl: Duration,
 }
 
 impl Default for ChunkserverConfig {
@@ -54,6 +58,8 @@ impl Default for ChunkserverConfig {
             clone_piece: 4 << 20,
             scrub_interval: Duration::from_secs(10),
             scrub_idle: Duration::from_secs(60),
+            push_buffer_bytes: 256 << 20,
+            push_buffer_ttl: Duration::from_secs(60),
         }
     }
 }
@@ -217,6 +223,8 @@ struct Forward {
     serial: u64,
     offset: u64,
     data: Bytes,
+    /// Non-zero: the secondaries have the data pushed under this id.
+    data_id: u64,
     secondaries: Vec<String>,
     /// The answer once every replica has applied the mutation.
     reply: pb::ChunkResponse,
@@ -251,6 +259,34 @@ enum CallCtx {
         buf: BytesMut,
     },
     ReportCorrupt,
+    /// A pushed piece forwarded down the chain, for the request that brought it.
+    PushForward {
+        id: RequestId,
+        to: String,
+    },
+}
+
+/// Data pushed ahead of a write, as it arrives piece by piece.
+#[derive(Debug)]
+struct PushBuffer {
+    data: BytesMut,
+    /// Pieces received: offset to end (a piece sent twice counts once).
+    pieces: std::collections::BTreeMap<u64, u64>,
+    touched: Time,
+}
+
+impl PushBuffer {
+    /// Whether every byte has arrived.
+    fn complete(&self) -> bool {
+        let mut at = 0;
+        for (&s, &e) in &self.pieces {
+            if s > at {
+                return false;
+            }
+            at = at.max(e);
+        }
+        at == self.data.len() as u64
+    }
 }
 
 pub struct Chunkserver {
@@ -270,6 +306,9 @@ pub struct Chunkserver {
     /// The scrubber's next run, and the handle it verified last.
     next_scrub: Time,
     scrub_cursor: ChunkHandle,
+    /// Data pushed ahead of writes, by id, and the bytes they hold.
+    pushed: HashMap<u64, PushBuffer>,
+    pushed_bytes: u64,
     /// Whether the jobs queued by recovery have been started.
     started: bool,
     next_id: u64,
@@ -311,6 +350,8 @@ impl Chunkserver {
             forwards: HashMap::new(),
             forwarding: HashMap::new(),
             scrub_cursor: 0,
+            pushed: HashMap::new(),
+            pushed_bytes: 0,
             started: false,
             next_id: 1,
             out: Effects::default(),
@@ -394,6 +435,7 @@ impl Chunkserver {
                     .out
                     .replies
                     .push((id, err(FsError::InvalidArgument("empty request".into())))),
+                Some(Req::Push(p)) => self.on_push(id, p),
                 Some(r) => {
                     let h = match &r {
                         Req::Read(r) => r.handle,
@@ -403,6 +445,7 @@ impl Chunkserver {
                         Req::RevokeLease(r) => r.handle,
                         Req::Apply(r) => r.handle,
                         Req::Append(r) => r.handle,
+                        Req::Push(_) => unreachable!("handled above"),
                     };
                     self.enqueue(h, Job::Request(id, r, arrived.min(self.now)));
                 }
@@ -412,6 +455,7 @@ impl Chunkserver {
             Input::Tick => {
                 self.heartbeat();
                 self.scrub();
+                self.expire_pushed();
             }
         }
         std::mem::take(&mut self.out)
@@ -516,6 +560,7 @@ impl Chunkserver {
                 h = r.handle;
                 self.start_append(id, r)
             }
+            Req::Push(_) => unreachable!("pushes do not queue on a chunk"),
             Req::SetVersion(r) => {
                 h = r.handle;
                 self.start_set_version(id, r, arrived)
@@ -649,13 +694,14 @@ impl Chunkserver {
     ) -> Result<Option<pb::ChunkResponse>, FsError> {
         let h = r.handle;
         self.usable(h, r.version, true)?;
-        self.check_range(r.offset, r.data.len())?;
         if !self.is_primary(h, self.now) {
             return Err(FsError::Unavailable(format!(
                 "{} holds no lease on chunk {h}",
                 self.cfg.address
             )));
         }
+        let data = self.data_of(r.data_id, r.data)?;
+        self.check_range(r.offset, data.len())?;
         let c = self.chunks.get_mut(&h).expect("usable");
         let seen = c.writers.entry(r.client_id).or_insert(r.client_seq);
         if r.client_seq < *seen {
@@ -670,12 +716,13 @@ impl Chunkserver {
             version: r.version,
             serial: c.serial,
             offset: r.offset,
-            data: r.data.clone(),
+            data: data.clone(),
+            data_id: r.data_id,
             secondaries: r.secondaries,
             reply: empty(),
         };
         self.forwards.insert(h, forward);
-        self.apply_local(id, h, r.offset, r.data)
+        self.apply_local(id, h, r.offset, data)
     }
 
     /// A record append: the primary picks the offset, its copy's end. A record that does
@@ -690,37 +737,40 @@ impl Chunkserver {
     ) -> Result<Option<pb::ChunkResponse>, FsError> {
         let h = r.handle;
         self.usable(h, r.version, true)?;
-        let max = self.cfg.chunk_size / 4;
-        if r.data.is_empty() || r.data.len() as u64 > max {
-            return Err(FsError::InvalidArgument(format!(
-                "a record must be 1 to {max} bytes, not {}",
-                r.data.len()
-            )));
-        }
         if !self.is_primary(h, self.now) {
             return Err(FsError::Unavailable(format!(
                 "{} holds no lease on chunk {h}",
                 self.cfg.address
             )));
         }
+        let record = self.data_of(r.data_id, r.data)?;
+        let max = self.cfg.chunk_size / 4;
+        if record.is_empty() || record.len() as u64 > max {
+            return Err(FsError::InvalidArgument(format!(
+                "a record must be 1 to {max} bytes, not {}",
+                record.len()
+            )));
+        }
         let chunk_size = self.cfg.chunk_size;
         let c = self.chunks.get_mut(&h).expect("usable");
         let length = c.meta.length;
-        let fits = length + r.data.len() as u64 <= chunk_size;
+        let fits = length + record.len() as u64 <= chunk_size;
         #[cfg(feature = "plant-no-padding")]
         let (offset, data, full) = if fits {
-            (length, r.data, false)
+            (length, record, false)
         } else {
             // Planted bug: no padding; the record is cut at the chunk's end.
             let room = (chunk_size - length) as usize;
-            (length, r.data.slice(..room), false)
+            (length, record.slice(..room), false)
         };
         #[cfg(not(feature = "plant-no-padding"))]
         let (offset, data, full) = if fits {
-            (length, r.data, false)
+            (length, record, false)
         } else {
             (chunk_size, Bytes::new(), true)
         };
+        // The secondaries use their own pushed copy, unless the chunk is being padded.
+        let data_id = if full || !fits { 0 } else { r.data_id };
         c.serial += 1;
         tracing::debug!(chunk = h, server = %self.cfg.address, serial = c.serial, offset, len = data.len(), full, "record append");
         let forward = Forward {
@@ -728,6 +778,7 @@ impl Chunkserver {
             serial: c.serial,
             offset,
             data: data.clone(),
+            data_id,
             secondaries: r.secondaries,
             reply: ok(Resp::Append(pb::AppendChunkResponse {
                 offset: if full { 0 } else { offset },
@@ -746,17 +797,18 @@ impl Chunkserver {
     ) -> Result<Option<pb::ChunkResponse>, FsError> {
         let h = r.handle;
         self.usable(h, r.version, true)?;
-        self.check_range(r.offset, r.data.len())?;
-        let c = self.chunks.get_mut(&h).expect("usable");
+        let c = self.chunks.get(&h).expect("usable");
         if r.serial <= c.serial {
             return Err(FsError::InvalidArgument(format!(
                 "mutation {} of chunk {h} arrived after mutation {}",
                 r.serial, c.serial
             )));
         }
-        c.serial = r.serial;
-        tracing::debug!(chunk = h, server = %self.cfg.address, serial = r.serial, offset = r.offset, len = r.data.len(), "applying mutation");
-        self.apply_local(id, h, r.offset, r.data)
+        let data = self.data_of(r.data_id, r.data)?;
+        self.check_range(r.offset, data.len())?;
+        self.chunks.get_mut(&h).expect("usable").serial = r.serial;
+        tracing::debug!(chunk = h, server = %self.cfg.address, serial = r.serial, offset = r.offset, len = data.len(), "applying mutation");
+        self.apply_local(id, h, r.offset, data)
     }
 
     fn check_range(&self, offset: u64, len: usize) -> Result<u64, FsError> {
@@ -1065,6 +1117,126 @@ impl Chunkserver {
         );
     }
 
+    // ---- data pushed ahead of writes ---------------------------------------------------
+
+    /// A piece of pushed data: keep it, and pass it down the chain.
+    fn on_push(&mut self, id: RequestId, r: pb::PushDataRequest) {
+        if let Err(e) = self.keep_piece(&r) {
+            return self.out.replies.push((id, err(e)));
+        }
+        let Some((next, rest)) = r.chain.split_first() else {
+            return self.out.replies.push((id, empty()));
+        };
+        let req = pb::ChunkRequest {
+            req: Some(Req::Push(pb::PushDataRequest {
+                data_id: r.data_id,
+                offset: r.offset,
+                total: r.total,
+                piece: r.piece.clone(),
+                chain: rest.to_vec(),
+            })),
+        };
+        self.call(
+            Dest::Peer(next.clone()),
+            Outgoing::Chunk(req),
+            CallCtx::PushForward {
+                id,
+                to: next.clone(),
+            },
+        );
+    }
+
+    fn keep_piece(&mut self, r: &pb::PushDataRequest) -> Result<(), FsError> {
+        let end = r.offset.checked_add(r.piece.len() as u64);
+        if r.data_id == 0
+            || r.total == 0
+            || r.total > self.cfg.chunk_size
+            || end.is_none_or(|e| e > r.total)
+        {
+            return Err(FsError::InvalidArgument(format!(
+                "push of {} bytes at {} of {} (id {:x}) does not fit",
+                r.piece.len(),
+                r.offset,
+                r.total,
+                r.data_id
+            )));
+        }
+        let end = end.expect("checked");
+        if !self.pushed.contains_key(&r.data_id) {
+            // Make room, oldest first.
+            while self.pushed_bytes + r.total > self.cfg.push_buffer_bytes {
+                let Some((&old, _)) = self.pushed.iter().min_by_key(|(k, b)| (b.touched, **k))
+                else {
+                    return Err(FsError::Unavailable(format!(
+                        "{} has no room for {} bytes of pushed data",
+                        self.cfg.address, r.total
+                    )));
+                };
+                self.drop_pushed(old);
+            }
+            self.pushed_bytes += r.total;
+            self.pushed.insert(
+                r.data_id,
+                PushBuffer {
+                    data: BytesMut::zeroed(r.total as usize),
+                    pieces: Default::default(),
+                    touched: self.now,
+                },
+            );
+        }
+        let b = self.pushed.get_mut(&r.data_id).expect("present");
+        if b.data.len() as u64 != r.total {
+            return Err(FsError::InvalidArgument(format!(
+                "pushed data {:x} changed its length",
+                r.data_id
+            )));
+        }
+        b.data[r.offset as usize..end as usize].copy_from_slice(&r.piece);
+        let e = b.pieces.entry(r.offset).or_insert(end);
+        *e = (*e).max(end);
+        b.touched = self.now;
+        Ok(())
+    }
+
+    fn drop_pushed(&mut self, id: u64) -> Option<PushBuffer> {
+        let b = self.pushed.remove(&id)?;
+        self.pushed_bytes -= b.data.len() as u64;
+        Some(b)
+    }
+
+    /// The data of a mutation: inline, or pushed ahead under `data_id` (used up here).
+    fn data_of(&mut self, data_id: u64, inline: Bytes) -> Result<Bytes, FsError> {
+        if data_id == 0 {
+            return Ok(inline);
+        }
+        match self.drop_pushed(data_id) {
+            Some(b) if b.complete() => Ok(b.data.freeze()),
+            Some(_) => Err(FsError::Unavailable(format!(
+                "data {data_id:x} arrived only in part at {}",
+                self.cfg.address
+            ))),
+            None => Err(FsError::Unavailable(format!(
+                "data {data_id:x} is not at {} (never pushed, or dropped)",
+                self.cfg.address
+            ))),
+        }
+    }
+
+    /// Drops pushed data nobody used in time.
+    fn expire_pushed(&mut self) {
+        let ttl = self.cfg.push_buffer_ttl;
+        let now = self.now;
+        let old: Vec<u64> = self
+            .pushed
+            .iter()
+            .filter(|(_, b)| b.touched + ttl <= now)
+            .map(|(k, _)| *k)
+            .collect();
+        for id in old {
+            self.drop_pushed(id);
+        }
+    }
+
     // ---- scrubbing --------------------------------------------------------------------
 
     /// On a tick: when due, verify the next idle chunk after the last one verified, in
@@ -1310,7 +1482,12 @@ impl Chunkserver {
                     version: f.version,
                     serial: f.serial,
                     offset: f.offset,
-                    data: f.data.clone(),
+                    data: if f.data_id == 0 {
+                        f.data.clone()
+                    } else {
+                        Bytes::new()
+                    },
+                    data_id: f.data_id,
                 })),
             };
             self.call(Dest::Peer(to), Outgoing::Chunk(req), CallCtx::Forward { h });
@@ -1372,6 +1549,19 @@ impl Chunkserver {
                 buf,
             } => self.on_clone_piece(id, h, version, source, buf, result),
             CallCtx::ReportCorrupt => {}
+            CallCtx::PushForward { id, to } => {
+                let resp = match result {
+                    Ok(Reply::Chunk(pb::ChunkResponse { error: None, .. })) => empty(),
+                    Ok(Reply::Chunk(pb::ChunkResponse { error: Some(e), .. })) => {
+                        err(FsError::Unavailable(format!("push to {to}: {}", e.message)))
+                    }
+                    Ok(Reply::Master(_)) => {
+                        err(FsError::Internal("push answered by a master".into()))
+                    }
+                    Err(e) => err(FsError::Unavailable(format!("push to {to}: {e}"))),
+                };
+                self.out.replies.push((id, resp));
+            }
             CallCtx::Forward { h } => self.on_forward_result(h, result),
         }
     }

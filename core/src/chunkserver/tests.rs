@@ -469,6 +469,7 @@ fn apply(h: &mut H, serial: u64, off: u64, data: &'static [u8]) -> pb::ChunkResp
         serial,
         offset: off,
         data: Bytes::from_static(data),
+        data_id: 0,
     }))
 }
 
@@ -503,6 +504,7 @@ fn secondary_never_applies_an_overtaken_mutation() {
         serial: 1,
         offset: 0,
         data: Bytes::from_static(b"v2"),
+        data_id: 0,
     }));
     assert!(r.error.is_none());
 }
@@ -559,6 +561,7 @@ fn primary_answers_after_every_secondary_applied() {
             secondaries: vec!["cs1".into(), "cs2".into()],
             client_id: 1,
             client_seq: 1,
+            data_id: 0,
         })),
     };
     let replies = h.run(Input::Request {
@@ -613,6 +616,7 @@ fn primary_answers_after_every_secondary_applied() {
             secondaries: vec!["cs1".into()],
             client_id: 1,
             client_seq: 2,
+            data_id: 0,
         })),
     };
     h.run(Input::Request {
@@ -701,6 +705,7 @@ fn append(h: &mut H, data: &[u8]) -> Result<pb::AppendChunkResponse, FsError> {
         version: 1,
         data: Bytes::copy_from_slice(data),
         secondaries: vec![],
+        data_id: 0,
     })) {
         pb::ChunkResponse { error: Some(e), .. } => Err(FsError::from_pb(&e)),
         pb::ChunkResponse {
@@ -769,6 +774,7 @@ fn padding_reaches_the_secondaries() {
             version: 1,
             data: Bytes::from(vec![9u8; 262_144]),
             secondaries: vec!["s".into()],
+            data_id: 0,
         })),
     };
     // Fill the chunk to within 100 bytes of its end, then append a record too big.
@@ -865,12 +871,14 @@ mod serial_order {
                     secondaries: vec!["s".into()],
                     client_id: 1,
                     client_seq: i as u64,
+                    data_id: 0,
                 }),
                 Op::Append(d) => R::Append(pb::AppendChunkRequest {
                     handle: 1,
                     version: 1,
                     data: Bytes::from(d.clone()),
                     secondaries: vec!["s".into()],
+                    data_id: 0,
                 }),
             };
             p.run(Input::Request {
@@ -1001,4 +1009,109 @@ fn an_overwrite_cut_short_by_a_crash_is_repaired_not_lost() {
     meta.writing = None;
     h3.cs = Chunkserver::recover(h.cs.cfg.clone(), Time(0), vec![meta]);
     assert!(matches!(h3.read(1, 65_536, 10), Err(FsError::Corrupt(_))));
+}
+
+fn push(
+    h: &mut H,
+    id: u64,
+    off: u64,
+    total: u64,
+    piece: &[u8],
+    chain: &[&str],
+) -> Vec<(RequestId, pb::ChunkResponse)> {
+    let rid = h.next;
+    h.next += 1;
+    h.run(Input::Request {
+        id: rid,
+        arrived: h.now,
+        req: pb::ChunkRequest {
+            req: Some(R::Push(pb::PushDataRequest {
+                data_id: id,
+                offset: off,
+                total,
+                piece: Bytes::copy_from_slice(piece),
+                chain: chain.iter().map(|s| s.to_string()).collect(),
+            })),
+        },
+    })
+}
+
+fn write_pushed(h: &mut H, off: u64, id: u64) -> pb::ChunkResponse {
+    h.req(R::Write(pb::WriteChunkRequest {
+        handle: 1,
+        version: 1,
+        offset: off,
+        data_id: id,
+        client_id: 1,
+        client_seq: h.next,
+        ..Default::default()
+    }))
+}
+
+#[test]
+fn pushed_data_is_forwarded_down_the_chain_and_used_once() {
+    let mut h = H::new();
+    h.create(1);
+    // The first piece goes on to cs1 (and cs2 after it); the answer waits for cs1's.
+    let r = push(&mut h, 7, 0, 6, b"abc", &["cs1", "cs2"]);
+    assert!(
+        r.is_empty(),
+        "answered before the rest of the chain had the piece"
+    );
+    let fwd = h.calls.pop().unwrap();
+    assert_eq!(fwd.to, Dest::Peer("cs1".into()));
+    let Outgoing::Chunk(pb::ChunkRequest {
+        req: Some(R::Push(p)),
+    }) = &fwd.req
+    else {
+        panic!("{fwd:?}")
+    };
+    assert_eq!(
+        (p.chain.clone(), p.offset, &p.piece[..]),
+        (vec!["cs2".to_string()], 0, &b"abc"[..])
+    );
+    let r = h.run(Input::CallResult {
+        id: fwd.id,
+        result: Ok(Reply::Chunk(empty())),
+    });
+    assert!(r[0].1.error.is_none());
+    // Only half the data has come: a write naming it is refused.
+    assert!(matches!(
+        write_pushed(&mut h, 0, 7)
+            .error
+            .map(|e| FsError::from_pb(&e)),
+        Some(FsError::Unavailable(_))
+    ));
+    // That write used the buffer up; push it all again, the last server in the chain.
+    push(&mut h, 8, 3, 6, b"def", &[]);
+    push(&mut h, 8, 0, 6, b"abc", &[]);
+    assert!(write_pushed(&mut h, 10, 8).error.is_none());
+    assert_eq!(&h.read(1, 10, 6).unwrap()[..], b"abcdef");
+    assert!(
+        write_pushed(&mut h, 20, 8).error.is_some(),
+        "data used twice"
+    );
+    assert_eq!(h.cs.pushed_bytes, 0);
+}
+
+#[test]
+fn pushed_data_is_bounded_in_size_and_time() {
+    let mut h = H::new();
+    h.cs.cfg.push_buffer_bytes = 250_000;
+    h.create(1);
+    let bad = push(&mut h, 1, 90, 100, &[0; 20], &[]);
+    assert!(bad[0].1.error.is_some(), "a piece past the data's end");
+    let bad = push(&mut h, 2, 0, (1 << 20) + 1, &[0; 20], &[]);
+    assert!(bad[0].1.error.is_some(), "data larger than a chunk");
+    push(&mut h, 3, 0, 100_000, &[1; 100_000], &[]);
+    h.now = Time(5);
+    push(&mut h, 4, 0, 100_000, &[2; 100_000], &[]);
+    h.now = Time(6);
+    // No room for a third: the oldest goes.
+    push(&mut h, 5, 0, 100_000, &[3; 100_000], &[]);
+    assert!(!h.cs.pushed.contains_key(&3) && h.cs.pushed.contains_key(&4));
+    // Data nobody uses expires.
+    h.now = h.now + h.cs.cfg.push_buffer_ttl;
+    h.run(Input::Tick);
+    assert!(h.cs.pushed.is_empty() && h.cs.pushed_bytes == 0);
 }

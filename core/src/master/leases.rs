@@ -266,21 +266,24 @@ impl Master {
             .expect("leased chunk is in the table");
         let primary = lease.primary;
         let expires = lease.expires;
-        let secondaries = lease
+        let others: Vec<ServerIdx> = lease
             .replicas
             .iter()
             .copied()
             .filter(|&s| s != primary)
-            .map(|s| self.servers.get(s).addr.clone())
             .collect();
+        let addr = |s: ServerIdx| self.servers.get(s).addr.clone();
+        let rack = |s: ServerIdx| self.servers.get(s).rack.clone();
         ok(Resp::WriteTarget(pb::WriteTarget {
             handle: h,
             version: c.version,
-            primary: self.servers.get(primary).addr.clone(),
-            secondaries,
+            primary: addr(primary),
+            secondaries: others.iter().map(|&s| addr(s)).collect(),
             lease_expires_in_ms: millis(expires.saturating_sub(self.now)),
             chunk_size: self.cfg.chunk_size,
             chunk_index: index,
+            primary_rack: rack(primary),
+            secondary_racks: others.iter().map(|&s| rack(s)).collect(),
         }))
     }
 
