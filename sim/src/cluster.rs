@@ -206,6 +206,9 @@ impl Cluster {
                             clone_piece: 64 << 10,
                             scrub_interval: knobs2.scrub_interval,
                             scrub_idle: knobs2.scrub_idle,
+                            // Shorter than a forward's deadline, so a held mutation is
+                            // applied before its primary gives up on it.
+                            apply_hold: knobs2.rpc_timeout / 2,
                             ..ChunkserverConfig::default()
                         },
                         master: maddr.clone(),

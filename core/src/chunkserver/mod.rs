@@ -46,6 +46,9 @@ pub struct ChunkserverConfig {
     pub push_buffer_bytes: u64,
     /// A pushed buffer no write has used for this long is dropped.
     pub push_buffer_ttl: Duration,
+    /// As secondary: how long a mutation that arrived before its predecessor waits for
+    /// it before being applied anyway (the predecessor then fails, as a lost one would).
+    pub apply_hold: Duration,
 }
 
 impl Default for ChunkserverConfig {
@@ -60,6 +63,7 @@ impl Default for ChunkserverConfig {
             scrub_idle: Duration::from_secs(60),
             push_buffer_bytes: 256 << 20,
             push_buffer_ttl: Duration::from_secs(60),
+            apply_hold: Duration::from_secs(1),
         }
     }
 }
@@ -178,6 +182,8 @@ enum Job {
     Request(RequestId, Req, Time),
     /// Delete the copy unless its version is above this.
     Delete(Version),
+    /// A mutation held for its predecessor, now to be applied (gap or not).
+    Released(RequestId, pb::ApplyMutationRequest),
     /// Read the whole copy and verify every block.
     Scrub,
     /// After a crash in the middle of an overwrite: recompute the checksums of the
@@ -247,6 +253,7 @@ struct Forwarding {
 enum CallCtx {
     Forward {
         h: ChunkHandle,
+        serial: u64,
     },
     Heartbeat {
         sent_at: Time,
@@ -301,8 +308,13 @@ pub struct Chunkserver {
     calls: HashMap<CallId, CallCtx>,
     /// As primary: the mutation to forward once the local write is durable, per chunk.
     forwards: HashMap<ChunkHandle, Forward>,
-    /// As primary: forwards in flight per chunk.
-    forwarding: HashMap<ChunkHandle, Forwarding>,
+    /// As primary: mutations out to the secondaries, by chunk and serial. Several may be
+    /// out at once: the next mutation starts once this one is applied locally.
+    forwarding: HashMap<(ChunkHandle, u64), Forwarding>,
+    /// As secondary: mutations that arrived ahead of their predecessor, by chunk and
+    /// serial, with when they arrived.
+    held:
+        std::collections::BTreeMap<(ChunkHandle, u64), (RequestId, pb::ApplyMutationRequest, Time)>,
     /// The scrubber's next run, and the handle it verified last.
     next_scrub: Time,
     scrub_cursor: ChunkHandle,
@@ -349,6 +361,7 @@ impl Chunkserver {
             calls: HashMap::new(),
             forwards: HashMap::new(),
             forwarding: HashMap::new(),
+            held: Default::default(),
             scrub_cursor: 0,
             pushed: HashMap::new(),
             pushed_bytes: 0,
@@ -456,6 +469,7 @@ impl Chunkserver {
                 self.heartbeat();
                 self.scrub();
                 self.expire_pushed();
+                self.release_held();
             }
         }
         std::mem::take(&mut self.out)
@@ -501,6 +515,10 @@ impl Chunkserver {
                 Job::Request(id, req, arrived) => self.start(id, req, arrived),
                 Job::Delete(max) => self.start_delete(h, max),
                 Job::Scrub => self.start_scrub(h),
+                Job::Released(id, r) => match self.apply_mutation(id, r, true) {
+                    Ok(_) => {}
+                    Err(e) => self.done(h, id, err(e)),
+                },
                 Job::Repair(w) => self.start_repair(h, w),
             }
         }
@@ -711,10 +729,9 @@ impl Chunkserver {
             )));
         }
         *seen = r.client_seq;
-        c.serial += 1;
         let forward = Forward {
             version: r.version,
-            serial: c.serial,
+            serial: 0,
             offset: r.offset,
             data: data.clone(),
             data_id: r.data_id,
@@ -771,11 +788,10 @@ impl Chunkserver {
         };
         // The secondaries use their own pushed copy, unless the chunk is being padded.
         let data_id = if full || !fits { 0 } else { r.data_id };
-        c.serial += 1;
-        tracing::debug!(chunk = h, server = %self.cfg.address, serial = c.serial, offset, len = data.len(), full, "record append");
+        tracing::debug!(chunk = h, server = %self.cfg.address, offset, len = data.len(), full, "record append");
         let forward = Forward {
             version: r.version,
-            serial: c.serial,
+            serial: 0,
             offset,
             data: data.clone(),
             data_id,
@@ -795,6 +811,18 @@ impl Chunkserver {
         id: RequestId,
         r: pb::ApplyMutationRequest,
     ) -> Result<Option<pb::ChunkResponse>, FsError> {
+        self.apply_mutation(id, r, false)
+    }
+
+    /// Applies a mutation from the primary. One that arrived before its predecessor (the
+    /// primary has several out at once, and the network may reorder them) waits for it,
+    /// at most `apply_hold`; `released` says that wait is over.
+    fn apply_mutation(
+        &mut self,
+        id: RequestId,
+        r: pb::ApplyMutationRequest,
+        released: bool,
+    ) -> Result<Option<pb::ChunkResponse>, FsError> {
         let h = r.handle;
         self.usable(h, r.version, true)?;
         let c = self.chunks.get(&h).expect("usable");
@@ -804,11 +832,67 @@ impl Chunkserver {
                 r.serial, c.serial
             )));
         }
+        if r.serial > c.serial + 1 && !released {
+            if self.held.contains_key(&(h, r.serial)) {
+                return Err(FsError::InvalidArgument(format!(
+                    "mutation {} of chunk {h} is already waiting",
+                    r.serial
+                )));
+            }
+            if r.serial > c.serial + 4096 || self.held.len() >= 65_536 {
+                return Err(FsError::Unavailable(format!(
+                    "mutation {} of chunk {h} is too far ahead of {}",
+                    r.serial, c.serial
+                )));
+            }
+            tracing::debug!(chunk = h, server = %self.cfg.address, serial = r.serial, last = c.serial, "holding a mutation for its predecessor");
+            let now = self.now;
+            self.held.insert((h, r.serial), (id, r, now));
+            self.finish(h);
+            return Ok(None);
+        }
         let data = self.data_of(r.data_id, r.data)?;
         self.check_range(r.offset, data.len())?;
         self.chunks.get_mut(&h).expect("usable").serial = r.serial;
         tracing::debug!(chunk = h, server = %self.cfg.address, serial = r.serial, offset = r.offset, len = data.len(), "applying mutation");
         self.apply_local(id, h, r.offset, data)
+    }
+
+    /// Mutations held longer than `apply_hold`: their predecessors are not coming.
+    fn release_held(&mut self) {
+        let hold = self.cfg.apply_hold;
+        let now = self.now;
+        let due: Vec<(ChunkHandle, u64)> = self
+            .held
+            .iter()
+            .filter(|(_, (_, _, since))| *since + hold <= now)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in due {
+            if let Some((id, r, _)) = self.held.remove(&k) {
+                self.enqueue(k.0, Job::Released(id, r));
+            }
+        }
+    }
+
+    /// Fails every mutation held on `h` (its version moved on, or it is gone).
+    fn drop_held(&mut self, h: ChunkHandle) {
+        let keys: Vec<(ChunkHandle, u64)> = self
+            .held
+            .range((h, 0)..=(h, u64::MAX))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in keys {
+            if let Some((id, _, _)) = self.held.remove(&k) {
+                self.out.replies.push((
+                    id,
+                    err(FsError::StaleVersion(format!(
+                        "chunk {h} moved on while mutation {} waited",
+                        k.1
+                    ))),
+                ));
+            }
+        }
     }
 
     fn check_range(&self, offset: u64, len: usize) -> Result<u64, FsError> {
@@ -1405,7 +1489,8 @@ impl Chunkserver {
                             serial: 0,
                             writers: HashMap::new(),
                         });
-                        if c.meta.version != meta.version {
+                        let moved_on = c.meta.version != meta.version;
+                        if moved_on {
                             c.serial = 0;
                             c.writers.clear();
                         }
@@ -1421,10 +1506,14 @@ impl Chunkserver {
                             c.lease_from = now;
                         }
                         self.corrupt.remove(&h);
+                        if moved_on {
+                            self.drop_held(h);
+                        }
                     }
                     None => {
                         self.chunks.remove(&h);
                         self.corrupt.remove(&h);
+                        self.drop_held(h);
                     }
                 }
                 match id {
@@ -1450,12 +1539,27 @@ impl Chunkserver {
         }
     }
 
-    /// The local write is durable. As primary, forward the mutation to the secondaries
-    /// and answer once they all have; otherwise answer now.
+    /// The local write is durable. As primary, give the mutation the next serial, forward
+    /// it to the secondaries and answer once they all have; the next mutation on the
+    /// chunk may start meanwhile (serials keep the order on every replica). As secondary,
+    /// answer now, and let a mutation held for this one go next.
     fn after_commit(&mut self, h: ChunkHandle, id: RequestId) {
-        let Some(f) = self.forwards.remove(&h) else {
+        let Some(mut f) = self.forwards.remove(&h) else {
+            let next = self.chunks.get(&h).map(|c| c.serial + 1);
+            if let Some(held) = next.and_then(|s| self.held.remove(&(h, s))) {
+                let (hid, r, _) = held;
+                self.queues
+                    .entry(h)
+                    .or_default()
+                    .push_front(Job::Released(hid, r));
+            }
             return self.done(h, id, empty());
         };
+        // Serials are given here, in the order mutations are applied locally, so a
+        // mutation that failed before this point leaves no gap.
+        let c = self.chunks.get_mut(&h).expect("just committed");
+        c.serial += 1;
+        f.serial = c.serial;
         if f.secondaries.is_empty() {
             return self.done(h, id, f.reply);
         }
@@ -1465,8 +1569,9 @@ impl Chunkserver {
         if answered {
             self.out.replies.push((id, f.reply.clone()));
         }
+        let serial = f.serial;
         self.forwarding.insert(
-            h,
+            (h, serial),
             Forwarding {
                 id,
                 waiting: f.secondaries.len(),
@@ -1490,11 +1595,16 @@ impl Chunkserver {
                     data_id: f.data_id,
                 })),
             };
-            self.call(Dest::Peer(to), Outgoing::Chunk(req), CallCtx::Forward { h });
+            self.call(
+                Dest::Peer(to),
+                Outgoing::Chunk(req),
+                CallCtx::Forward { h, serial },
+            );
         }
+        self.finish(h);
     }
 
-    fn on_forward_result(&mut self, h: ChunkHandle, result: Result<Reply, RpcError>) {
+    fn on_forward_result(&mut self, h: ChunkHandle, serial: u64, result: Result<Reply, RpcError>) {
         let error = match result {
             Ok(Reply::Chunk(pb::ChunkResponse { error: None, .. })) => None,
             Ok(Reply::Chunk(pb::ChunkResponse { error: Some(e), .. })) => {
@@ -1505,7 +1615,7 @@ impl Chunkserver {
             }
             Err(e) => Some(FsError::Unavailable(format!("secondary: {e}"))),
         };
-        let Some(entry) = self.forwarding.get_mut(&h) else {
+        let Some(entry) = self.forwarding.get_mut(&(h, serial)) else {
             return;
         };
         entry.waiting -= 1;
@@ -1519,9 +1629,9 @@ impl Chunkserver {
                 reply,
                 answered,
                 ..
-            } = self.forwarding.remove(&h).expect("present");
+            } = self.forwarding.remove(&(h, serial)).expect("present");
             if answered {
-                return self.finish(h);
+                return;
             }
             // Any failure leaves the region inconsistent; the writer retries.
             let resp = match error {
@@ -1530,7 +1640,7 @@ impl Chunkserver {
                     "mutation not applied everywhere: {e}"
                 ))),
             };
-            self.done(h, id, resp);
+            self.out.replies.push((id, resp));
         }
     }
 
@@ -1562,7 +1672,7 @@ impl Chunkserver {
                 };
                 self.out.replies.push((id, resp));
             }
-            CallCtx::Forward { h } => self.on_forward_result(h, result),
+            CallCtx::Forward { h, serial } => self.on_forward_result(h, serial, result),
         }
     }
 

@@ -462,6 +462,124 @@ fn lease_counts_from_arrival_not_from_processing() {
     );
 }
 
+/// Sends a mutation to a secondary; returns whatever replies that step produced.
+fn send_apply(
+    h: &mut H,
+    serial: u64,
+    off: u64,
+    data: &'static [u8],
+) -> Vec<(RequestId, pb::ChunkResponse)> {
+    let id = h.next;
+    h.next += 1;
+    h.run(Input::Request {
+        id,
+        arrived: h.now,
+        req: pb::ChunkRequest {
+            req: Some(R::Apply(pb::ApplyMutationRequest {
+                handle: 1,
+                version: 1,
+                serial,
+                offset: off,
+                data: Bytes::from_static(data),
+                data_id: 0,
+            })),
+        },
+    })
+}
+
+#[test]
+fn a_mutation_that_overtook_its_predecessor_waits_for_it() {
+    let mut h = H::new();
+    h.req(R::SetVersion(pb::SetVersionRequest {
+        handle: 1,
+        version: 1,
+        create: true,
+        lease_ms: 0,
+        valid_ms: 0,
+    }));
+    assert!(send_apply(&mut h, 3, 0, b"ccc").is_empty());
+    assert!(send_apply(&mut h, 2, 0, b"bb").is_empty());
+    // The first arrives: all three are applied, in serial order, and all answered.
+    let r = send_apply(&mut h, 1, 0, b"a");
+    assert_eq!(r.len(), 3, "{r:?}");
+    assert!(r.iter().all(|(_, x)| x.error.is_none()));
+    assert_eq!(&h.read(1, 0, 3).unwrap()[..], b"ccc");
+    // A new version fails whatever still waits.
+    assert!(send_apply(&mut h, 5, 0, b"e").is_empty());
+    let r = h.run(Input::Request {
+        id: 999,
+        arrived: h.now,
+        req: pb::ChunkRequest {
+            req: Some(R::SetVersion(pb::SetVersionRequest {
+                handle: 1,
+                version: 2,
+                create: false,
+                lease_ms: 0,
+                valid_ms: 0,
+            })),
+        },
+    });
+    assert_eq!(r.len(), 2);
+    assert!(r.iter().any(|(id, x)| *id != 999 && x.error.is_some()));
+}
+
+#[test]
+fn the_primary_starts_the_next_mutation_while_the_last_is_out() {
+    let mut h = H::new();
+    h.create(1);
+    let write = |seq: u64, data: &'static [u8]| pb::ChunkRequest {
+        req: Some(R::Write(pb::WriteChunkRequest {
+            handle: 1,
+            version: 1,
+            offset: 0,
+            data: Bytes::from_static(data),
+            secondaries: vec!["cs1".into()],
+            client_id: 1,
+            client_seq: seq,
+            data_id: 0,
+        })),
+    };
+    assert!(
+        h.run(Input::Request {
+            id: 50,
+            arrived: h.now,
+            req: write(1, b"one")
+        })
+        .is_empty()
+    );
+    assert!(
+        h.run(Input::Request {
+            id: 51,
+            arrived: h.now,
+            req: write(2, b"two")
+        })
+        .is_empty()
+    );
+    let serials: Vec<u64> = h
+        .calls
+        .iter()
+        .filter_map(|c| match &c.req {
+            Outgoing::Chunk(pb::ChunkRequest {
+                req: Some(R::Apply(a)),
+            }) => Some(a.serial),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(serials, vec![1, 2], "both out at once, in order");
+    // Answers come back in any order; each write is answered when its own is in.
+    let calls = std::mem::take(&mut h.calls);
+    let r = h.run(Input::CallResult {
+        id: calls[1].id,
+        result: Ok(Reply::Chunk(empty())),
+    });
+    assert_eq!(r.iter().map(|x| x.0).collect::<Vec<_>>(), vec![51]);
+    let r = h.run(Input::CallResult {
+        id: calls[0].id,
+        result: Ok(Reply::Chunk(empty())),
+    });
+    assert_eq!(r.iter().map(|x| x.0).collect::<Vec<_>>(), vec![50]);
+}
+
 fn apply(h: &mut H, serial: u64, off: u64, data: &'static [u8]) -> pb::ChunkResponse {
     h.req(R::Apply(pb::ApplyMutationRequest {
         handle: 1,
@@ -483,10 +601,13 @@ fn secondary_never_applies_an_overtaken_mutation() {
         lease_ms: 0,
         valid_ms: 0,
     }));
-    assert!(
-        apply(&mut h, 2, 0, b"new").error.is_none(),
-        "a gap (a failed mutation) is allowed"
-    );
+    // Mutation 2 arrives first: it waits for 1, which is lost; after the hold it is
+    // applied anyway (a gap is a failed mutation).
+    let early = send_apply(&mut h, 2, 0, b"new");
+    assert!(early.is_empty(), "applied before its predecessor");
+    h.now = h.now + h.cs.cfg.apply_hold;
+    let r = h.run(Input::Tick);
+    assert!(r.iter().any(|(_, resp)| resp.error.is_none()));
     // Mutation 1 was delayed in the network; applying it now would undo mutation 2.
     assert!(apply(&mut h, 1, 0, b"old").error.is_some());
     assert_eq!(&h.read(1, 0, 3).unwrap()[..], b"new");
@@ -795,6 +916,8 @@ fn padding_reaches_the_secondaries() {
     let mut s = H::named("s");
     s.create(1);
     s.write(1, 0, b"short");
+    // This replica's own order (one local write so far) goes on with the padding.
+    let pad = pb::ApplyMutationRequest { serial: 2, ..pad };
     let r = s.req(R::Apply(pad));
     assert!(r.error.is_none(), "{r:?}");
     let got = s.read(1, 0, 2 << 20).unwrap();
@@ -902,15 +1025,34 @@ mod serial_order {
         sent
     }
 
+    /// Delivers `deliver` to a fresh secondary, then lets any held mutation go; returns
+    /// it and the serials it applied, ascending.
     fn replica(deliver: &[pb::ApplyMutationRequest]) -> (H, Vec<u64>) {
         let mut s = H::named("s");
         s.create(1);
-        let mut applied = Vec::new();
+        let mut serial_of = HashMap::new();
+        let mut replies = Vec::new();
         for m in deliver {
-            if s.req(R::Apply(m.clone())).error.is_none() {
-                applied.push(m.serial);
-            }
+            let id = s.next;
+            s.next += 1;
+            serial_of.insert(id, m.serial);
+            replies.extend(s.run(Input::Request {
+                id,
+                arrived: s.now,
+                req: pb::ChunkRequest {
+                    req: Some(R::Apply(m.clone())),
+                },
+            }));
         }
+        s.now = s.now + s.cs.cfg.apply_hold;
+        replies.extend(s.run(Input::Tick));
+        let mut applied: Vec<u64> = replies
+            .iter()
+            .filter(|(_, r)| r.error.is_none())
+            .filter_map(|(id, _)| serial_of.get(id).copied())
+            .collect();
+        assert_eq!(replies.len(), deliver.len(), "every mutation answered");
+        applied.sort_unstable();
         (s, applied)
     }
 
@@ -947,7 +1089,7 @@ mod serial_order {
                 }
             }
             let (s2, applied) = replica(&order);
-            prop_assert!(applied.windows(2).all(|w| w[0] < w[1]));
+            prop_assert!(applied.windows(2).all(|w| w[0] < w[1]), "a serial applied twice");
             let subset: Vec<pb::ApplyMutationRequest> = applied
                 .iter()
                 .map(|&n| sent[(n - 1) as usize].clone())
