@@ -1,3 +1,11 @@
-//! The production runtime and the tessera binary (issue 5).
-//!
-//! Not built yet: this crate holds its place in the workspace layout fixed by DESIGN.md.
+//! Tessera on real sockets and disks: the `Runtime` on tokio, the `Transport` on tonic
+//! gRPC, the chunkserver's `ChunkStore` on local files, and the `MetaStore` on rocksdb.
+//! The same drivers and state machines as in the simulator run over these.
+
+pub mod chunkstore;
+pub mod codec;
+pub mod dev;
+pub mod metastore;
+pub mod rt;
+pub mod server;
+pub mod transport;

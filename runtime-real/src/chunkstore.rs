@@ -1,0 +1,265 @@
+//! `ChunkStore` on local files: one file per chunk for its data, the chunk metadata
+//! (version, length, block checksums, write intent) in a rocksdb beside them.
+//!
+//! Durability (the contract is `tessera_core::runtime::ChunkStore`; ARCHITECTURE.md has
+//! the chunkserver's steps):
+//! - `write` writes into the chunk file at the offset (space is allocated lazily, as the
+//!   file grows); `write_meta` puts the metadata with the WAL on, unsynced.
+//! - `sync(h)` fsyncs the chunk's file, then the metadata WAL. After it returns, the data
+//!   and the metadata describing it are durable. A crash before it may leave the data
+//!   written in part (torn) under old metadata: the checksums catch that, and the write
+//!   intent lets recovery repair it (see `ChunkMeta.writing`).
+//! - `replace` (a clone) is all or nothing: the new data goes to `<h>.tmp` and is synced;
+//!   the new metadata is recorded, synced, as a pending replace; the file is renamed over
+//!   the old one and the directory synced; then one synced batch makes the metadata
+//!   current and drops the pending record. `load` finishes a replace whose rename happened
+//!   and undoes one whose rename did not.
+//! - `delete` removes the file, syncs the directory, then deletes the metadata synced:
+//!   durable when it returns.
+//! - A full disk is `NoSpace`.
+
+use std::collections::HashSet;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use prost::Message;
+use tessera_core::error::StoreError;
+use tessera_core::pb;
+use tessera_core::runtime::{ChunkStore, MetaStore};
+use tessera_core::types::ChunkHandle;
+
+use crate::metastore::RocksMetaStore;
+
+const META: &[u8] = b"m/";
+const PENDING: &[u8] = b"r/";
+
+fn key(prefix: &[u8], h: ChunkHandle) -> Vec<u8> {
+    let mut k = prefix.to_vec();
+    k.extend_from_slice(&h.to_be_bytes());
+    k
+}
+
+fn io_err(e: io::Error) -> StoreError {
+    if e.raw_os_error() == Some(28) {
+        // ENOSPC
+        StoreError::NoSpace
+    } else {
+        StoreError::Io(e.to_string())
+    }
+}
+
+#[derive(Clone)]
+pub struct FileChunkStore {
+    dir: Arc<PathBuf>,
+    meta: RocksMetaStore,
+    /// Chunks written since their last sync.
+    dirty: Arc<Mutex<HashSet<ChunkHandle>>>,
+}
+
+impl FileChunkStore {
+    /// Opens (creating) the store under `dir`: `dir/chunks/` and `dir/chunkmeta/`.
+    pub fn open(dir: &Path) -> Result<FileChunkStore, StoreError> {
+        let chunks = dir.join("chunks");
+        fs::create_dir_all(&chunks).map_err(io_err)?;
+        let meta = RocksMetaStore::open(&dir.join("chunkmeta"))?;
+        Ok(FileChunkStore {
+            dir: Arc::new(chunks),
+            meta,
+            dirty: Arc::default(),
+        })
+    }
+
+    fn path(&self, h: ChunkHandle) -> PathBuf {
+        self.dir.join(format!("{h:016x}.chunk"))
+    }
+
+    fn tmp(&self, h: ChunkHandle) -> PathBuf {
+        self.dir.join(format!("{h:016x}.tmp"))
+    }
+
+    async fn blocking<T: Send + 'static>(
+        f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        tokio::task::spawn_blocking(f)
+            .await
+            .map_err(|e| StoreError::Io(format!("storage task: {e}")))?
+    }
+
+    fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+        File::open(dir).and_then(|d| d.sync_all()).map_err(io_err)
+    }
+}
+
+impl ChunkStore for FileChunkStore {
+    fn read(
+        &mut self,
+        h: ChunkHandle,
+        offset: u64,
+        len: u64,
+    ) -> impl Future<Output = Result<Bytes, StoreError>> + Send {
+        let path = self.path(h);
+        Self::blocking(move || {
+            let f = match File::open(&path) {
+                Ok(f) => f,
+                // A chunk with metadata but no bytes yet has no file.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Bytes::new()),
+                Err(e) => return Err(io_err(e)),
+            };
+            let size = f.metadata().map_err(io_err)?.len();
+            let end = offset.saturating_add(len).min(size);
+            if offset >= end {
+                return Ok(Bytes::new());
+            }
+            let mut buf = vec![0u8; (end - offset) as usize];
+            f.read_exact_at(&mut buf, offset).map_err(io_err)?;
+            Ok(Bytes::from(buf))
+        })
+    }
+
+    fn write(
+        &mut self,
+        h: ChunkHandle,
+        offset: u64,
+        data: Bytes,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let path = self.path(h);
+        self.dirty.lock().expect("dirty set").insert(h);
+        Self::blocking(move || {
+            let f = OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(io_err)?;
+            f.write_all_at(&data, offset).map_err(io_err)
+        })
+    }
+
+    fn write_meta(
+        &mut self,
+        meta: pb::ChunkMeta,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let mut store = self.meta.clone();
+        async move {
+            store
+                .write(vec![(
+                    key(META, meta.handle),
+                    Some(Bytes::from(meta.encode_to_vec())),
+                )])
+                .await
+        }
+    }
+
+    fn replace(
+        &mut self,
+        meta: pb::ChunkMeta,
+        data: Bytes,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let h = meta.handle;
+        let (path, tmp, dir) = (self.path(h), self.tmp(h), self.dir.clone());
+        let store = self.meta.clone();
+        let mut store2 = self.meta.clone();
+        self.dirty.lock().expect("dirty set").remove(&h);
+        async move {
+            Self::blocking({
+                let tmp = tmp.clone();
+                move || {
+                    let f = File::create(&tmp).map_err(io_err)?;
+                    f.write_all_at(&data, 0).map_err(io_err)?;
+                    f.sync_all().map_err(io_err)
+                }
+            })
+            .await?;
+            let encoded = Bytes::from(meta.encode_to_vec());
+            store
+                .put_synced(key(PENDING, h), Some(encoded.clone()))
+                .await?;
+            Self::blocking(move || {
+                fs::rename(&tmp, &path).map_err(io_err)?;
+                Self::sync_dir(&dir)
+            })
+            .await?;
+            store2
+                .write(vec![(key(META, h), Some(encoded)), (key(PENDING, h), None)])
+                .await?;
+            store2.sync().await
+        }
+    }
+
+    fn sync(&mut self, h: ChunkHandle) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let dirty = self.dirty.lock().expect("dirty set").remove(&h);
+        let path = self.path(h);
+        let mut store = self.meta.clone();
+        async move {
+            if dirty {
+                Self::blocking(move || match File::open(&path) {
+                    Ok(f) => f.sync_data().map_err(io_err),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                    Err(e) => Err(io_err(e)),
+                })
+                .await?;
+            }
+            store.sync().await
+        }
+    }
+
+    fn delete(&mut self, h: ChunkHandle) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let (path, tmp, dir) = (self.path(h), self.tmp(h), self.dir.clone());
+        let store = self.meta.clone();
+        self.dirty.lock().expect("dirty set").remove(&h);
+        async move {
+            Self::blocking(move || {
+                for p in [&path, &tmp] {
+                    match fs::remove_file(p) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(io_err(e)),
+                    }
+                }
+                Self::sync_dir(&dir)
+            })
+            .await?;
+            store.put_synced(key(PENDING, h), None).await?;
+            store.put_synced(key(META, h), None).await
+        }
+    }
+
+    fn load(&mut self) -> impl Future<Output = Result<Vec<pb::ChunkMeta>, StoreError>> + Send {
+        let mut store = self.meta.clone();
+        let this = self.clone();
+        async move {
+            // Finish or undo replaces a crash interrupted.
+            for (k, v) in store.scan(PENDING).await? {
+                let Some(h) = k
+                    .get(PENDING.len()..)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u64::from_be_bytes)
+                else {
+                    continue;
+                };
+                let tmp = this.tmp(h);
+                if tmp.exists() {
+                    let _ = fs::remove_file(&tmp);
+                    store.write(vec![(k, None)]).await?;
+                } else {
+                    store
+                        .write(vec![(key(META, h), Some(v)), (k, None)])
+                        .await?;
+                }
+            }
+            store.sync().await?;
+            let mut out = Vec::new();
+            for (k, v) in store.scan(META).await? {
+                match pb::ChunkMeta::decode(v) {
+                    Ok(m) if k.len() == META.len() + 8 => out.push(m),
+                    _ => tracing::warn!(key = ?k, "unreadable chunk metadata; ignoring it"),
+                }
+            }
+            Ok(out)
+        }
+    }
+}

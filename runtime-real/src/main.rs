@@ -1,0 +1,409 @@
+//! The `tessera` binary: servers, a dev cluster, and file commands in the spirit of
+//! `hdfs dfs`. Run `tessera --help`, or `tessera <command> --help`.
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use bytes::Bytes;
+use clap::{Parser, Subcommand};
+use tessera::rt::TokioRuntime;
+use tessera::server::{self, Knobs};
+use tessera::transport::GrpcTransport;
+use tessera_core::client::{Client, ClientConfig};
+use tessera_core::error::FsError;
+
+/// The dev cluster's master, the default for file commands.
+const DEV_MASTER: &str = "127.0.0.1:7070";
+/// Bytes moved per call by put and get.
+const PIECE: usize = 8 << 20;
+
+#[derive(Parser)]
+#[command(
+    name = "tessera",
+    version,
+    about = "Tessera, a distributed file system in the line of GFS"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Args, Clone)]
+struct MasterAddr {
+    /// The master to talk to.
+    #[arg(long, env = "TESSERA_MASTER", default_value = DEV_MASTER)]
+    master: String,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a master: the namespace, chunk metadata, leases, re-replication and GC.
+    Master {
+        /// Where the operation log and checkpoints live.
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// Address to serve on, host:port.
+        #[arg(long, default_value = DEV_MASTER)]
+        listen: String,
+        #[command(flatten)]
+        knobs: Knobs,
+    },
+    /// Run a chunkserver: stores chunk replicas and serves reads and mutations.
+    Chunkserver {
+        /// The master's address, host:port.
+        #[arg(long, env = "TESSERA_MASTER", default_value = DEV_MASTER)]
+        master: String,
+        /// Where chunk files and their metadata live.
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// Address to serve on, host:port; also this server's identity to the master.
+        #[arg(long)]
+        listen: String,
+        /// The rack this server sits in (replicas are spread across racks).
+        #[arg(long, default_value = "rack0")]
+        rack: String,
+        #[command(flatten)]
+        knobs: Knobs,
+    },
+    /// Run a whole cluster on this machine: a master and chunkservers on loopback, each
+    /// its own process, data under one directory. Ctrl-C stops it; run it again and the
+    /// data is still there.
+    Dev {
+        /// Where the cluster keeps its data.
+        #[arg(long, default_value = "./tessera-dev")]
+        dir: PathBuf,
+        /// How many chunkservers.
+        #[arg(long, default_value_t = 3)]
+        chunkservers: usize,
+        /// The master listens here; chunkservers on the ports after it.
+        #[arg(long, default_value_t = 7070)]
+        port: u16,
+        #[command(flatten)]
+        knobs: Knobs,
+    },
+    /// List a directory (or show one file).
+    Ls {
+        path: String,
+        /// Include deleted entries still recoverable.
+        #[arg(long)]
+        deleted: bool,
+        #[command(flatten)]
+        m: MasterAddr,
+    },
+    /// Make a directory.
+    Mkdir {
+        path: String,
+        /// Make missing parents too; no error if it exists.
+        #[arg(short, long)]
+        parents: bool,
+        #[command(flatten)]
+        m: MasterAddr,
+    },
+    /// Copy a local file (or - for stdin) into Tessera.
+    Put {
+        local: String,
+        path: String,
+        /// Replicas per chunk (0: the master's default).
+        #[arg(long, default_value_t = 0)]
+        replication: u32,
+        #[command(flatten)]
+        m: MasterAddr,
+    },
+    /// Copy a file out of Tessera to a local file (or - for stdout).
+    Get {
+        path: String,
+        local: String,
+        #[command(flatten)]
+        m: MasterAddr,
+    },
+    /// Print a file to stdout.
+    Cat {
+        path: String,
+        #[command(flatten)]
+        m: MasterAddr,
+    },
+    /// Delete a file, or a directory with -r. Deleted entries stay recoverable for the
+    /// GC delay (see `ls --deleted`).
+    Rm {
+        path: String,
+        #[arg(short, long)]
+        recursive: bool,
+        #[command(flatten)]
+        m: MasterAddr,
+    },
+    /// Rename a file or directory.
+    Mv {
+        src: String,
+        dst: String,
+        #[command(flatten)]
+        m: MasterAddr,
+    },
+    /// Show a file's or directory's attributes.
+    Stat {
+        path: String,
+        #[command(flatten)]
+        m: MasterAddr,
+    },
+    /// Append a local file (or - for stdin) to the end of a file, creating it if needed.
+    Append {
+        local: String,
+        path: String,
+        #[command(flatten)]
+        m: MasterAddr,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TESSERA_LOG").unwrap_or_else(|_| {
+        let servers = matches!(
+            cli.cmd,
+            Cmd::Master { .. } | Cmd::Chunkserver { .. } | Cmd::Dev { .. }
+        );
+        tracing_subscriber::EnvFilter::new(if servers { "info" } else { "warn" })
+    });
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tessera: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(cli.cmd)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tessera: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn client(master: &str) -> Client<TokioRuntime, GrpcTransport> {
+    let mut cfg = ClientConfig::new(master);
+    cfg.rpc_timeout = Duration::from_secs(10);
+    cfg.attempts = 6;
+    Client::new(TokioRuntime, GrpcTransport::new(), cfg)
+}
+
+/// Errors as a user should read them.
+fn say(e: FsError, what: &str) -> String {
+    match e {
+        FsError::Unavailable(m) if m.contains("cannot reach") || m.contains("deadline") => {
+            format!(
+                "{what}: the master or a chunkserver is not answering ({m}); is the cluster running? (tessera dev)"
+            )
+        }
+        e => format!("{what}: {e}"),
+    }
+}
+
+async fn run(cmd: Cmd) -> Result<(), String> {
+    match cmd {
+        Cmd::Master {
+            data_dir,
+            listen,
+            knobs,
+        } => server::run_master(data_dir, listen, &knobs).await,
+        Cmd::Chunkserver {
+            master,
+            data_dir,
+            listen,
+            rack,
+            knobs,
+        } => server::run_chunkserver(data_dir, listen, master, rack, &knobs).await,
+        Cmd::Dev {
+            dir,
+            chunkservers,
+            port,
+            knobs,
+        } => tessera::dev::run(dir, chunkservers, port, &knobs).await,
+        Cmd::Ls { path, deleted, m } => {
+            let c = client(&m.master);
+            let st = c.stat(&path).await.map_err(|e| say(e, &path))?;
+            let entries = if st.is_dir {
+                c.list(&path, deleted).await.map_err(|e| say(e, &path))?
+            } else {
+                vec![st]
+            };
+            let mut out = std::io::stdout().lock();
+            for e in entries {
+                let kind = if e.is_dir { "d" } else { "-" };
+                let _ = writeln!(
+                    out,
+                    "{kind} {:>3} {:>14} {:>6} {}",
+                    e.replication, e.length, e.chunk_count, e.path
+                );
+            }
+            Ok(())
+        }
+        Cmd::Mkdir { path, parents, m } => client(&m.master)
+            .mkdir(&path, parents)
+            .await
+            .map_err(|e| say(e, &path)),
+        Cmd::Rm { path, recursive, m } => client(&m.master)
+            .delete(&path, recursive)
+            .await
+            .map_err(|e| say(e, &path)),
+        Cmd::Mv { src, dst, m } => client(&m.master)
+            .rename(&src, &dst)
+            .await
+            .map_err(|e| say(e, &src)),
+        Cmd::Stat { path, m } => {
+            let s = client(&m.master)
+                .stat(&path)
+                .await
+                .map_err(|e| say(e, &path))?;
+            println!(
+                "path: {}\ntype: {}\nlength: {}\nreplication: {}\nchunks: {}\nmodified_ms: {}",
+                s.path,
+                if s.is_dir { "directory" } else { "file" },
+                s.length,
+                s.replication,
+                s.chunk_count,
+                s.mtime_ms
+            );
+            Ok(())
+        }
+        Cmd::Put {
+            local,
+            path,
+            replication,
+            m,
+        } => {
+            let c = client(&m.master);
+            c.create(&path, replication)
+                .await
+                .map_err(|e| say(e, &path))?;
+            copy_in(&c, &local, &path, 0).await
+        }
+        Cmd::Append { local, path, m } => {
+            let c = client(&m.master);
+            let at = match c.stat(&path).await {
+                Ok(s) => s.length,
+                Err(FsError::NotFound(_)) => {
+                    c.create(&path, 0).await.map_err(|e| say(e, &path))?;
+                    0
+                }
+                Err(e) => return Err(say(e, &path)),
+            };
+            copy_in(&c, &local, &path, at).await
+        }
+        Cmd::Get { path, local, m } => copy_out(&client(&m.master), &path, &local).await,
+        Cmd::Cat { path, m } => copy_out(&client(&m.master), &path, "-").await,
+    }
+}
+
+fn bar(len: Option<u64>) -> Option<indicatif::ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let b = match len {
+        Some(n) => indicatif::ProgressBar::new(n),
+        None => indicatif::ProgressBar::new_spinner(),
+    };
+    b.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bytes}/{total_bytes} {bytes_per_sec} {wide_bar} {eta}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    Some(b)
+}
+
+/// Writes `local` (or stdin) into `path` from offset `at`, in pieces.
+async fn copy_in(
+    c: &Client<TokioRuntime, GrpcTransport>,
+    local: &str,
+    path: &str,
+    at: u64,
+) -> Result<(), String> {
+    let (mut input, len): (Box<dyn Read + Send>, Option<u64>) = if local == "-" {
+        (Box::new(std::io::stdin()), None)
+    } else {
+        let f = std::fs::File::open(local).map_err(|e| format!("{local}: {e}"))?;
+        let len = f.metadata().ok().map(|m| m.len());
+        (Box::new(f), len)
+    };
+    let progress = bar(len);
+    let mut off = at;
+    let mut buf = vec![0u8; PIECE];
+    loop {
+        let mut n = 0;
+        while n < PIECE {
+            match input.read(&mut buf[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("{local}: {e}")),
+            }
+        }
+        if n == 0 {
+            break;
+        }
+        c.write(path, off, Bytes::copy_from_slice(&buf[..n]))
+            .await
+            .map_err(|e| say(e, path))?;
+        off += n as u64;
+        if let Some(b) = &progress {
+            b.set_position(off - at);
+        }
+        if n < PIECE {
+            break;
+        }
+    }
+    if let Some(b) = progress {
+        b.finish_and_clear();
+    }
+    Ok(())
+}
+
+/// Reads `path` whole into `local` (or stdout), in pieces.
+async fn copy_out(
+    c: &Client<TokioRuntime, GrpcTransport>,
+    path: &str,
+    local: &str,
+) -> Result<(), String> {
+    let st = c.stat(path).await.map_err(|e| say(e, path))?;
+    if st.is_dir {
+        return Err(format!("{path}: is a directory"));
+    }
+    let mut out: Box<dyn Write> = if local == "-" {
+        Box::new(std::io::stdout().lock())
+    } else {
+        Box::new(std::fs::File::create(local).map_err(|e| format!("{local}: {e}"))?)
+    };
+    let progress = if local == "-" {
+        None
+    } else {
+        bar(Some(st.length))
+    };
+    let mut off = 0;
+    while off < st.length {
+        let data = c
+            .read(path, off, PIECE as u64)
+            .await
+            .map_err(|e| say(e, path))?;
+        if data.is_empty() {
+            break;
+        }
+        out.write_all(&data).map_err(|e| format!("{local}: {e}"))?;
+        off += data.len() as u64;
+        if let Some(b) = &progress {
+            b.set_position(off);
+        }
+    }
+    out.flush().map_err(|e| format!("{local}: {e}"))?;
+    if let Some(b) = progress {
+        b.finish_and_clear();
+    }
+    Ok(())
+}

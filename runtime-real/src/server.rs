@@ -1,0 +1,227 @@
+//! Running a master or a chunkserver on real sockets and disks. Start-up is recovery:
+//! a server killed at any moment (kill -9, power loss) starts again from what it made
+//! durable, through the same path as a clean start.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tessera_core::chunkserver::ChunkserverConfig;
+use tessera_core::driver::{Quiet, chunkserver, master};
+use tessera_core::master::MasterConfig;
+
+use crate::chunkstore::FileChunkStore;
+use crate::metastore::RocksMetaStore;
+use crate::rt::TokioRuntime;
+use crate::transport::GrpcTransport;
+
+/// Settings a config file may give (TOML); a flag given on the command line wins.
+/// Durations are written as "60s", "500ms", "3days".
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSettings {
+    pub chunk_size: Option<u64>,
+    pub replication: Option<u8>,
+    #[serde(default, with = "opt_duration")]
+    pub lease: Option<Duration>,
+    #[serde(default, with = "opt_duration")]
+    pub max_clock_skew: Option<Duration>,
+    #[serde(default, with = "opt_duration")]
+    pub heartbeat: Option<Duration>,
+    #[serde(default, with = "opt_duration")]
+    pub dead_after: Option<Duration>,
+    #[serde(default, with = "opt_duration")]
+    pub gc_delay: Option<Duration>,
+    pub clones_per_server: Option<u32>,
+    pub clones_cluster: Option<u32>,
+    #[serde(default, with = "opt_duration")]
+    pub clone_timeout: Option<Duration>,
+    #[serde(default, with = "opt_duration")]
+    pub rpc_timeout: Option<Duration>,
+    #[serde(default, with = "opt_duration")]
+    pub tick: Option<Duration>,
+    pub checkpoint_every: Option<u64>,
+    pub capacity: Option<u64>,
+    #[serde(default, with = "opt_duration")]
+    pub scrub_interval: Option<Duration>,
+    #[serde(default, with = "opt_duration")]
+    pub scrub_idle: Option<Duration>,
+}
+
+mod opt_duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let s: Option<String> = Option::deserialize(d)?;
+        s.map(|s| humantime::parse_duration(&s).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
+/// Every timing and size knob, as flags (each also settable in the config file).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct Knobs {
+    /// Config file (TOML) with any of the settings below; flags override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Bytes per chunk [default: 67108864 (64 MiB)]. The master's setting rules.
+    #[arg(long)]
+    pub chunk_size: Option<u64>,
+    /// Replicas per chunk for files created without a count [default: 3].
+    #[arg(long)]
+    pub replication: Option<u8>,
+    /// How long a lease lasts without extension [default: 60s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub lease: Option<Duration>,
+    /// Most that two servers' clocks may disagree over one lease [default: 2s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub max_clock_skew: Option<Duration>,
+    /// Chunkserver heartbeat interval [default: 1s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub heartbeat: Option<Duration>,
+    /// A chunkserver silent this long is dead; its replicas stop counting [default: 15s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub dead_after: Option<Duration>,
+    /// How long a deleted file can be recovered before its space is reclaimed
+    /// [default: 3days].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub gc_delay: Option<Duration>,
+    /// Re-replication throttle: clones one server takes part in at once [default: 2].
+    #[arg(long)]
+    pub clones_per_server: Option<u32>,
+    /// Re-replication throttle: clones in the whole cluster at once [default: 16].
+    #[arg(long)]
+    pub clones_cluster: Option<u32>,
+    /// How long the master waits for one clone to finish [default: 5m].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub clone_timeout: Option<Duration>,
+    /// Deadline for calls between servers [default: 10s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub rpc_timeout: Option<Duration>,
+    /// How often the master checks liveness, leases, re-replication and garbage
+    /// [default: 500ms].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub tick: Option<Duration>,
+    /// The master writes a checkpoint after this many log records [default: 100000].
+    #[arg(long)]
+    pub checkpoint_every: Option<u64>,
+    /// Bytes a chunkserver offers [default: 1099511627776 (1 TiB)].
+    #[arg(long)]
+    pub capacity: Option<u64>,
+    /// The scrubber verifies one idle chunk this often; 0s turns it off [default: 10s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub scrub_interval: Option<Duration>,
+    /// A chunk written within this long is not scrubbed yet [default: 60s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub scrub_idle: Option<Duration>,
+}
+
+/// Flags over the config file over the defaults.
+pub struct Resolved {
+    pub master: MasterConfig,
+    pub chunkserver: ChunkserverConfig,
+    pub heartbeat: Duration,
+    pub rpc_timeout: Duration,
+    pub tick: Duration,
+}
+
+impl Knobs {
+    pub fn resolve(&self) -> Result<Resolved, String> {
+        let file: FileSettings = match &self.config {
+            None => FileSettings::default(),
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| format!("cannot read config {}: {e}", p.display()))?;
+                toml::from_str(&text).map_err(|e| format!("config {}: {e}", p.display()))?
+            }
+        };
+        let mut m = MasterConfig::default();
+        let mut c = ChunkserverConfig::default();
+        macro_rules! pick {
+            ($field:ident, $default:expr) => {
+                self.$field.or(file.$field).unwrap_or($default)
+            };
+        }
+        m.chunk_size = pick!(chunk_size, m.chunk_size);
+        if m.chunk_size < 4 * tessera_core::BLOCK_SIZE {
+            return Err(format!(
+                "chunk size must be at least {} bytes",
+                4 * tessera_core::BLOCK_SIZE
+            ));
+        }
+        c.chunk_size = m.chunk_size;
+        m.default_replication = pick!(replication, m.default_replication).max(1);
+        m.lease_duration = pick!(lease, m.lease_duration);
+        m.max_clock_skew = pick!(max_clock_skew, m.max_clock_skew);
+        m.heartbeat_timeout = pick!(dead_after, m.heartbeat_timeout);
+        m.gc_delay = pick!(gc_delay, m.gc_delay);
+        m.clones_per_server = pick!(clones_per_server, m.clones_per_server);
+        m.clones_cluster = pick!(clones_cluster, m.clones_cluster);
+        m.clone_timeout = pick!(clone_timeout, m.clone_timeout);
+        m.checkpoint_every = pick!(checkpoint_every, m.checkpoint_every).max(1);
+        m.rng_seed = rand::random();
+        c.capacity_bytes = pick!(capacity, c.capacity_bytes);
+        c.scrub_interval = pick!(scrub_interval, c.scrub_interval);
+        c.scrub_idle = pick!(scrub_idle, c.scrub_idle);
+        let heartbeat = pick!(heartbeat, Duration::from_secs(1));
+        if heartbeat * 2 > m.heartbeat_timeout {
+            return Err("--dead-after must be at least twice --heartbeat".into());
+        }
+        Ok(Resolved {
+            master: m,
+            chunkserver: c,
+            heartbeat,
+            rpc_timeout: pick!(rpc_timeout, Duration::from_secs(10)),
+            tick: pick!(tick, Duration::from_millis(500)),
+        })
+    }
+}
+
+pub async fn run_master(data_dir: PathBuf, listen: String, knobs: &Knobs) -> Result<(), String> {
+    let r = knobs.resolve()?;
+    std::fs::create_dir_all(&data_dir)
+        .map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
+    let store = RocksMetaStore::open(&data_dir.join("meta")).map_err(|e| {
+        format!(
+            "cannot open the metadata store in {}: {e}",
+            data_dir.display()
+        )
+    })?;
+    let opts = master::MasterOptions {
+        config: r.master,
+        listen,
+        tick: r.tick,
+        call_timeout: r.rpc_timeout,
+    };
+    master::run(TokioRuntime, GrpcTransport::new(), store, opts, Quiet)
+        .await
+        .map_err(|e| format!("master stopped: {e}"))
+}
+
+pub async fn run_chunkserver(
+    data_dir: PathBuf,
+    listen: String,
+    master_addr: String,
+    rack: String,
+    knobs: &Knobs,
+) -> Result<(), String> {
+    let r = knobs.resolve()?;
+    let store = FileChunkStore::open(&data_dir)
+        .map_err(|e| format!("cannot open the chunk store in {}: {e}", data_dir.display()))?;
+    let config = ChunkserverConfig {
+        address: listen,
+        rack,
+        ..r.chunkserver
+    };
+    let opts = chunkserver::ChunkserverOptions {
+        config,
+        master: master_addr,
+        heartbeat_interval: r.heartbeat,
+        call_timeout: r.rpc_timeout,
+    };
+    chunkserver::run(TokioRuntime, GrpcTransport::new(), store, opts, Quiet)
+        .await
+        .map_err(|e| format!("chunkserver stopped: {e}"))
+}
