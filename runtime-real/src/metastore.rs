@@ -129,3 +129,28 @@ impl MetaStore for RocksMetaStore {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn batches_scan_by_prefix_and_survive_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = RocksMetaStore::open(dir.path()).unwrap();
+        s.write(vec![
+            (b"log/1".to_vec(), Some(Bytes::from_static(b"a"))),
+            (b"log/2".to_vec(), Some(Bytes::from_static(b"b"))),
+            (b"cp".to_vec(), Some(Bytes::from_static(b"c"))),
+        ])
+        .await
+        .unwrap();
+        s.write(vec![(b"log/1".to_vec(), None)]).await.unwrap();
+        s.sync().await.unwrap();
+        drop(s);
+        let mut s = RocksMetaStore::open(dir.path()).unwrap();
+        let got = s.scan(b"log/").await.unwrap();
+        assert_eq!(got, vec![(b"log/2".to_vec(), Bytes::from_static(b"b"))]);
+        assert_eq!(s.scan(b"").await.unwrap().len(), 2);
+    }
+}
