@@ -214,6 +214,28 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         }
     }
 
+    /// The cluster report: servers, space, chunk health (`tessera admin report`).
+    pub async fn report(&self) -> Result<pb::ClusterReport, FsError> {
+        match self.master(Req::Report(pb::ReportRequest {})).await? {
+            Resp::Report(r) => Ok(r),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Checks the file or tree at `path`: chunk health, replica locations
+    /// (`tessera admin fsck`). `list_chunks` lists every file and chunk, not only those
+    /// with problems.
+    pub async fn fsck(&self, path: &str, list_chunks: bool) -> Result<pb::FsckResponse, FsError> {
+        let req = Req::Fsck(pb::FsckRequest {
+            path: path.into(),
+            list_chunks,
+        });
+        match self.master(req).await? {
+            Resp::Fsck(r) => Ok(r),
+            other => Err(unexpected(other)),
+        }
+    }
+
     fn forget(&self, path: &str) {
         self.cache.lock().expect("cache lock").remove(path);
     }

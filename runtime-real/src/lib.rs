@@ -2,6 +2,7 @@
 //! gRPC, the chunkserver's `ChunkStore` on local files, and the `MetaStore` on rocksdb.
 //! The same drivers and state machines as in the simulator run over these.
 
+pub mod admin;
 pub mod chunkstore;
 pub mod codec;
 pub mod dev;

@@ -153,6 +153,29 @@ enum Cmd {
         #[command(flatten)]
         m: MasterAddr,
     },
+    /// Operator commands: the cluster report and fsck.
+    Admin {
+        #[command(subcommand)]
+        cmd: AdminCmd,
+        #[command(flatten)]
+        m: MasterAddr,
+    },
+}
+
+#[derive(Subcommand)]
+enum AdminCmd {
+    /// Chunkservers (live or dead, rack, capacity and use, chunks held) and the health
+    /// of all chunks: under-replicated, missing, copies awaiting deletion.
+    Report,
+    /// Check a file or everything below a directory: each file's chunks, their versions,
+    /// replica locations, and problems found. Exits 1 if any chunk is missing.
+    Fsck {
+        #[arg(default_value = "/")]
+        path: String,
+        /// List every file and chunk, not just those with problems.
+        #[arg(long)]
+        list: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -298,6 +321,31 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             copy_in(&c, &local, &path, at).await
         }
         Cmd::Get { path, local, m } => copy_out(&client(&m.master), &path, &local).await,
+        Cmd::Admin {
+            cmd: AdminCmd::Report,
+            m,
+        } => {
+            let r = client(&m.master)
+                .report()
+                .await
+                .map_err(|e| say(e, "report"))?;
+            print!("{}", tessera::admin::report_text(&r));
+            Ok(())
+        }
+        Cmd::Admin {
+            cmd: AdminCmd::Fsck { path, list },
+            m,
+        } => {
+            let r = client(&m.master)
+                .fsck(&path, list)
+                .await
+                .map_err(|e| say(e, &path))?;
+            print!("{}", tessera::admin::fsck_text(&path, &r));
+            if r.missing > 0 {
+                return Err(format!("{path}: {} chunks missing", r.missing));
+            }
+            Ok(())
+        }
         Cmd::Cat { path, m } => copy_out(&client(&m.master), &path, "-").await,
     }
 }

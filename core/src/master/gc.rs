@@ -7,17 +7,24 @@
 //! Removal drops chunk references; a chunk with none leaves the table, and its replicas,
 //! now orphans, are deleted when their servers next report them.
 
+use std::collections::HashMap;
+
+use super::chunks::ServerIdx;
 use super::heartbeat::PendingDeletes;
 use super::locks::{LockSet, Mode};
 use super::namespace::{DELETED_PREFIX, DirId, Node};
 use super::{Master, RequestId};
 use crate::error::FsError;
 use crate::pb::{self, log_record::Op};
+use crate::types::ChunkHandle;
 
 #[derive(Debug, Default)]
 pub(super) struct Gc {
     cursor: Option<(DirId, Box<str>)>,
     pub pending_deletes: PendingDeletes,
+    /// The copies each live server reported in its latest heartbeat and was told to
+    /// delete (stale, orphaned, corrupt). Only for the operator's view (fsck, report).
+    pub deleting: HashMap<ServerIdx, Vec<ChunkHandle>>,
 }
 
 /// The deletion time in a hidden name, if it is one.

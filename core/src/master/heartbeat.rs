@@ -172,6 +172,11 @@ impl Master {
             // The master lists this server for chunks it no longer reports.
             self.drop_replicas_where(idx, |h| !reported.contains(&h));
         }
+        if delete.is_empty() {
+            self.gc.deleting.remove(&idx);
+        } else {
+            self.gc.deleting.insert(idx, delete.clone());
+        }
         let extended_leases = self.extend_leases(idx, &r.lease_extensions);
         self.reply(
             id,
@@ -207,6 +212,7 @@ impl Master {
     pub(super) fn check_liveness(&mut self) {
         for idx in self.servers.expire(self.now, self.cfg.heartbeat_timeout) {
             tracing::warn!(server = %self.servers.get(idx).addr, "chunkserver down");
+            self.gc.deleting.remove(&idx);
             self.drop_replicas_where(idx, |_| true);
         }
     }

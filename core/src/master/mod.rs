@@ -10,6 +10,7 @@
 //! - `Effects::checkpoint`, when present, covers every record in `Effects::log` of the same
 //!   step and all before it; the driver writes it after those records.
 
+mod admin;
 mod chunks;
 mod config;
 mod gc;
@@ -378,6 +379,11 @@ impl Master {
                 self.on_report_corrupt(id, r);
                 Ok(true)
             }
+            Req::Report(_) => {
+                self.on_report(id);
+                Ok(true)
+            }
+            Req::Fsck(r) => self.on_fsck(id, r),
         };
         match result {
             Ok(done) => done,

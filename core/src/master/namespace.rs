@@ -326,8 +326,19 @@ impl Namespace {
 
     /// Every entry with its full path, parents before children (for checkpoints).
     pub fn walk(&self) -> Vec<(String, &Node)> {
-        let mut out = Vec::with_capacity(self.entries.len());
-        let mut stack = vec![(ROOT, String::new())];
+        self.walk_from(ROOT, String::new())
+    }
+
+    /// Every entry below the directory at `path`, parents before children.
+    pub fn walk_under(&self, path: &str) -> Result<Vec<(String, &Node)>, FsError> {
+        let dir = self.dir_id(path)?;
+        let prefix = if path == "/" { "" } else { path };
+        Ok(self.walk_from(dir, prefix.to_string()))
+    }
+
+    fn walk_from(&self, top: DirId, top_path: String) -> Vec<(String, &Node)> {
+        let mut out = Vec::with_capacity(if top == ROOT { self.entries.len() } else { 0 });
+        let mut stack = vec![(top, top_path)];
         while let Some((dir, prefix)) = stack.pop() {
             for ((_, name), node) in self
                 .entries

@@ -33,6 +33,11 @@ impl Replication {
         self.suspects.insert(h);
     }
 
+    /// Clones running now.
+    pub fn running(&self) -> u32 {
+        self.running
+    }
+
     pub fn forget(&mut self, h: ChunkHandle) {
         self.suspects.remove(&h);
     }

@@ -1295,3 +1295,130 @@ fn a_version_handed_out_before_a_crash_is_never_handed_out_again() {
         "a copy from the lost grant passed for current"
     );
 }
+
+fn report(h: &mut H) -> pb::ClusterReport {
+    match h.call(MReq::Report(pb::ReportRequest {})).resp {
+        Some(Resp::Report(r)) => r,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn fsck(h: &mut H, path: &str, list_chunks: bool) -> Result<pb::FsckResponse, FsError> {
+    let r = h.call(MReq::Fsck(pb::FsckRequest {
+        path: path.into(),
+        list_chunks,
+    }));
+    match r {
+        pb::MasterResponse { error: Some(e), .. } => Err(FsError::from_pb(&e)),
+        pb::MasterResponse {
+            resp: Some(Resp::Fsck(f)),
+            ..
+        } => Ok(f),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn report_and_fsck_show_servers_and_chunk_health() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    assert!(is_ok(&h.call(mkdir("/d"))));
+    h.call(create("/d/f"));
+    h.call(create("/d/g"));
+    h.call(create("/top"));
+    let f = h.write_target("/d/f", 0).unwrap();
+    let g = h.write_target("/d/g", 0).unwrap();
+    assert_eq!((f.version, g.version), (1, 1));
+    let all = |h: &mut H, servers: &[&str]| {
+        for s in servers {
+            h.heartbeat(
+                s,
+                &format!("rack{}", &s[2..]),
+                &[(f.handle, 1), (g.handle, 1)],
+            );
+        }
+    };
+    all(&mut h, &["cs0", "cs1", "cs2"]);
+
+    let r = report(&mut h);
+    assert_eq!((r.files, r.chunks), (3, 2));
+    assert_eq!(
+        (r.under_replicated, r.missing, r.over_replicated),
+        (0, 0, 0)
+    );
+    assert_eq!(r.servers.len(), 3);
+    assert!(r.servers.iter().all(|s| s.alive && s.chunks == 2));
+    assert_eq!(r.servers[2].rack, "rack2");
+    assert_eq!(r.chunk_size, 1024);
+
+    // Healthy: only the totals, unless every chunk is asked for.
+    let quiet = fsck(&mut h, "/", false).unwrap();
+    assert!(quiet.files.is_empty(), "{quiet:?}");
+    assert_eq!(
+        (quiet.dirs, quiet.total_files, quiet.total_chunks),
+        (1, 3, 2)
+    );
+    assert_eq!(quiet.healthy, 2);
+    let full = fsck(&mut h, "/d", true).unwrap();
+    let paths: Vec<_> = full.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(paths, vec!["/d/f", "/d/g"]);
+    let c = &full.files[0].chunks[0];
+    assert_eq!((c.handle, c.version, c.goal), (f.handle, 1, 3));
+    assert_eq!(c.health(), pb::ChunkHealth::Healthy);
+    assert_eq!(c.replicas.len(), 3);
+    let one = fsck(&mut h, "/d/g", true).unwrap();
+    assert_eq!(one.files.len(), 1);
+    assert_eq!(one.dirs, 0);
+
+    // cs2 goes silent and is declared dead: both chunks are short a replica.
+    h.advance(Duration::from_secs(3));
+    all(&mut h, &["cs0", "cs1"]);
+    h.advance(Duration::from_secs(3));
+    all(&mut h, &["cs0", "cs1"]);
+    h.step(Input::Tick);
+    let r = report(&mut h);
+    assert_eq!((r.under_replicated, r.missing), (2, 0));
+    let dead: Vec<_> = r.servers.iter().filter(|s| !s.alive).collect();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].address, "cs2");
+    assert!(dead[0].last_heartbeat_ms_ago >= 6000);
+    let mut troubled = r.troubled.clone();
+    troubled.sort();
+    assert_eq!(troubled, vec![f.handle, g.handle]);
+    let bad = fsck(&mut h, "/d", false).unwrap();
+    assert_eq!(bad.files.len(), 2, "files with problems are listed");
+    assert_eq!(bad.under_replicated, 2);
+    let c = &bad.files[0].chunks[0];
+    assert_eq!(c.health(), pb::ChunkHealth::UnderReplicated);
+    let mut held: Vec<_> = c.replicas.iter().map(|r| r.address.as_str()).collect();
+    held.sort();
+    assert_eq!(held, vec!["cs0", "cs1"]);
+
+    // cs2 returns with an old copy of /d/f: it is told to delete it, and fsck says so.
+    let hb = h.heartbeat("cs2", "rack2", &[(f.handle, 0), (g.handle, 1)]);
+    assert_eq!(hb.delete_chunks.len(), 1);
+    let after = fsck(&mut h, "/d/f", false).unwrap();
+    assert_eq!(after.files[0].chunks[0].deleting, vec!["cs2".to_string()]);
+    let r = report(&mut h);
+    assert_eq!((r.under_replicated, r.deleting), (1, 1));
+    // Once cs2 no longer reports it, it is gone from the view.
+    h.heartbeat("cs2", "rack2", &[(g.handle, 1)]);
+    assert!(
+        fsck(&mut h, "/d/f", true).unwrap().files[0].chunks[0]
+            .deleting
+            .is_empty()
+    );
+    assert_eq!(report(&mut h).deleting, 0);
+
+    // Everyone gone: the chunks are missing.
+    h.advance(Duration::from_secs(10));
+    h.step(Input::Tick);
+    let r = report(&mut h);
+    assert_eq!((r.under_replicated, r.missing), (0, 2));
+    assert!(r.servers.iter().all(|s| !s.alive));
+
+    assert!(matches!(
+        fsck(&mut h, "/nope", false),
+        Err(FsError::NotFound(_))
+    ));
+}

@@ -1,0 +1,209 @@
+//! What an operator asks the master: the cluster report (`tessera admin report`: servers,
+//! space, chunk health) and fsck (`tessera admin fsck PATH`: files, their chunks, replica
+//! locations and problems). Both are read-only and answered at once from memory, so they
+//! show the master's view: replica locations as the latest heartbeats reported them.
+//!
+//! Both scan the whole chunk table (fsck: the chunks under the path). That is fine for an
+//! operator's occasional look, not for a monitoring loop every second on a huge cluster.
+
+use std::collections::{HashMap, HashSet};
+
+use super::chunks::{Chunk, ServerIdx};
+use super::locks::{LockSet, Mode};
+use super::namespace::{DELETED_PREFIX, Node};
+use super::{Master, RequestId};
+use crate::error::FsError;
+use crate::pb::{self, ChunkHealth, master_response::Resp};
+use crate::types::ChunkHandle;
+
+/// How many troubled chunk handles a report lists.
+const TROUBLED_LISTED: usize = 100;
+
+impl Master {
+    /// The chunk's health and its live replicas.
+    fn health(&self, c: &Chunk) -> (ChunkHealth, Vec<ServerIdx>) {
+        let live: Vec<ServerIdx> = c
+            .replicas
+            .as_slice()
+            .iter()
+            .copied()
+            .filter(|&s| self.servers.is_alive(s))
+            .collect();
+        let goal = usize::from(c.goal);
+        let h = if c.version == 0 {
+            ChunkHealth::Empty
+        } else if live.is_empty() {
+            ChunkHealth::Missing
+        } else if live.len() < goal {
+            ChunkHealth::UnderReplicated
+        } else if live.len() > goal {
+            ChunkHealth::OverReplicated
+        } else {
+            ChunkHealth::Healthy
+        };
+        (h, live)
+    }
+
+    fn learning_for_ms(&self) -> u64 {
+        self.repl_not_before().saturating_sub(self.now).as_millis() as u64
+    }
+
+    pub(super) fn on_report(&mut self, id: RequestId) {
+        let mut r = pb::ClusterReport {
+            files: self.meta.ns.file_count(),
+            chunks: self.meta.chunks.len() as u64,
+            clones_running: u64::from(self.repl.running()),
+            learning_for_ms: self.learning_for_ms(),
+            chunk_size: self.cfg.chunk_size,
+            deleting: self.gc.deleting.values().map(|hs| hs.len() as u64).sum(),
+            ..Default::default()
+        };
+        let mut missing = Vec::new();
+        let mut under = Vec::new();
+        for (h, c) in self.meta.chunks.iter() {
+            match self.health(c).0 {
+                ChunkHealth::Missing => {
+                    r.missing += 1;
+                    missing.push(h);
+                }
+                ChunkHealth::UnderReplicated => {
+                    r.under_replicated += 1;
+                    under.push(h);
+                }
+                ChunkHealth::OverReplicated => r.over_replicated += 1,
+                ChunkHealth::Healthy | ChunkHealth::Empty => {}
+            }
+        }
+        r.troubled = missing
+            .into_iter()
+            .chain(under)
+            .take(TROUBLED_LISTED)
+            .collect();
+        for (_, s) in self.servers.iter() {
+            r.servers.push(pb::ServerReport {
+                address: s.addr.clone(),
+                rack: s.rack.clone(),
+                alive: s.alive,
+                capacity_bytes: s.capacity,
+                used_bytes: s.used,
+                chunks: s.replicas,
+                last_heartbeat_ms_ago: self.now.saturating_sub(s.last_heartbeat).as_millis() as u64,
+                clones_in_flight: s.clones_in_flight,
+            });
+        }
+        r.servers.sort_by(|a, b| a.address.cmp(&b.address));
+        self.reply(id, Resp::Report(r));
+    }
+
+    /// Fsck of a file or of everything below a directory. Takes a read lock on the path
+    /// itself, as a listing does; mutations below it that are still waiting for their log
+    /// record to be durable may show.
+    pub(super) fn on_fsck(&mut self, id: RequestId, r: &pb::FsckRequest) -> Result<bool, FsError> {
+        let path = crate::path::normalize(&r.path)?;
+        let set = LockSet::on(&path, Mode::Read)?;
+        if !self.lock(&set) {
+            return Ok(false);
+        }
+        let result = self.fsck(&path, r.list_chunks);
+        self.locks.release(&set);
+        self.reply(id, Resp::Fsck(result?));
+        Ok(true)
+    }
+
+    fn fsck(&self, path: &str, list_chunks: bool) -> Result<pb::FsckResponse, FsError> {
+        let entries: Vec<(String, &Node)> = if path == "/" {
+            self.meta.ns.walk()
+        } else {
+            match self.meta.ns.get(path)? {
+                Node::Dir { .. } => self.meta.ns.walk_under(path)?,
+                file => vec![(path.to_string(), file)],
+            }
+        };
+        let mut deleting: HashMap<ChunkHandle, Vec<String>> = HashMap::new();
+        for (&server, hs) in &self.gc.deleting {
+            for &h in hs {
+                deleting
+                    .entry(h)
+                    .or_default()
+                    .push(self.servers.get(server).addr.clone());
+            }
+        }
+        for addrs in deleting.values_mut() {
+            addrs.sort();
+        }
+        let live_racks: HashSet<&str> = self.servers.live().map(|(_, s)| &*s.rack).collect();
+        let mut out = pb::FsckResponse {
+            learning_for_ms: self.learning_for_ms(),
+            chunk_size: self.cfg.chunk_size,
+            ..Default::default()
+        };
+        for (p, node) in entries {
+            let f = match node {
+                Node::Dir { .. } => {
+                    out.dirs += 1;
+                    continue;
+                }
+                Node::File(f) => f,
+            };
+            out.total_files += 1;
+            out.total_bytes += f.length;
+            let mut file = pb::FsckFile {
+                deleted: p.split('/').any(|c| c.starts_with(DELETED_PREFIX)),
+                path: p,
+                length: f.length,
+                replication: u32::from(f.replication),
+                chunk_count: f.chunks.len() as u64,
+                chunks: Vec::new(),
+            };
+            for (index, &h) in f.chunks.iter().enumerate() {
+                out.total_chunks += 1;
+                let Some(c) = self.meta.chunks.get(h) else {
+                    return Err(FsError::Internal(format!(
+                        "{}: chunk {h} is not in the chunk table",
+                        file.path
+                    )));
+                };
+                let (health, live) = self.health(c);
+                match health {
+                    ChunkHealth::Healthy => out.healthy += 1,
+                    ChunkHealth::UnderReplicated => out.under_replicated += 1,
+                    ChunkHealth::Missing => out.missing += 1,
+                    ChunkHealth::Empty => out.empty += 1,
+                    ChunkHealth::OverReplicated => out.over_replicated += 1,
+                }
+                let racks: HashSet<&str> =
+                    live.iter().map(|&s| &*self.servers.get(s).rack).collect();
+                let single_rack = racks.len() == 1 && live_racks.len() > 1 && c.goal > 1;
+                if single_rack {
+                    out.single_rack += 1;
+                }
+                let dels = deleting.get(&h).cloned().unwrap_or_default();
+                let trouble = !matches!(health, ChunkHealth::Healthy | ChunkHealth::Empty);
+                if list_chunks || trouble || single_rack || !dels.is_empty() {
+                    file.chunks.push(pb::FsckChunk {
+                        index: index as u64,
+                        handle: h,
+                        version: c.version,
+                        goal: u32::from(c.goal),
+                        health: health.into(),
+                        replicas: live
+                            .iter()
+                            .map(|&s| {
+                                let s = self.servers.get(s);
+                                pb::ReplicaInfo {
+                                    address: s.addr.clone(),
+                                    rack: s.rack.clone(),
+                                }
+                            })
+                            .collect(),
+                        deleting: dels,
+                    });
+                }
+            }
+            if list_chunks || !file.chunks.is_empty() {
+                out.files.push(file);
+            }
+        }
+        Ok(out)
+    }
+}

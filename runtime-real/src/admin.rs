@@ -1,0 +1,254 @@
+//! How `tessera admin report` and `tessera admin fsck` print what the master answers.
+//! Plain text for a person, one fact per line in the summaries (`name: value`), so a
+//! script can pick a line out with grep.
+
+use std::fmt::Write;
+
+use indicatif::HumanBytes;
+use tessera_core::pb::{self, ChunkHealth};
+
+fn percent(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        "-".into()
+    } else {
+        format!("{:.1}%", part as f64 * 100.0 / whole as f64)
+    }
+}
+
+fn learning_note(out: &mut String, ms: u64) {
+    if ms > 0 {
+        let _ = writeln!(
+            out,
+            "note: the master is still learning replica locations from heartbeats for {:.1} s more; chunks may show as missing that are not",
+            ms as f64 / 1000.0
+        );
+    }
+}
+
+pub fn report_text(r: &pb::ClusterReport) -> String {
+    let mut out = String::new();
+    let live: Vec<_> = r.servers.iter().filter(|s| s.alive).collect();
+    let capacity: u64 = live.iter().map(|s| s.capacity_bytes).sum();
+    let used: u64 = live.iter().map(|s| s.used_bytes).sum();
+    let _ = writeln!(out, "live chunkservers: {}", live.len());
+    let _ = writeln!(out, "dead chunkservers: {}", r.servers.len() - live.len());
+    let _ = writeln!(out, "capacity: {}", HumanBytes(capacity));
+    let _ = writeln!(
+        out,
+        "used: {} ({})",
+        HumanBytes(used),
+        percent(used, capacity)
+    );
+    let _ = writeln!(out, "files: {}", r.files);
+    let _ = writeln!(out, "chunks: {}", r.chunks);
+    let _ = writeln!(out, "chunk size: {}", HumanBytes(r.chunk_size));
+    let _ = writeln!(out, "under-replicated chunks: {}", r.under_replicated);
+    let _ = writeln!(out, "missing chunks: {}", r.missing);
+    let _ = writeln!(out, "over-replicated chunks: {}", r.over_replicated);
+    let _ = writeln!(out, "copies awaiting deletion: {}", r.deleting);
+    let _ = writeln!(out, "clones running: {}", r.clones_running);
+    learning_note(&mut out, r.learning_for_ms);
+    if !r.troubled.is_empty() {
+        let hs: Vec<String> = r.troubled.iter().map(u64::to_string).collect();
+        let _ = writeln!(
+            out,
+            "troubled chunks (missing first): {} (see `tessera admin fsck --list`)",
+            hs.join(" ")
+        );
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:<24} {:<10} {:<5} {:>12} {:>12} {:>6} {:>8} {:>10} {:>6}",
+        "SERVER", "RACK", "STATE", "CAPACITY", "USED", "USE%", "CHUNKS", "HEARD", "CLONES"
+    );
+    for s in &r.servers {
+        let _ = writeln!(
+            out,
+            "{:<24} {:<10} {:<5} {:>12} {:>12} {:>6} {:>8} {:>10} {:>6}",
+            s.address,
+            s.rack,
+            if s.alive { "live" } else { "dead" },
+            HumanBytes(s.capacity_bytes).to_string(),
+            HumanBytes(s.used_bytes).to_string(),
+            percent(s.used_bytes, s.capacity_bytes),
+            s.chunks,
+            format!("{:.1}s ago", s.last_heartbeat_ms_ago as f64 / 1000.0),
+            s.clones_in_flight,
+        );
+    }
+    out
+}
+
+fn health_name(h: ChunkHealth) -> &'static str {
+    match h {
+        ChunkHealth::Healthy => "healthy",
+        ChunkHealth::UnderReplicated => "UNDER-REPLICATED",
+        ChunkHealth::Missing => "MISSING",
+        ChunkHealth::Empty => "empty (never written)",
+        ChunkHealth::OverReplicated => "over-replicated",
+    }
+}
+
+pub fn fsck_text(path: &str, r: &pb::FsckResponse) -> String {
+    let mut out = String::new();
+    for f in &r.files {
+        let _ = writeln!(
+            out,
+            "{}{}: {} bytes, {} chunks, replication {}",
+            f.path,
+            if f.deleted { " (deleted)" } else { "" },
+            f.length,
+            f.chunk_count,
+            f.replication
+        );
+        for c in &f.chunks {
+            let at: Vec<String> = c
+                .replicas
+                .iter()
+                .map(|r| format!("{} ({})", r.address, r.rack))
+                .collect();
+            let _ = write!(
+                out,
+                "  chunk {} handle {} version {}: {} {}/{}",
+                c.index,
+                c.handle,
+                c.version,
+                health_name(c.health()),
+                c.replicas.len(),
+                c.goal
+            );
+            if !at.is_empty() {
+                let _ = write!(out, " at {}", at.join(", "));
+            }
+            if !c.deleting.is_empty() {
+                let _ = write!(
+                    out,
+                    "; old copies being deleted on {}",
+                    c.deleting.join(", ")
+                );
+            }
+            let _ = writeln!(out);
+        }
+    }
+    if !r.files.is_empty() {
+        let _ = writeln!(out);
+    }
+    let status = if r.missing > 0 {
+        "MISSING DATA"
+    } else if r.under_replicated > 0 || r.single_rack > 0 {
+        "HEALTHY, REPAIRING"
+    } else {
+        "HEALTHY"
+    };
+    let _ = writeln!(out, "status of {path}: {status}");
+    let _ = writeln!(out, "directories: {}", r.dirs);
+    let _ = writeln!(out, "files: {}", r.total_files);
+    let _ = writeln!(
+        out,
+        "total size: {} ({} bytes)",
+        HumanBytes(r.total_bytes),
+        r.total_bytes
+    );
+    let _ = writeln!(out, "chunks: {}", r.total_chunks);
+    let _ = writeln!(out, "healthy chunks: {}", r.healthy);
+    let _ = writeln!(out, "under-replicated chunks: {}", r.under_replicated);
+    let _ = writeln!(out, "missing chunks: {}", r.missing);
+    let _ = writeln!(out, "over-replicated chunks: {}", r.over_replicated);
+    let _ = writeln!(out, "empty chunks: {}", r.empty);
+    let _ = writeln!(out, "chunks on one rack only: {}", r.single_rack);
+    learning_note(&mut out, r.learning_for_ms);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(addr: &str, alive: bool, chunks: u64) -> pb::ServerReport {
+        pb::ServerReport {
+            address: addr.into(),
+            rack: "rack0".into(),
+            alive,
+            capacity_bytes: 100 << 30,
+            used_bytes: 25 << 30,
+            chunks,
+            last_heartbeat_ms_ago: if alive { 400 } else { 61_000 },
+            clones_in_flight: u32::from(alive),
+        }
+    }
+
+    #[test]
+    fn report_layout() {
+        let r = pb::ClusterReport {
+            servers: vec![
+                server("127.0.0.1:7071", true, 12),
+                server("127.0.0.1:7072", false, 0),
+            ],
+            files: 3,
+            chunks: 12,
+            under_replicated: 2,
+            missing: 1,
+            over_replicated: 0,
+            clones_running: 1,
+            learning_for_ms: 2500,
+            chunk_size: 64 << 20,
+            troubled: vec![9, 4, 5],
+            deleting: 1,
+        };
+        insta::assert_snapshot!(report_text(&r));
+    }
+
+    #[test]
+    fn fsck_layout() {
+        let replica = |a: &str, rack: &str| pb::ReplicaInfo {
+            address: a.into(),
+            rack: rack.into(),
+        };
+        let r = pb::FsckResponse {
+            files: vec![pb::FsckFile {
+                path: "/logs/a".into(),
+                length: 70 << 20,
+                replication: 3,
+                chunk_count: 2,
+                deleted: false,
+                chunks: vec![
+                    pb::FsckChunk {
+                        index: 0,
+                        handle: 4,
+                        version: 3,
+                        goal: 3,
+                        health: ChunkHealth::UnderReplicated.into(),
+                        replicas: vec![
+                            replica("10.0.0.1:7071", "r1"),
+                            replica("10.0.0.2:7071", "r2"),
+                        ],
+                        deleting: vec!["10.0.0.3:7071".into()],
+                    },
+                    pb::FsckChunk {
+                        index: 1,
+                        handle: 9,
+                        version: 1,
+                        goal: 3,
+                        health: ChunkHealth::Missing.into(),
+                        replicas: vec![],
+                        deleting: vec![],
+                    },
+                ],
+            }],
+            dirs: 1,
+            total_files: 5,
+            total_bytes: 300 << 20,
+            total_chunks: 7,
+            healthy: 5,
+            under_replicated: 1,
+            missing: 1,
+            empty: 0,
+            over_replicated: 0,
+            single_rack: 0,
+            learning_for_ms: 0,
+            chunk_size: 64 << 20,
+        };
+        insta::assert_snapshot!(fsck_text("/logs", &r));
+    }
+}
