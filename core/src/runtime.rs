@@ -94,6 +94,12 @@ pub trait ChunkStore: Send + 'static {
     fn delete(&mut self, h: ChunkHandle) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Every chunk's metadata, at start-up.
     fn load(&mut self) -> impl Future<Output = Result<Vec<pb::ChunkMeta>, StoreError>> + Send;
+    /// Free space for more chunk data, if the store can tell (on files: the file
+    /// system's). The chunkserver then reports what its chunks use plus this as its
+    /// capacity, so the master sees a disk shared with other data fill up.
+    fn available_bytes(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A key-value store for the master's op log and checkpoints.

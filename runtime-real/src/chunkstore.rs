@@ -135,7 +135,18 @@ impl ChunkStore for FileChunkStore {
                 .truncate(false)
                 .open(&path)
                 .map_err(io_err)?;
-            f.write_all_at(&data, offset).map_err(io_err)
+            let before = f.metadata().map_err(io_err)?.len();
+            match f.write_all_at(&data, offset) {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    // A write cut short by a full disk may have grown the file: give the
+                    // space back, or the bytes no metadata claims would keep it full.
+                    if f.metadata().is_ok_and(|m| m.len() > before) {
+                        let _ = f.set_len(before);
+                    }
+                    Err(io_err(e))
+                }
+            }
         })
     }
 
@@ -262,6 +273,18 @@ impl ChunkStore for FileChunkStore {
             Ok(out)
         }
     }
+
+    fn available_bytes(&self) -> Option<u64> {
+        // What an unprivileged writer may still use (f_bavail, not f_bfree: the blocks
+        // reserved for root are not ours to count on).
+        match rustix::fs::statvfs(self.dir.as_path()) {
+            Ok(s) => Some(s.f_bavail.saturating_mul(s.f_frsize)),
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "cannot read free space");
+                None
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -295,6 +318,17 @@ mod tests {
         s.delete(7).await.unwrap();
         assert!(s.load().await.unwrap().is_empty());
         assert!(s.read(7, 0, 5).await.unwrap().is_empty());
+    }
+
+    #[test]
+    fn free_space_comes_from_the_file_system() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = FileChunkStore::open(dir.path()).unwrap();
+        let free = s.available_bytes().expect("statvfs works on a temp dir");
+        let total = rustix::fs::statvfs(dir.path())
+            .map(|v| v.f_blocks * v.f_frsize)
+            .unwrap();
+        assert!(free > 0 && free <= total, "free {free} of {total}");
     }
 
     #[tokio::test]

@@ -107,7 +107,8 @@ pub struct Knobs {
     /// The master writes a checkpoint after this many log records [default: 100000].
     #[arg(long)]
     pub checkpoint_every: Option<u64>,
-    /// Bytes a chunkserver offers [default: 1099511627776 (1 TiB)].
+    /// Most bytes a chunkserver offers; the disk's free space caps it further
+    /// [default: 1099511627776 (1 TiB)].
     #[arg(long)]
     pub capacity: Option<u64>,
     /// The scrubber verifies one idle chunk this often; 0s turns it off [default: 10s].

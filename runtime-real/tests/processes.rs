@@ -8,6 +8,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use prost::Message;
+use tessera::rt::TokioRuntime;
+use tessera::transport::GrpcTransport;
+use tessera_core::client::{Client, ClientConfig};
+use tessera_core::pb;
+use tessera_core::runtime::{Runtime, Transport};
+
 const BIN: &str = env!("CARGO_BIN_EXE_tessera");
 
 fn free_port() -> u16 {
@@ -42,6 +50,7 @@ const KNOBS: &[&str] = &[
 struct Cluster {
     root: PathBuf,
     master_addr: String,
+    master_args: Vec<String>,
     master: Option<Child>,
     servers: Vec<(String, Option<Child>)>,
 }
@@ -52,6 +61,7 @@ impl Cluster {
         let mut c = Cluster {
             root: root.to_path_buf(),
             master_addr,
+            master_args: Vec::new(),
             master: None,
             servers: (0..n)
                 .map(|_| (format!("127.0.0.1:{}", free_port()), None))
@@ -75,6 +85,7 @@ impl Cluster {
             .arg(self.root.join("master"))
             .args(["--listen", &self.master_addr])
             .args(KNOBS)
+            .args(&self.master_args)
             .stdout(Stdio::null())
             .stderr(self.log("master"))
             .spawn()
@@ -136,6 +147,10 @@ impl Cluster {
             if out.status.success() || Instant::now() > until {
                 return out;
             }
+            eprintln!(
+                "tessera {args:?} failed (retrying): {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
             std::thread::sleep(Duration::from_millis(300));
         }
     }
@@ -167,37 +182,142 @@ fn random_file(path: &Path, len: usize, seed: u64) -> Vec<u8> {
     data
 }
 
+/// The client library, in process, for what the CLI does not offer: structured fsck
+/// answers and writes at an offset.
+struct Lib {
+    rt: tokio::runtime::Runtime,
+    client: Client<TokioRuntime, GrpcTransport>,
+}
+
+impl Lib {
+    fn new(master: &str) -> Lib {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        let mut cfg = ClientConfig::new(master);
+        cfg.rpc_timeout = Duration::from_secs(5);
+        let client = Client::new(TokioRuntime, GrpcTransport::new(), cfg);
+        Lib { rt, client }
+    }
+
+    fn chunks(&self, path: &str) -> Vec<pb::FsckChunk> {
+        let r = self
+            .rt
+            .block_on(self.client.fsck(path, true))
+            .expect("fsck");
+        r.files.into_iter().flat_map(|f| f.chunks).collect()
+    }
+
+    fn write(&self, path: &str, offset: u64, data: &[u8]) {
+        self.rt
+            .block_on(
+                self.client
+                    .write(path, offset, Bytes::copy_from_slice(data)),
+            )
+            .expect("write");
+    }
+
+    /// One chunkserver call, straight to `to`.
+    fn chunk_call(
+        &self,
+        to: &str,
+        req: pb::chunk_request::Req,
+    ) -> Result<pb::ChunkResponse, String> {
+        let t = GrpcTransport::new();
+        let body = pb::ChunkRequest { req: Some(req) }.encode_to_vec();
+        let deadline = TokioRuntime.now() + Duration::from_secs(5);
+        let reply = self
+            .rt
+            .block_on(async { t.call(to, body.into(), deadline).await })
+            .map_err(|e| e.to_string())?;
+        pb::ChunkResponse::decode(reply).map_err(|e| e.to_string())
+    }
+}
+
+/// A `name: value` line of `tessera admin report` (or fsck) output.
+fn field(text: &str, name: &str) -> u64 {
+    let prefix = format!("{name}: ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no '{name}' in:\n{text}"))
+}
+
+/// Polls `tessera admin report` until `ok` holds of it.
+fn report_until(c: &Cluster, within: Duration, what: &str, ok: impl Fn(&str) -> bool) -> String {
+    let until = Instant::now() + within;
+    loop {
+        let out = c.cli(&["admin", "report"]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() && ok(&text) {
+            return text;
+        }
+        assert!(
+            Instant::now() < until,
+            "waited {within:?} for {what}; last report:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn wait_for(within: Duration, what: &str, mut ok: impl FnMut() -> bool) {
+    let until = Instant::now() + within;
+    while !ok() {
+        assert!(Instant::now() < until, "waited {within:?} for {what}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn same(path: &Path, want: &[u8]) -> bool {
+    std::fs::read(path).is_ok_and(|got| got == want)
+}
+
+const MIB: usize = 1 << 20;
+const CHUNK: usize = 4 * MIB;
+
 #[test]
 fn a_cluster_of_processes_survives_kills_and_keeps_the_data() {
     let dir = tempfile::tempdir().expect("temp dir");
     let root = dir.path();
     let mut c = Cluster::start(root, 4);
-    std::thread::sleep(Duration::from_secs(2));
+    let lib = Lib::new(&c.master_addr);
+    report_until(&c, Duration::from_secs(20), "4 live servers", |r| {
+        field(r, "live chunkservers") == 4
+    });
 
-    // A file of many chunks, in and out byte for byte.
-    let len = 40 << 20;
-    let want = random_file(&root.join("in"), len, 7);
+    // A file of 50 chunks, in and out byte for byte.
+    let len = 200 * MIB;
+    let mut want = random_file(&root.join("in"), len, 7);
     let r#in = root.join("in");
-    let out1 = root.join("out1");
-    c.eventually(&["mkdir", "-p", "/data"], Duration::from_secs(20));
+    c.ok(&["mkdir", "-p", "/data"]);
     c.ok(&["put", r#in.to_str().unwrap(), "/data/big"]);
-    c.ok(&["get", "/data/big", out1.to_str().unwrap()]);
-    assert!(
-        std::fs::read(&out1).unwrap() == want,
-        "get differs from put"
-    );
+    let out = root.join("out");
+    c.ok(&["get", "/data/big", out.to_str().unwrap()]);
+    assert!(same(&out, &want), "get differs from put");
     let stat = String::from_utf8(c.ok(&["stat", "/data/big"]).stdout).unwrap();
     assert!(stat.contains(&format!("length: {len}")), "{stat}");
+    let fsck = String::from_utf8(c.ok(&["admin", "fsck", "/data"]).stdout).unwrap();
+    assert_eq!(field(&fsck, "chunks"), 50, "{fsck}");
+    assert_eq!(field(&fsck, "healthy chunks"), 50, "{fsck}");
 
     // A chunkserver dies in the middle of a get: the get finishes from other replicas.
-    let out2 = root.join("out2");
+    let victim = c.servers[0].0.clone();
+    let held: Vec<pb::FsckChunk> = lib
+        .chunks("/data/big")
+        .into_iter()
+        .filter(|ch| ch.replicas.iter().any(|r| r.address == victim))
+        .collect();
+    assert!(held.len() >= 10, "cs0 holds {} chunks", held.len());
     let get = Command::new(BIN)
-        .args(["get", "/data/big", out2.to_str().unwrap()])
+        .args(["get", "/data/big", out.to_str().unwrap()])
         .env("TESSERA_MASTER", &c.master_addr)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    std::thread::sleep(Duration::from_millis(500));
     c.kill_server(0);
     let got = get.wait_with_output().unwrap();
     assert!(
@@ -205,14 +325,27 @@ fn a_cluster_of_processes_survives_kills_and_keeps_the_data() {
         "{}",
         String::from_utf8_lossy(&got.stderr)
     );
-    assert!(
-        std::fs::read(&out2).unwrap() == want,
-        "get during a kill differs"
-    );
+    assert!(same(&out, &want), "get during a kill differs");
 
-    // Written while cs0 is down: cs0 misses it.
+    // The master notices and copies cs0's chunks elsewhere.
+    let r = report_until(&c, Duration::from_secs(120), "re-replication", |r| {
+        field(r, "dead chunkservers") == 1
+            && field(r, "under-replicated chunks") == 0
+            && field(r, "missing chunks") == 0
+    });
+    assert_eq!(field(&r, "live chunkservers"), 3, "{r}");
+    eprintln!("cs0 held {} chunks; re-replicated:\n{r}", held.len());
+
+    // Writes while cs0 is down: the chunks it held move to new versions without it.
+    let stale: Vec<&pb::FsckChunk> = held.iter().take(5).collect();
+    for ch in &stale {
+        let at = ch.index as usize * CHUNK + MIB;
+        let data = random_file(&root.join("patch"), 64 << 10, ch.handle);
+        lib.write("/data/big", at as u64, &data);
+        want[at..at + data.len()].copy_from_slice(&data);
+    }
     let small = root.join("small");
-    let want_small = random_file(&small, 3 << 20, 9);
+    let want_small = random_file(&small, 3 * MIB, 9);
     c.ok(&["put", small.to_str().unwrap(), "/data/small"]);
 
     // The master dies and comes back: namespace and contents intact.
@@ -224,21 +357,121 @@ fn a_cluster_of_processes_survives_kills_and_keeps_the_data() {
         ls.contains("/data/big") && ls.contains("/data/small"),
         "{ls}"
     );
-    let out3 = root.join("out3");
     let r = c.eventually(
-        &["get", "/data/big", out3.to_str().unwrap()],
+        &["get", "/data/big", out.to_str().unwrap()],
         Duration::from_secs(30),
     );
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    assert!(std::fs::read(&out3).unwrap() == want);
+    assert!(
+        same(&out, &want),
+        "contents changed across a master restart"
+    );
 
-    // cs0 comes back with whatever it had; reads stay correct (its stale copies, if any,
-    // are not served).
+    // cs0 comes back holding old versions of the chunks written meanwhile: they are never
+    // served, and the master has them deleted from its disk.
     c.start_server(0);
-    std::thread::sleep(Duration::from_secs(3));
-    let out4 = root.join("out4");
-    c.ok(&["get", "/data/small", out4.to_str().unwrap()]);
-    assert!(std::fs::read(&out4).unwrap() == want_small);
+    let cs0_chunks = root.join("cs0").join("chunks");
+    for ch in &stale {
+        assert!(
+            cs0_chunks
+                .join(format!("{:016x}.chunk", ch.handle))
+                .exists(),
+            "cs0 had chunk {} before it restarted",
+            ch.handle
+        );
+    }
+    wait_for(
+        Duration::from_secs(60),
+        "stale copies collected on cs0",
+        || {
+            stale.iter().all(|ch| {
+                !cs0_chunks
+                    .join(format!("{:016x}.chunk", ch.handle))
+                    .exists()
+            })
+        },
+    );
+    report_until(&c, Duration::from_secs(30), "garbage gone", |r| {
+        field(r, "live chunkservers") == 4 && field(r, "copies awaiting deletion") == 0
+    });
+    let now = lib.chunks("/data/big");
+    for ch in &stale {
+        let cur = now.iter().find(|x| x.handle == ch.handle).unwrap();
+        assert!(cur.version > ch.version, "chunk {} was written", ch.handle);
+        assert!(
+            cur.replicas.iter().all(|r| r.address != victim),
+            "cs0's stale copy of {} listed as a replica",
+            ch.handle
+        );
+    }
+    c.ok(&["get", "/data/big", out.to_str().unwrap()]);
+    assert!(same(&out, &want), "stale copies were served");
+    c.ok(&["get", "/data/small", out.to_str().unwrap()]);
+    assert!(same(&out, &want_small));
+
+    // A chunk file rots on disk. Reads still return the right bytes (from other
+    // replicas); the bad copy is reported, replaced, and the chunk is whole again.
+    let target = now.iter().find(|x| x.index == 7).unwrap().clone();
+    let bad = target.replicas[0].address.clone();
+    let bad_idx = c.servers.iter().position(|s| s.0 == bad).unwrap();
+    let file = root
+        .join(format!("cs{bad_idx}"))
+        .join("chunks")
+        .join(format!("{:016x}.chunk", target.handle));
+    let mut bytes = std::fs::read(&file).unwrap();
+    for b in &mut bytes[MIB..MIB + 100] {
+        *b = !*b;
+    }
+    std::fs::write(&file, &bytes).unwrap();
+    let base = 7 * CHUNK;
+    for _ in 0..10 {
+        let got = lib
+            .rt
+            .block_on(lib.client.read("/data/big", base as u64, CHUNK as u64))
+            .expect("read of the rotten chunk");
+        assert!(
+            got[..] == want[base..base + CHUNK],
+            "rotten bytes were served"
+        );
+    }
+    // Asked directly, the bad server refuses (corrupt), or has already dropped the copy.
+    let direct = lib
+        .chunk_call(
+            &bad,
+            pb::chunk_request::Req::Read(pb::ReadChunkRequest {
+                handle: target.handle,
+                version: target.version,
+                offset: 0,
+                length: CHUNK as u64,
+            }),
+        )
+        .expect("the server answers");
+    let code = direct.error.map(|e| e.code());
+    eprintln!(
+        "rotten copy of chunk {} on {bad}: direct read answered {code:?}",
+        target.handle
+    );
+    assert!(
+        matches!(
+            code,
+            Some(pb::ErrorCode::Corrupt | pb::ErrorCode::ChunkNotFound)
+        ),
+        "rotten copy answered {code:?}"
+    );
+    wait_for(Duration::from_secs(60), "the rotten chunk repaired", || {
+        let ch = lib
+            .chunks("/data/big")
+            .into_iter()
+            .find(|x| x.handle == target.handle);
+        let healthy = ch.is_some_and(|x| x.health() == pb::ChunkHealth::Healthy);
+        let on_disk = std::fs::read(&file).ok();
+        let good_or_gone = on_disk.as_ref().is_none_or(|d| {
+            d.len() >= 2 * MIB && d[MIB..MIB + 100] == want[base + MIB..base + MIB + 100]
+        });
+        healthy && good_or_gone
+    });
+    c.ok(&["get", "/data/big", out.to_str().unwrap()]);
+    assert!(same(&out, &want));
 
     // Appends, cat, mv, rm.
     let tail = root.join("tail");
@@ -254,6 +487,9 @@ fn a_cluster_of_processes_survives_kills_and_keeps_the_data() {
         !ls.contains("/data/moved") && ls.contains("/data/big"),
         "{ls}"
     );
+    let fsck = c.ok(&["admin", "fsck", "/"]);
+    let fsck = String::from_utf8(fsck.stdout).unwrap();
+    assert_eq!(field(&fsck, "missing chunks"), 0, "{fsck}");
 }
 
 #[test]
@@ -282,6 +518,77 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
     // A local file that does not exist.
     let out = c.cli(&["put", root.join("missing").to_str().unwrap(), "/f"]);
     assert!(!out.status.success());
+
+    // Well-framed calls with nonsense inside: undecodable bodies, and requests that
+    // decode but make no sense. Each gets an error reply; nobody falls over.
+    let lib = Lib::new(&c.master_addr);
+    let call = |to: &str, body: Vec<u8>| -> Bytes {
+        let t = GrpcTransport::new();
+        let deadline = TokioRuntime.now() + Duration::from_secs(5);
+        lib.rt
+            .block_on(async { t.call(to, body.into(), deadline).await })
+            .unwrap_or_else(|e| panic!("{to} did not answer: {e}"))
+    };
+    let junk = vec![0xff; 64];
+    let r = pb::MasterResponse::decode(call(&c.master_addr, junk.clone())).unwrap();
+    assert_eq!(r.error.unwrap().code(), pb::ErrorCode::InvalidArgument);
+    use pb::master_request::Req as M;
+    for req in [
+        M::GetChunks(pb::GetChunksRequest {
+            path: "no-slash".into(),
+            first_index: u64::MAX,
+            count: u64::MAX,
+        }),
+        M::Heartbeat(pb::HeartbeatRequest::default()),
+        M::Fsck(pb::FsckRequest {
+            path: "/../..".into(),
+            list_chunks: true,
+        }),
+        M::ExtendFile(pb::ExtendFileRequest {
+            path: "/nope".into(),
+            length: u64::MAX,
+        }),
+    ] {
+        let body = pb::MasterRequest { req: Some(req) }.encode_to_vec();
+        let r = pb::MasterResponse::decode(call(&c.master_addr, body)).unwrap();
+        assert!(r.error.is_some(), "{r:?}");
+    }
+    use pb::chunk_request::Req as C;
+    for (addr, _) in &c.servers {
+        let r = pb::ChunkResponse::decode(call(addr, junk.clone())).unwrap();
+        assert_eq!(r.error.unwrap().code(), pb::ErrorCode::InvalidArgument);
+        for req in [
+            C::Read(pb::ReadChunkRequest {
+                handle: 12345,
+                version: 1,
+                offset: u64::MAX,
+                length: u64::MAX,
+            }),
+            C::Write(pb::WriteChunkRequest {
+                handle: 12345,
+                version: 1,
+                offset: u64::MAX - 3,
+                data: vec![1, 2, 3, 4, 5].into(),
+                ..Default::default()
+            }),
+            C::Push(pb::PushDataRequest {
+                data_id: 1,
+                offset: u64::MAX,
+                total: u64::MAX,
+                piece: vec![0; 16].into(),
+                chain: vec![],
+            }),
+            C::Clone(pb::CloneChunkRequest {
+                handle: 12345,
+                version: 9,
+                source: "127.0.0.1:1".into(),
+            }),
+        ] {
+            let body = pb::ChunkRequest { req: Some(req) }.encode_to_vec();
+            let r = pb::ChunkResponse::decode(call(addr, body)).unwrap();
+            assert!(r.error.is_some(), "{addr}: {r:?}");
+        }
+    }
 
     // Random bytes to every server's port: no crash, and the cluster keeps serving.
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -312,4 +619,94 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
     );
     let got = c.ok(&["cat", "/after-junk"]).stdout;
     assert!(got == want);
+}
+
+#[test]
+fn a_full_disk_fails_writes_cleanly_and_loses_nothing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path();
+    let mut c = Cluster::start(root, 0);
+    c.kill_master();
+    c.master_args = vec!["--replication".into(), "1".into()];
+    c.start_master();
+    // One chunkserver whose data directory is a 24 MiB file system of its own: a tmpfs
+    // mounted in a private mount namespace (unshare), gone when the server dies.
+    let data = root.join("small-disk");
+    std::fs::create_dir_all(&data).unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let child = Command::new("unshare")
+        .args(["-Urm", "sh", "-c"])
+        .arg(format!(
+            "mount -t tmpfs -o size=24m tmpfs '{}' && exec \"$0\" \"$@\"",
+            data.display()
+        ))
+        .arg(BIN)
+        .args(["chunkserver", "--master", &c.master_addr, "--data-dir"])
+        .arg(&data)
+        .args(["--listen", &addr])
+        .args(KNOBS)
+        .stdout(Stdio::null())
+        .stderr(c.log("small-disk"))
+        .spawn()
+        .expect("unshare (util-linux) runs the chunkserver on its own file system");
+    c.servers.push((addr, Some(child)));
+    let r = report_until(&c, Duration::from_secs(20), "the server up", |r| {
+        field(r, "live chunkservers") == 1
+    });
+    assert!(
+        r.contains("MiB"),
+        "capacity comes from the 24 MiB disk:\n{r}"
+    );
+
+    let a = root.join("a");
+    let want_a = random_file(&a, 6 * MIB, 1);
+    c.ok(&["put", a.to_str().unwrap(), "/a"]);
+    let b = root.join("b");
+    random_file(&b, 40 * MIB, 2);
+    let out = c.cli(&["put", b.to_str().unwrap(), "/b"]);
+    assert!(!out.status.success(), "40 MiB fit on a 24 MiB disk");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no space"), "{err}");
+
+    // What was there before is intact, and the server still serves.
+    let got = root.join("got");
+    c.ok(&["get", "/a", got.to_str().unwrap()]);
+    assert!(same(&got, &want_a), "earlier data damaged by the full disk");
+
+    // The write that hit the full disk gave back the space it had taken: the disk holds
+    // what the chunks claim (a 24 MiB tmpfs, less rocksdb's few KiB), nothing more.
+    report_until(
+        &c,
+        Duration::from_secs(10),
+        "the cut-short write's space back",
+        |r| {
+            let cap = r
+                .lines()
+                .find_map(|l| l.strip_prefix("capacity: "))
+                .and_then(|v| v.strip_suffix(" MiB"))
+                .and_then(|v| v.parse::<f64>().ok());
+            cap.is_some_and(|mib| mib > 23.0)
+        },
+    );
+    // Deleting frees the space once the collector has removed the file (the GC delay)
+    // and the server its copies; writes work again.
+    c.ok(&["rm", "/b"]);
+    report_until(&c, Duration::from_secs(30), "/b collected", |r| {
+        field(r, "chunks") == 2 && field(r, "copies awaiting deletion") == 0
+    });
+    let small = root.join("small");
+    let want_small = random_file(&small, 8 * MIB, 3);
+    let put = c.eventually(
+        &["put", small.to_str().unwrap(), "/after"],
+        Duration::from_secs(10),
+    );
+    assert!(
+        put.status.success(),
+        "{}",
+        String::from_utf8_lossy(&put.stderr)
+    );
+    c.ok(&["get", "/after", got.to_str().unwrap()]);
+    assert!(same(&got, &want_small));
+    c.ok(&["get", "/a", got.to_str().unwrap()]);
+    assert!(same(&got, &want_a));
 }

@@ -323,6 +323,8 @@ pub struct Chunkserver {
     pushed_bytes: u64,
     /// Whether the jobs queued by recovery have been started.
     started: bool,
+    /// Free space on the disk, as the store last told the driver.
+    disk_available: Option<u64>,
     next_id: u64,
     out: Effects,
 }
@@ -366,6 +368,7 @@ impl Chunkserver {
             pushed: HashMap::new(),
             pushed_bytes: 0,
             started: false,
+            disk_available: None,
             next_id: 1,
             out: Effects::default(),
         };
@@ -408,6 +411,11 @@ impl Chunkserver {
 
     pub fn config(&self) -> &ChunkserverConfig {
         &self.cfg
+    }
+
+    /// The disk's free space (`ChunkStore::available_bytes`), for the next heartbeat.
+    pub fn set_disk_available(&mut self, free: Option<u64>) {
+        self.disk_available = free;
     }
 
     /// (handle, version, length) of every chunk held, for checks and tests.
@@ -1710,12 +1718,17 @@ impl Chunkserver {
             .map(|(&h, _)| h)
             .collect();
         lease_extensions.sort_unstable();
-        let used_bytes = self.chunks.values().map(|c| c.meta.length).sum();
+        let used_bytes: u64 = self.chunks.values().map(|c| c.meta.length).sum();
+        // The configured capacity is a quota; a disk with less room left caps it.
+        let capacity_bytes = match self.disk_available {
+            Some(free) => self.cfg.capacity_bytes.min(used_bytes.saturating_add(free)),
+            None => self.cfg.capacity_bytes,
+        };
         let req = pb::MasterRequest {
             req: Some(MReq::Heartbeat(pb::HeartbeatRequest {
                 address: self.cfg.address.clone(),
                 rack: self.cfg.rack.clone(),
-                capacity_bytes: self.cfg.capacity_bytes,
+                capacity_bytes,
                 used_bytes,
                 chunks,
                 lease_extensions,

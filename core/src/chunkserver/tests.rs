@@ -1257,3 +1257,28 @@ fn pushed_data_is_bounded_in_size_and_time() {
     h.run(Input::Tick);
     assert!(h.cs.pushed.is_empty() && h.cs.pushed_bytes == 0);
 }
+
+#[test]
+fn heartbeat_capacity_is_capped_by_the_disk_free_space() {
+    let mut h = H::new();
+    h.create(1);
+    let capacity = |h: &mut H, free: Option<u64>| {
+        h.cs.set_disk_available(free);
+        h.calls.clear();
+        h.run(Input::Tick);
+        let c = h.calls.pop().expect("a heartbeat");
+        let Outgoing::Master(pb::MasterRequest {
+            req: Some(MReq::Heartbeat(hb)),
+        }) = &c.req
+        else {
+            panic!("{:?}", c.req)
+        };
+        (hb.capacity_bytes, hb.used_bytes)
+    };
+    let quota = h.cs.config().capacity_bytes;
+    assert_eq!(capacity(&mut h, None), (quota, 0));
+    // A disk with room to spare: the configured capacity stands.
+    assert_eq!(capacity(&mut h, Some(u64::MAX)), (quota, 0));
+    // A nearly full disk: what the chunks use plus what is left.
+    assert_eq!(capacity(&mut h, Some(5000)), (5000, 0));
+}

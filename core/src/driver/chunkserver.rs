@@ -133,7 +133,10 @@ pub async fn run<R: Runtime, T: Transport, S: ChunkStore, O: Observer>(
                 }
             },
             Event::CallResult(id, result) => Input::CallResult { id, result },
-            Event::Tick => Input::Tick,
+            Event::Tick => {
+                cs.set_disk_available(store.available_bytes());
+                Input::Tick
+            }
         };
         // Storage completions feed straight back in, in order, until the step is quiet.
         let mut inputs = vec![input];
