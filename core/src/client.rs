@@ -381,6 +381,11 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         Err(last.expect("at least one replica tried"))
     }
 
+    /// The chunk size of the file at `path` (the cluster's).
+    pub async fn chunk_size(&self, path: &str) -> Result<u64, FsError> {
+        Ok(self.locations(path, false).await?.chunk_size)
+    }
+
     /// Writes `data` at `offset`, splitting it at chunk boundaries.
     pub async fn write(&self, path: &str, offset: u64, data: Bytes) -> Result<(), FsError> {
         let chunk_size = self.locations(path, false).await?.chunk_size;

@@ -18,6 +18,8 @@ use tessera_core::error::FsError;
 const DEV_MASTER: &str = "127.0.0.1:7070";
 /// Bytes moved per call by put and get.
 const PIECE: usize = 8 << 20;
+/// Chunks put and get move at once.
+const PARALLEL: usize = 4;
 
 #[derive(Parser)]
 #[command(
@@ -367,20 +369,129 @@ fn bar(len: Option<u64>) -> Option<indicatif::ProgressBar> {
     Some(b)
 }
 
-/// Writes `local` (or stdin) into `path` from offset `at`, in pieces.
-async fn copy_in(
-    c: &Client<TokioRuntime, GrpcTransport>,
+/// The ranges [start, end) that `[at, at + len)` splits into at chunk boundaries.
+fn chunk_ranges(at: u64, len: u64, chunk: u64) -> Vec<(u64, u64)> {
+    let end = at + len;
+    let mut out = Vec::new();
+    let mut pos = at;
+    while pos < end {
+        let next = ((pos / chunk) + 1) * chunk;
+        out.push((pos, next.min(end)));
+        pos = next.min(end);
+    }
+    out
+}
+
+type Tessera = Client<TokioRuntime, GrpcTransport>;
+
+/// Runs `work` on every range, `PARALLEL` at a time, each range in order within itself;
+/// the first error stops the rest.
+async fn for_each_range<F, Fut>(ranges: Vec<(u64, u64)>, work: F) -> Result<(), String>
+where
+    F: Fn(u64, u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<(), String>> + Send + 'static,
+{
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let ranges = Arc::new(ranges);
+    let next = Arc::new(AtomicUsize::new(0));
+    let failed = Arc::new(AtomicBool::new(false));
+    let work = Arc::new(work);
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..PARALLEL {
+        let (ranges, next, failed, work) =
+            (ranges.clone(), next.clone(), failed.clone(), work.clone());
+        tasks.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= ranges.len() || failed.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                let (start, end) = ranges[i];
+                if let Err(e) = work(start, end).await {
+                    failed.store(true, Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
+        });
+    }
+    let mut first = Ok(());
+    while let Some(r) = tasks.join_next().await {
+        let r = r
+            .map_err(|e| format!("internal error: {e}"))
+            .and_then(|r| r);
+        if first.is_ok() {
+            first = r;
+        }
+    }
+    first
+}
+
+/// Writes `local` (or stdin) into `path` from offset `at`. A regular file is written a
+/// chunk per task, several chunks at once (each chunk's replicas are a pipeline of their
+/// own, so this keeps the disks and the network busy); stdin in order.
+async fn copy_in(c: &Tessera, local: &str, path: &str, at: u64) -> Result<(), String> {
+    if local == "-" {
+        return copy_in_stream(c, Box::new(std::io::stdin()), local, path, at, None).await;
+    }
+    let f = std::fs::File::open(local).map_err(|e| format!("{local}: {e}"))?;
+    let meta = f.metadata().map_err(|e| format!("{local}: {e}"))?;
+    if !meta.is_file() {
+        return copy_in_stream(c, Box::new(f), local, path, at, None).await;
+    }
+    let len = meta.len();
+    let chunk = c.chunk_size(path).await.map_err(|e| say(e, path))?;
+    let progress = bar(Some(len));
+    let f = std::sync::Arc::new(f);
+    let (c2, path2, local2, bar2) = (
+        c.clone(),
+        path.to_string(),
+        local.to_string(),
+        progress.clone(),
+    );
+    let done = for_each_range(chunk_ranges(at, len, chunk), move |start, end| {
+        let (c, f, path, local, bar) = (
+            c2.clone(),
+            f.clone(),
+            path2.clone(),
+            local2.clone(),
+            bar2.clone(),
+        );
+        async move {
+            use std::os::unix::fs::FileExt;
+            let mut pos = start;
+            while pos < end {
+                let n = (end - pos).min(PIECE as u64) as usize;
+                let mut buf = vec![0u8; n];
+                f.read_exact_at(&mut buf, pos - at)
+                    .map_err(|e| format!("{local}: {e}"))?;
+                c.write(&path, pos, Bytes::from(buf))
+                    .await
+                    .map_err(|e| say(e, &path))?;
+                pos += n as u64;
+                if let Some(b) = &bar {
+                    b.inc(n as u64);
+                }
+            }
+            Ok(())
+        }
+    })
+    .await;
+    if let Some(b) = progress {
+        b.finish_and_clear();
+    }
+    done
+}
+
+/// Writes a stream into `path` from offset `at`, in pieces, in order.
+async fn copy_in_stream(
+    c: &Tessera,
+    mut input: Box<dyn Read + Send>,
     local: &str,
     path: &str,
     at: u64,
+    len: Option<u64>,
 ) -> Result<(), String> {
-    let (mut input, len): (Box<dyn Read + Send>, Option<u64>) = if local == "-" {
-        (Box::new(std::io::stdin()), None)
-    } else {
-        let f = std::fs::File::open(local).map_err(|e| format!("{local}: {e}"))?;
-        let len = f.metadata().ok().map(|m| m.len());
-        (Box::new(f), len)
-    };
     let progress = bar(len);
     let mut off = at;
     let mut buf = vec![0u8; PIECE];
@@ -414,44 +525,72 @@ async fn copy_in(
     Ok(())
 }
 
-/// Reads `path` whole into `local` (or stdout), in pieces.
-async fn copy_out(
-    c: &Client<TokioRuntime, GrpcTransport>,
-    path: &str,
-    local: &str,
-) -> Result<(), String> {
+/// Reads `path` whole into `local` (or stdout). Into a local file, several chunks at once
+/// (from different replicas); to stdout, in order.
+async fn copy_out(c: &Tessera, path: &str, local: &str) -> Result<(), String> {
     let st = c.stat(path).await.map_err(|e| say(e, path))?;
     if st.is_dir {
         return Err(format!("{path}: is a directory"));
     }
-    let mut out: Box<dyn Write> = if local == "-" {
-        Box::new(std::io::stdout().lock())
-    } else {
-        Box::new(std::fs::File::create(local).map_err(|e| format!("{local}: {e}"))?)
-    };
-    let progress = if local == "-" {
-        None
-    } else {
-        bar(Some(st.length))
-    };
-    let mut off = 0;
-    while off < st.length {
-        let data = c
-            .read(path, off, PIECE as u64)
-            .await
-            .map_err(|e| say(e, path))?;
-        if data.is_empty() {
-            break;
+    if local == "-" {
+        let mut out = std::io::stdout().lock();
+        let mut off = 0;
+        while off < st.length {
+            let data = c
+                .read(path, off, PIECE as u64)
+                .await
+                .map_err(|e| say(e, path))?;
+            if data.is_empty() {
+                break;
+            }
+            out.write_all(&data).map_err(|e| format!("{local}: {e}"))?;
+            off += data.len() as u64;
         }
-        out.write_all(&data).map_err(|e| format!("{local}: {e}"))?;
-        off += data.len() as u64;
-        if let Some(b) = &progress {
-            b.set_position(off);
-        }
+        return out.flush().map_err(|e| format!("{local}: {e}"));
     }
-    out.flush().map_err(|e| format!("{local}: {e}"))?;
+    let f = std::fs::File::create(local).map_err(|e| format!("{local}: {e}"))?;
+    f.set_len(st.length).map_err(|e| format!("{local}: {e}"))?;
+    let chunk = c.chunk_size(path).await.map_err(|e| say(e, path))?;
+    let progress = bar(Some(st.length));
+    let f = std::sync::Arc::new(f);
+    let (c2, path2, local2, bar2) = (
+        c.clone(),
+        path.to_string(),
+        local.to_string(),
+        progress.clone(),
+    );
+    let done = for_each_range(chunk_ranges(0, st.length, chunk), move |start, end| {
+        let (c, f, path, local, bar) = (
+            c2.clone(),
+            f.clone(),
+            path2.clone(),
+            local2.clone(),
+            bar2.clone(),
+        );
+        async move {
+            use std::os::unix::fs::FileExt;
+            let mut pos = start;
+            while pos < end {
+                let data = c
+                    .read(&path, pos, (end - pos).min(PIECE as u64))
+                    .await
+                    .map_err(|e| say(e, &path))?;
+                if data.is_empty() {
+                    return Err(format!("{path}: shorter than its length {end}"));
+                }
+                f.write_all_at(&data, pos)
+                    .map_err(|e| format!("{local}: {e}"))?;
+                pos += data.len() as u64;
+                if let Some(b) = &bar {
+                    b.inc(data.len() as u64);
+                }
+            }
+            Ok(())
+        }
+    })
+    .await;
     if let Some(b) = progress {
         b.finish_and_clear();
     }
-    Ok(())
+    done
 }

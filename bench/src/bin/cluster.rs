@@ -1,0 +1,265 @@
+//! The cluster benchmark: `tessera put` and `tessera get` of a large file on a real
+//! cluster on this machine (a master and three chunkservers as separate processes on
+//! loopback, three replicas per chunk), beside two baselines measured in the same run:
+//!
+//! - the disk: `dd` writing three times the file's size with `conv=fdatasync` into the
+//!   directory the chunkservers use. A put writes every byte three times (one per
+//!   replica), all to this one disk, so the disk allows at most a third of this.
+//! - the network: one loopback TCP stream moving the file's size from one thread to
+//!   another. A get moves every byte over loopback once (chunkserver to client).
+//!
+//! Figures are ratios against those baselines, because the machine is shared and noisy.
+//! Run it with `scripts/bench-cluster.sh` (builds the release binary first), or:
+//!
+//! `cargo run --release -p tessera-bench --bin cluster -- --tessera PATH [--size-mib N]`
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+struct Args {
+    tessera: PathBuf,
+    size_mib: u64,
+    dir: PathBuf,
+    rounds: u32,
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: cluster --tessera PATH [--size-mib N (1024)] [--dir DIR (./target/bench-cluster)] [--rounds N (1)]"
+    );
+    std::process::exit(2)
+}
+
+fn parse_args() -> Args {
+    let mut a = Args {
+        tessera: PathBuf::new(),
+        size_mib: 1024,
+        dir: PathBuf::from("target/bench-cluster"),
+        rounds: 1,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let Some(v) = it.next() else { usage() };
+        match flag.as_str() {
+            "--tessera" => a.tessera = v.into(),
+            "--size-mib" => a.size_mib = v.parse().unwrap_or_else(|_| usage()),
+            "--dir" => a.dir = v.into(),
+            "--rounds" => a.rounds = v.parse().unwrap_or_else(|_| usage()),
+            _ => usage(),
+        }
+    }
+    if a.tessera.as_os_str().is_empty() {
+        usage()
+    }
+    a
+}
+
+fn mb_per_s(bytes: u64, d: Duration) -> f64 {
+    bytes as f64 / 1e6 / d.as_secs_f64()
+}
+
+/// `dd` of `bytes` from /dev/zero into `dir`, synced before it reports (conv=fdatasync).
+fn disk_baseline(dir: &Path, bytes: u64) -> f64 {
+    let file = dir.join("dd.out");
+    let start = Instant::now();
+    let out = Command::new("dd")
+        .arg("if=/dev/zero")
+        .arg(format!("of={}", file.display()))
+        .arg("bs=1M")
+        .arg(format!("count={}", bytes / MIB))
+        .arg("conv=fdatasync")
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run dd");
+    let took = start.elapsed();
+    assert!(
+        out.status.success(),
+        "dd failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_file(&file);
+    mb_per_s(bytes, took)
+}
+
+/// One loopback TCP stream carrying `bytes`, 1 MiB per write, timed until the reader
+/// has it all.
+fn tcp_baseline(bytes: u64) -> f64 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let reader = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().expect("accept");
+        let mut buf = vec![0u8; MIB as usize];
+        let mut got = 0u64;
+        while got < bytes {
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => got += n as u64,
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+        got
+    });
+    let mut s = TcpStream::connect(addr).expect("connect");
+    let buf = vec![7u8; MIB as usize];
+    let start = Instant::now();
+    for _ in 0..bytes / MIB {
+        s.write_all(&buf).expect("write");
+    }
+    let got = reader.join().expect("reader");
+    let took = start.elapsed();
+    assert_eq!(got, bytes);
+    mb_per_s(bytes, took)
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+struct Cluster {
+    procs: Vec<Child>,
+    master: String,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for p in &mut self.procs {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+    }
+}
+
+fn start_cluster(bin: &Path, dir: &Path) -> Cluster {
+    let master = format!("127.0.0.1:{}", free_port());
+    let log = |name: &str| {
+        Stdio::from(std::fs::File::create(dir.join(format!("{name}.log"))).expect("log"))
+    };
+    let mut procs = vec![
+        Command::new(bin)
+            .args(["master", "--data-dir"])
+            .arg(dir.join("master"))
+            .args(["--listen", &master])
+            .stderr(log("master"))
+            .spawn()
+            .expect("start the master"),
+    ];
+    for i in 0..3 {
+        let addr = format!("127.0.0.1:{}", free_port());
+        procs.push(
+            Command::new(bin)
+                .args(["chunkserver", "--master", &master, "--data-dir"])
+                .arg(dir.join(format!("cs{i}")))
+                .args(["--listen", &addr, "--rack", &format!("rack{i}")])
+                .stderr(log(&format!("cs{i}")))
+                .spawn()
+                .expect("start a chunkserver"),
+        );
+    }
+    let c = Cluster { procs, master };
+    // Wait until the master knows all three servers.
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = tessera(bin, &c.master, &["admin", "report"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        if text.contains("live chunkservers: 3") {
+            return c;
+        }
+        assert!(Instant::now() < until, "cluster did not come up:\n{text}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn tessera(bin: &Path, master: &str, args: &[&str]) -> std::process::Output {
+    Command::new(bin)
+        .args(args)
+        .env("TESSERA_MASTER", master)
+        .output()
+        .expect("run tessera")
+}
+
+fn timed(bin: &Path, master: &str, args: &[&str]) -> Duration {
+    let start = Instant::now();
+    let out = tessera(bin, master, args);
+    let took = start.elapsed();
+    assert!(
+        out.status.success(),
+        "tessera {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    took
+}
+
+fn random_file(path: &Path, bytes: u64) {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).expect("input file"));
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut buf = vec![0u8; MIB as usize];
+    for _ in 0..bytes / MIB {
+        for w in buf.chunks_exact_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            w.copy_from_slice(&x.to_le_bytes());
+        }
+        f.write_all(&buf).expect("write input");
+    }
+    f.flush().expect("flush input");
+}
+
+fn main() {
+    let a = parse_args();
+    let bytes = a.size_mib * MIB;
+    let _ = std::fs::remove_dir_all(&a.dir);
+    std::fs::create_dir_all(&a.dir).expect("bench dir");
+    let input = a.dir.join("input");
+    random_file(&input, bytes);
+    let output = a.dir.join("output");
+
+    println!(
+        "cluster benchmark: {} MiB, 3 replicas, master + 3 chunkservers on loopback, data in {}",
+        a.size_mib,
+        a.dir.display()
+    );
+    println!(
+        "{:>5} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12}",
+        "round", "disk MB/s", "tcp MB/s", "put MB/s", "get MB/s", "put/(disk/3)", "get/tcp"
+    );
+    for round in 1..=a.rounds {
+        let disk = disk_baseline(&a.dir, 3 * bytes);
+        let tcp = tcp_baseline(bytes);
+        let data = a.dir.join(format!("cluster{round}"));
+        std::fs::create_dir_all(&data).expect("cluster dir");
+        let c = start_cluster(&a.tessera, &data);
+        let path = format!("/bench{round}");
+        let put = timed(
+            &a.tessera,
+            &c.master,
+            &["put", input.to_str().expect("utf-8 path"), &path],
+        );
+        let get = timed(
+            &a.tessera,
+            &c.master,
+            &["get", &path, output.to_str().expect("utf-8 path")],
+        );
+        let same = std::fs::read(&input).ok() == std::fs::read(&output).ok();
+        assert!(same, "the file read back differs from the one written");
+        drop(c);
+        let _ = std::fs::remove_dir_all(&data);
+        let (put, get) = (mb_per_s(bytes, put), mb_per_s(bytes, get));
+        println!(
+            "{round:>5} {disk:>10.0} {tcp:>10.0} {put:>10.0} {get:>10.0} {:>12.2} {:>12.2}",
+            put / (disk / 3.0),
+            get / tcp
+        );
+    }
+    println!("goals: put/(disk/3) >= 0.80, get/tcp >= 0.50");
+    let _ = std::fs::remove_file(&input);
+    let _ = std::fs::remove_file(&output);
+}
