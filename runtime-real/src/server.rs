@@ -66,7 +66,8 @@ pub struct Knobs {
     /// Config file (TOML) with any of the settings below; flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Bytes per chunk [default: 67108864 (64 MiB)]. The master's setting rules.
+    /// Bytes per chunk [default: 67108864 (64 MiB)]. Set on the master; chunkservers take
+    /// the master's from its heartbeat replies.
     #[arg(long)]
     pub chunk_size: Option<u64>,
     /// Replicas per chunk for files created without a count [default: 3].

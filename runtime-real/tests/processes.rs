@@ -25,10 +25,11 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
+/// The master's chunk size; chunkservers learn it from the master.
+const CHUNK_SIZE: &[&str] = &["--chunk-size", "4194304"];
+
 /// Timing flags every server gets: short, so failures are noticed within seconds.
 const KNOBS: &[&str] = &[
-    "--chunk-size",
-    "4194304",
     "--lease",
     "4s",
     "--max-clock-skew",
@@ -84,6 +85,7 @@ impl Cluster {
             .args(["master", "--data-dir"])
             .arg(self.root.join("master"))
             .args(["--listen", &self.master_addr])
+            .args(CHUNK_SIZE)
             .args(KNOBS)
             .args(&self.master_args)
             .stdout(Stdio::null())

@@ -374,9 +374,9 @@ impl Chunkserver {
         };
         for mut meta in metas {
             let h = meta.handle;
-            if meta.checksums.len() as u64 != meta.length.div_ceil(BLOCK_SIZE)
-                || meta.length > cs.cfg.chunk_size
-            {
+            // The length is not checked against the chunk size: that is the master's, and
+            // arrives with the first heartbeat reply.
+            if meta.checksums.len() as u64 != meta.length.div_ceil(BLOCK_SIZE) {
                 tracing::warn!(
                     chunk = h,
                     "chunk metadata inconsistent; treating as corrupt"
@@ -1756,6 +1756,14 @@ impl Chunkserver {
                 return;
             }
         };
+        if hb.chunk_size != 0 && hb.chunk_size != self.cfg.chunk_size {
+            tracing::info!(
+                from = self.cfg.chunk_size,
+                to = hb.chunk_size,
+                "taking the master's chunk size"
+            );
+            self.cfg.chunk_size = hb.chunk_size;
+        }
         let until = sent_at + Duration::from_millis(hb.lease_duration_ms);
         for h in hb.extended_leases {
             if let Some(c) = self.chunks.get_mut(&h)

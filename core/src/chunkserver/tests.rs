@@ -367,6 +367,7 @@ fn heartbeat_reports_and_deletes_on_command() {
                 }],
                 extended_leases: vec![],
                 lease_duration_ms: 1000,
+                chunk_size: 1 << 20,
             },
         )),
     };
@@ -376,6 +377,11 @@ fn heartbeat_reports_and_deletes_on_command() {
     });
     assert!(!h.disk.data.contains_key(&2));
     assert_eq!(h.cs.chunks().count(), 1);
+    assert_eq!(
+        h.cs.config().chunk_size,
+        1 << 20,
+        "the master's chunk size taken"
+    );
 }
 
 #[test]
@@ -806,6 +812,7 @@ fn a_delete_order_spares_a_copy_that_moved_on() {
                 }],
                 extended_leases: vec![],
                 lease_duration_ms: 1000,
+                chunk_size: 0,
             },
         )),
     };
