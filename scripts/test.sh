@@ -14,14 +14,17 @@ export CARGO_TERM_COLOR=never
 
 echo "== cargo fmt --check"
 cargo fmt --all --check
+# Clippy runs with the test profile, as `cargo test` builds: build scripts and their
+# dependencies are compiled per profile, so under `dev` rocksdb's C++ (about 12 minutes
+# on two cores) would be built a second time just for the lints.
 echo "== cargo clippy"
-cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --profile test --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --workspace --locked
 
 sim() { RUSTFLAGS="--cfg madsim" CARGO_TARGET_DIR="$SIM_TARGET" cargo "$@"; }
 echo "== simulator: clippy and unit tests (--cfg madsim)"
-sim clippy -p tessera-sim -p tessera-scenarios --all-targets --locked -- -D warnings
+sim clippy --profile test -p tessera-sim -p tessera-scenarios --all-targets --locked -- -D warnings
 sim test -p tessera-sim --locked
 sim build --release -p tessera-scenarios --locked
 RUNNER="$SIM_TARGET/release/tessera-scenarios"
