@@ -242,6 +242,9 @@ impl Master {
             .expect("adding a replica of a known chunk");
         if c.replicas.insert(s) {
             self.servers.get_mut(s).replicas += 1;
+            // It may now have more copies than its goal (a server came back after its
+            // chunks were copied elsewhere).
+            self.repl.check(h);
         }
     }
 

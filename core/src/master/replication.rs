@@ -19,6 +19,8 @@ pub(super) struct Replication {
     running: u32,
     /// No clones before this time (see `Master::from_meta`).
     not_before: Time,
+    /// Chunks with more live copies than their goal, found by the last queue pass.
+    excess: Vec<ChunkHandle>,
 }
 
 impl Replication {
@@ -79,7 +81,13 @@ impl Master {
             let coming = self.repl.in_flight.get(&h).map_or(0, Vec::len);
             let goal = c.goal as usize;
             if live + coming >= goal {
-                if coming == 0 {
+                if coming == 0 && live > goal {
+                    // Trimmed by `schedule_clones`, but never under a lease: the lease
+                    // holder forwards writes to the copies it was given.
+                    if !self.leases.is_granting(h) && self.leases.get(h).is_none() {
+                        self.repl.excess.push(h);
+                    }
+                } else if coming == 0 {
                     settled.push(h);
                 }
                 continue;
@@ -154,10 +162,12 @@ impl Master {
     pub(super) fn schedule_clones(&mut self) {
         // The queue is worked out every tick, so chunks at their goal leave the suspect
         // set even while clones may not start yet.
+        self.repl.excess.clear();
         let queue = self.replication_queue();
         if self.now < self.repl.not_before {
             return;
         }
+        self.trim_excess();
         let per_server = self.cfg.clones_per_server;
         for need in queue {
             if self.repl.running >= self.cfg.clones_cluster {
@@ -197,6 +207,57 @@ impl Master {
                 continue;
             };
             self.start_clone(h, version, source, target);
+        }
+    }
+
+    /// Removes copies beyond each chunk's goal (a server came back after its chunks were
+    /// copied elsewhere, or a clone finished late): the copy whose loss keeps the most
+    /// racks, then the one on the fullest server. The master forgets the copy at once and
+    /// the server deletes it when its next heartbeat reports it. At most `clones_cluster`
+    /// chunks a tick, so a returning server is not flooded with deletes.
+    fn trim_excess(&mut self) {
+        let excess = std::mem::take(&mut self.repl.excess);
+        for h in excess.into_iter().take(self.cfg.clones_cluster as usize) {
+            let Some(c) = self.meta.chunks.get(h) else {
+                continue;
+            };
+            let version = c.version;
+            let live: Vec<ServerIdx> = c
+                .replicas
+                .as_slice()
+                .iter()
+                .copied()
+                .filter(|&s| self.servers.is_alive(s))
+                .collect();
+            let mut extra = live.len().saturating_sub(usize::from(c.goal));
+            let mut keep = live;
+            while extra > 0 {
+                let racks_without = |s: ServerIdx| {
+                    keep.iter()
+                        .filter(|&&o| o != s)
+                        .map(|&o| self.servers.get(o).rack.as_str())
+                        .collect::<std::collections::HashSet<_>>()
+                        .len()
+                };
+                let Some(&victim) = keep.iter().max_by(|&&a, &&b| {
+                    racks_without(a)
+                        .cmp(&racks_without(b))
+                        .then(
+                            self.servers
+                                .get(a)
+                                .utilization()
+                                .total_cmp(&self.servers.get(b).utilization()),
+                        )
+                        .then(a.cmp(&b))
+                }) else {
+                    break;
+                };
+                tracing::info!(chunk = h, server = %self.servers.get(victim).addr, "removing a copy beyond the goal");
+                keep.retain(|&s| s != victim);
+                self.drop_replica(h, victim);
+                self.gc.pending_deletes.order(victim, h, version, self.now);
+                extra -= 1;
+            }
         }
     }
 

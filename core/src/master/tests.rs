@@ -1422,3 +1422,49 @@ fn report_and_fsck_show_servers_and_chunk_health() {
         Err(FsError::NotFound(_))
     ));
 }
+
+#[test]
+fn copies_beyond_the_goal_are_removed_keeping_racks() {
+    let mut h = H::new();
+    cluster(&mut h, 4, 2);
+    h.call(create("/f"));
+    let t = h.write_target("/f", 0).unwrap();
+    let all = |h: &mut H| -> Vec<(String, pb::HeartbeatResponse)> {
+        (0..4)
+            .map(|i| {
+                let a = format!("cs{i}");
+                let r = h.heartbeat(&a, &format!("rack{}", i % 2), &[(t.handle, 1)]);
+                (a, r)
+            })
+            .collect()
+    };
+    // The fourth server turns out to hold the chunk at the current version too.
+    all(&mut h);
+    assert_eq!(chunk_replicas(&mut h, "/f").len(), 4);
+    assert_eq!(report(&mut h).over_replicated, 1);
+    // Not while the lease may be valid: the primary forwards to the copies it was given.
+    h.step(Input::Tick);
+    assert_eq!(chunk_replicas(&mut h, "/f").len(), 4);
+
+    h.advance(Duration::from_secs(12));
+    all(&mut h);
+    h.step(Input::Tick);
+    let kept = chunk_replicas(&mut h, "/f");
+    assert_eq!(kept.len(), 3, "{kept:?}");
+    let racks: std::collections::HashSet<usize> = kept
+        .iter()
+        .map(|a| a[2..].parse::<usize>().unwrap() % 2)
+        .collect();
+    assert_eq!(racks.len(), 2, "both racks keep a copy: {kept:?}");
+    // The removed copy is deleted at its server's next heartbeat; nothing else is.
+    let told: Vec<String> = all(&mut h)
+        .into_iter()
+        .filter(|(_, r)| r.delete_chunks.iter().any(|d| d.handle == t.handle))
+        .map(|(a, _)| a)
+        .collect();
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(!kept.contains(&told[0]));
+    let r = report(&mut h);
+    assert_eq!((r.over_replicated, r.under_replicated), (0, 0));
+    assert_eq!(chunk_replicas(&mut h, "/f"), kept);
+}
