@@ -312,7 +312,7 @@ impl<R: Runtime, T: Transport> Client<R, T> {
     pub async fn read(&self, path: &str, offset: u64, len: u64) -> Result<Bytes, FsError> {
         let mut info = self.locations(path, false).await?;
         let end = offset.saturating_add(len).min(info.file_length);
-        let mut out = BytesMut::with_capacity(end.saturating_sub(offset) as usize);
+        let mut out = BytesMut::new();
         let mut pos = offset;
         while pos < end {
             let cs = info.chunk_size;
@@ -328,6 +328,13 @@ impl<R: Runtime, T: Transport> Client<R, T> {
                 }
                 Err(e) => return Err(e),
             };
+            if out.is_empty() && piece_end == end && data.len() as u64 == end - offset {
+                // The whole read came from one chunk: hand its buffer over, uncopied.
+                return Ok(data);
+            }
+            if out.is_empty() {
+                out.reserve(end.saturating_sub(offset) as usize);
+            }
             out.extend_from_slice(&data);
             // Bytes the file's length covers but no replica holds (a hole) read as zeros.
             out.resize((piece_end - offset) as usize, 0);

@@ -20,7 +20,7 @@
 
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
-use std::io;
+use std::io::{self, Read, Seek};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -114,8 +114,18 @@ impl ChunkStore for FileChunkStore {
             if offset >= end {
                 return Ok(Bytes::new());
             }
-            let mut buf = vec![0u8; (end - offset) as usize];
-            f.read_exact_at(&mut buf, offset).map_err(io_err)?;
+            // Read into spare capacity: no zero-filling a buffer the read overwrites.
+            let want = end - offset;
+            let mut buf = Vec::with_capacity(want as usize);
+            let mut f = f;
+            f.seek(io::SeekFrom::Start(offset)).map_err(io_err)?;
+            f.take(want).read_to_end(&mut buf).map_err(io_err)?;
+            if (buf.len() as u64) < want {
+                return Err(StoreError::Io(format!(
+                    "chunk file {} shorter than its size",
+                    path.display()
+                )));
+            }
             Ok(Bytes::from(buf))
         })
     }

@@ -14,12 +14,21 @@ use tessera::transport::GrpcTransport;
 use tessera_core::client::{Client, ClientConfig};
 use tessera_core::error::FsError;
 
+/// Servers and the client move data in buffers of several MiB. glibc's malloc serves
+/// those from fresh mappings that are faulted in and zeroed page by page on every use;
+/// mimalloc keeps and reuses them.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The dev cluster's master, the default for file commands.
 const DEV_MASTER: &str = "127.0.0.1:7070";
 /// Bytes moved per call by put and get.
 const PIECE: usize = 8 << 20;
 /// Chunks put and get move at once.
 const PARALLEL: usize = 4;
+/// Bytes per read call, and reads in flight when writing to stdout.
+const READ_PIECE: u64 = 1 << 20;
+const READ_AHEAD: usize = 16;
 
 #[derive(Parser)]
 #[command(
@@ -525,26 +534,29 @@ async fn copy_in_stream(
     Ok(())
 }
 
-/// Reads `path` whole into `local` (or stdout). Into a local file, several chunks at once
-/// (from different replicas); to stdout, in order.
+/// Reads `path` whole into `local` (or stdout), several pieces at once: into a local
+/// file a chunk per task, to stdout in order with the next pieces read ahead.
 async fn copy_out(c: &Tessera, path: &str, local: &str) -> Result<(), String> {
     let st = c.stat(path).await.map_err(|e| say(e, path))?;
     if st.is_dir {
         return Err(format!("{path}: is a directory"));
     }
     if local == "-" {
-        let mut out = std::io::stdout().lock();
-        let mut off = 0;
-        while off < st.length {
-            let data = c
-                .read(path, off, PIECE as u64)
-                .await
-                .map_err(|e| say(e, path))?;
-            if data.is_empty() {
-                break;
+        // In order, but with the next pieces already on their way.
+        use futures::StreamExt;
+        let pieces = (0..st.length.div_ceil(READ_PIECE)).map(|i| {
+            let (c, path) = (c.clone(), path.to_string());
+            async move {
+                let off = i * READ_PIECE;
+                c.read(&path, off, READ_PIECE)
+                    .await
+                    .map_err(|e| say(e, &path))
             }
-            out.write_all(&data).map_err(|e| format!("{local}: {e}"))?;
-            off += data.len() as u64;
+        });
+        let mut pieces = futures::stream::iter(pieces).buffered(READ_AHEAD);
+        let mut out = std::io::stdout().lock();
+        while let Some(data) = pieces.next().await {
+            out.write_all(&data?).map_err(|e| format!("{local}: {e}"))?;
         }
         return out.flush().map_err(|e| format!("{local}: {e}"));
     }
@@ -572,7 +584,7 @@ async fn copy_out(c: &Tessera, path: &str, local: &str) -> Result<(), String> {
             let mut pos = start;
             while pos < end {
                 let data = c
-                    .read(&path, pos, (end - pos).min(PIECE as u64))
+                    .read(&path, pos, (end - pos).min(READ_PIECE))
                     .await
                     .map_err(|e| say(e, &path))?;
                 if data.is_empty() {

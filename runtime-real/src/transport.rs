@@ -33,6 +33,17 @@ use generated::node_server::{Node, NodeServer};
 /// The largest message either way. Pieces of data are at most a few MiB.
 pub const MAX_MESSAGE: usize = 64 << 20;
 
+/// HTTP/2 flow control: how much a stream, and a whole connection, may have in flight
+/// before the receiver must grant more. hyper's defaults (1-2 MiB per stream) make an
+/// 8 MiB read wait for several window updates; on loopback and in a rack the
+/// round trip is short but the wake-ups are not. A stream may carry a whole piece.
+const STREAM_WINDOW: u32 = 16 << 20;
+const CONNECTION_WINDOW: u32 = 64 << 20;
+/// Larger DATA frames towards servers: fewer frame headers and wake-ups per MiB (the
+/// protocol's limit is 16 MiB - 1; the default is 16 KiB). tonic's client side keeps the
+/// default for what it receives.
+const MAX_FRAME: u32 = 1 << 20;
+
 #[derive(Clone)]
 pub struct GrpcTransport {
     channels: Arc<Mutex<HashMap<String, Channel>>>,
@@ -62,6 +73,8 @@ impl GrpcTransport {
             .map_err(|e| RpcError::Unreachable(format!("{to}: bad address: {e}")))?
             .connect_timeout(self.connect_timeout)
             .tcp_nodelay(true)
+            .initial_stream_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
             .http2_keep_alive_interval(Duration::from_secs(10))
             .keep_alive_timeout(Duration::from_secs(20));
         // Connects on first use, and reconnects after a failure, by itself.
@@ -129,6 +142,9 @@ impl Transport for GrpcTransport {
                 .max_encoding_message_size(MAX_MESSAGE);
             tokio::spawn(async move {
                 if let Err(e) = Server::builder()
+                    .initial_stream_window_size(STREAM_WINDOW)
+                    .initial_connection_window_size(CONNECTION_WINDOW)
+                    .max_frame_size(MAX_FRAME)
                     .add_service(svc)
                     .serve_with_incoming(incoming)
                     .await
