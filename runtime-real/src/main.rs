@@ -24,6 +24,8 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const DEV_MASTER: &str = "127.0.0.1:7070";
 /// Bytes moved per call by put and get.
 const PIECE: usize = 8 << 20;
+/// The suffix of the name a put writes under until the file is complete.
+const COPYING: &str = "._COPYING_";
 /// Chunks put and get move at once.
 const PARALLEL: usize = 4;
 /// Bytes per read call, and reads in flight when writing to stdout.
@@ -112,7 +114,8 @@ enum Cmd {
         #[command(flatten)]
         m: MasterAddr,
     },
-    /// Copy a local file (or - for stdin) into Tessera.
+    /// Copy a local file (or - for stdin) into Tessera. The file appears when complete
+    /// (it is written as PATH._COPYING_ and renamed); a failed put leaves nothing.
     Put {
         local: String,
         path: String,
@@ -313,11 +316,32 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             replication,
             m,
         } => {
+            // Written under a temporary name and renamed when complete, so the file
+            // appears whole or not at all; a failed put removes what it wrote.
             let c = client(&m.master);
-            c.create(&path, replication)
+            match c.stat(&path).await {
+                Ok(_) => return Err(format!("{path}: already exists")),
+                Err(FsError::NotFound(_)) => {}
+                Err(e) => return Err(say(e, &path)),
+            }
+            let tmp = format!("{path}{COPYING}");
+            // Left over by a put that was killed: ours to replace.
+            match c.delete(&tmp, false).await {
+                Ok(()) | Err(FsError::NotFound(_)) => {}
+                Err(e) => return Err(say(e, &tmp)),
+            }
+            c.create(&tmp, replication)
                 .await
                 .map_err(|e| say(e, &path))?;
-            copy_in(&c, &local, &path, 0).await
+            match copy_in(&c, &local, &tmp, 0).await {
+                Ok(()) => c.rename(&tmp, &path).await.map_err(|e| say(e, &path)),
+                Err(e) => {
+                    if let Err(d) = c.delete(&tmp, false).await {
+                        eprintln!("tessera: could not remove {tmp}: {d}");
+                    }
+                    Err(e)
+                }
+            }
         }
         Cmd::Append { local, path, m } => {
             let c = client(&m.master);

@@ -626,6 +626,11 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
     );
     let got = c.ok(&["cat", "/after-junk"]).stdout;
     assert!(got == want);
+    // A put never overwrites.
+    let out = c.cli(&["put", f.to_str().unwrap(), "/after-junk"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already exists"));
+    assert!(c.ok(&["cat", "/after-junk"]).stdout == want);
 }
 
 #[test]
@@ -695,9 +700,10 @@ fn a_full_disk_fails_writes_cleanly_and_loses_nothing() {
             cap.is_some_and(|mib| mib > 23.0)
         },
     );
-    // Deleting frees the space once the collector has removed the file (the GC delay)
-    // and the server its copies; writes work again.
-    c.ok(&["rm", "/b"]);
+    // The failed put left no file behind; its chunks are freed once the collector has
+    // removed the deleted temporary file (the GC delay) and the server its copies.
+    let ls = String::from_utf8(c.ok(&["ls", "/"]).stdout).unwrap();
+    assert!(!ls.contains("/b"), "a failed put left {ls}");
     report_until(&c, Duration::from_secs(30), "/b collected", |r| {
         field(r, "chunks") == 2 && field(r, "copies awaiting deletion") == 0
     });

@@ -22,13 +22,7 @@ const TROUBLED_LISTED: usize = 100;
 impl Master {
     /// The chunk's health and its live replicas.
     fn health(&self, c: &Chunk) -> (ChunkHealth, Vec<ServerIdx>) {
-        let live: Vec<ServerIdx> = c
-            .replicas
-            .as_slice()
-            .iter()
-            .copied()
-            .filter(|&s| self.servers.is_alive(s))
-            .collect();
+        let live = self.live_replicas(c);
         let goal = usize::from(c.goal);
         let h = if c.version == 0 {
             ChunkHealth::Empty

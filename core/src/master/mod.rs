@@ -690,6 +690,16 @@ impl Master {
         }
     }
 
+    /// The chunk's replicas on servers now alive.
+    fn live_replicas(&self, c: &Chunk) -> Vec<ServerIdx> {
+        c.replicas
+            .as_slice()
+            .iter()
+            .copied()
+            .filter(|&s| self.servers.is_alive(s))
+            .collect()
+    }
+
     /// A chunk left the table: forget its lease and repair work.
     fn forget_chunk(&mut self, h: u64) {
         self.leases.forget(h);

@@ -222,13 +222,7 @@ impl Master {
                 continue;
             };
             let version = c.version;
-            let live: Vec<ServerIdx> = c
-                .replicas
-                .as_slice()
-                .iter()
-                .copied()
-                .filter(|&s| self.servers.is_alive(s))
-                .collect();
+            let live = self.live_replicas(c);
             let mut extra = live.len().saturating_sub(usize::from(c.goal));
             let mut keep = live;
             while extra > 0 {
