@@ -14,9 +14,9 @@ export CARGO_TERM_COLOR=never
 
 echo "== cargo fmt --check"
 cargo fmt --all --check
-# Clippy runs with the test profile, as `cargo test` builds: build scripts and their
-# dependencies are compiled per profile, so under `dev` rocksdb's C++ (about 12 minutes
-# on two cores) would be built a second time just for the lints.
+# Clippy runs with the test profile, as `cargo test` builds. (Meant to let both share
+# rocksdb's C++ build; a cold run still builds it twice, ~17 minutes each on two cores,
+# because the build script's own dependencies hash differently in the two commands.)
 echo "== cargo clippy"
 cargo clippy --profile test --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
