@@ -11,6 +11,9 @@ pub type LogSeq = u64;
 
 /// Checksums cover blocks of this many bytes (GFS §5.2).
 pub const BLOCK_SIZE: u64 = 64 * 1024;
+/// Data a chunkserver assembles for a write starts on this memory boundary, so a store
+/// using direct I/O (which needs block-aligned buffers) can write it without a copy.
+pub const IO_ALIGN: usize = 4096;
 /// GFS's chunk size; the cluster's is configurable so tests can make chunks tiny.
 pub const DEFAULT_CHUNK_SIZE: u64 = 64 * 1024 * 1024;
 

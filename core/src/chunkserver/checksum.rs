@@ -23,12 +23,35 @@ pub fn verify(sums: &[u32], start: u64, data: &[u8]) -> Result<(), usize> {
     Ok(())
 }
 
+/// Checksums of the bytes of `parts` one after another (starting on a block boundary),
+/// without joining them.
+pub fn blocks_of(parts: &[&[u8]]) -> Vec<u32> {
+    let mut out = Vec::new();
+    let (mut crc, mut fill) = (0u32, 0usize);
+    for part in parts {
+        let mut p: &[u8] = part;
+        while !p.is_empty() {
+            let n = (B - fill).min(p.len());
+            crc = crc32c::crc32c_append(crc, &p[..n]);
+            (fill, p) = (fill + n, &p[n..]);
+            if fill == B {
+                out.push(crc);
+                (crc, fill) = (0, 0);
+            }
+        }
+    }
+    if fill > 0 {
+        out.push(crc);
+    }
+    out
+}
+
 /// The checksums after writing: `covered` is the chunk's new bytes from block-aligned
 /// offset `start` up to the end of the last block the write touched (old bytes around the
-/// write included). Blocks outside that range keep their checksums.
-pub fn update(sums: &mut Vec<u32>, start: u64, covered: &[u8]) {
+/// write included), in parts. Blocks outside that range keep their checksums.
+pub fn update(sums: &mut Vec<u32>, start: u64, covered: &[&[u8]]) {
     let first = (start / BLOCK_SIZE) as usize;
-    let new = blocks(covered);
+    let new = blocks_of(covered);
     if sums.len() < first + new.len() {
         sums.resize(first + new.len(), 0);
     }
@@ -59,10 +82,29 @@ mod tests {
             chunk.resize(end, 0);
         }
         chunk[off..end].copy_from_slice(data);
-        update(sums, fb as u64, &covered);
+        // In parts, split where the chunkserver splits them (old head, data, old tail).
+        let (head, rest) = covered.split_at(off - fb);
+        let (mid, tail) = rest.split_at(data.len());
+        update(sums, fb as u64, &[head, mid, tail]);
     }
 
     proptest! {
+        #[test]
+        fn blocks_of_parts_equal_blocks_of_the_whole(
+            data in proptest::collection::vec(any::<u8>(), 0..300_000),
+            cuts in proptest::collection::vec(0usize..300_000, 0..6)
+        ) {
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(data.len())).collect();
+            cuts.sort_unstable();
+            let mut parts = Vec::new();
+            let mut at = 0;
+            for c in cuts.into_iter().chain([data.len()]) {
+                parts.push(&data[at..c]);
+                at = c;
+            }
+            prop_assert_eq!(blocks_of(&parts), blocks(&data));
+        }
+
         #[test]
         fn incremental_update_equals_recompute(
             writes in proptest::collection::vec((0usize..400_000, 1usize..200_000, any::<u8>()), 1..12)

@@ -148,6 +148,19 @@ pub enum StoreOp {
     Delete { handle: ChunkHandle },
 }
 
+impl StoreOp {
+    /// The chunk the operation is on.
+    pub fn handle(&self) -> ChunkHandle {
+        match self {
+            StoreOp::Read { handle, .. }
+            | StoreOp::Write { handle, .. }
+            | StoreOp::Replace { handle, .. }
+            | StoreOp::WriteMeta { handle, .. }
+            | StoreOp::Delete { handle } => *handle,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub enum StoreOutput {
     Data(Vec<Bytes>),
@@ -276,9 +289,11 @@ enum CallCtx {
 /// Data pushed ahead of a write, as it arrives piece by piece.
 #[derive(Debug)]
 struct PushBuffer {
-    data: BytesMut,
-    /// Pieces received: offset to end (a piece sent twice counts once).
-    pieces: std::collections::BTreeMap<u64, u64>,
+    /// The length of the whole data.
+    total: u64,
+    /// Pieces received, by offset, kept as they came off the network (no copy): a piece
+    /// sent again replaces the first.
+    pieces: std::collections::BTreeMap<u64, Bytes>,
     touched: Time,
 }
 
@@ -286,13 +301,35 @@ impl PushBuffer {
     /// Whether every byte has arrived.
     fn complete(&self) -> bool {
         let mut at = 0;
-        for (&s, &e) in &self.pieces {
+        for (&s, p) in &self.pieces {
             if s > at {
                 return false;
             }
-            at = at.max(e);
+            at = at.max(s + p.len() as u64);
         }
-        at == self.data.len() as u64
+        at == self.total
+    }
+
+    /// The whole data, once complete: a single piece as it is, several copied once into
+    /// one buffer that starts on an `IO_ALIGN` boundary (where pieces overlap, the one at
+    /// the lower offset wins).
+    fn assemble(mut self) -> Bytes {
+        if self.pieces.len() == 1 {
+            let (_, p) = self.pieces.pop_first().expect("one piece");
+            return p;
+        }
+        // Starting on an IO_ALIGN boundary (the room before it is skipped).
+        let mut out: Vec<u8> = Vec::with_capacity(self.total as usize + crate::types::IO_ALIGN);
+        let pad = out.as_ptr().align_offset(crate::types::IO_ALIGN);
+        out.resize(pad, 0);
+        for (s, p) in self.pieces {
+            let at = (out.len() - pad) as u64;
+            let skip = at.saturating_sub(s) as usize;
+            if skip < p.len() {
+                out.extend_from_slice(&p[skip..]);
+            }
+        }
+        Bytes::from(out).slice(pad..)
     }
 }
 
@@ -983,15 +1020,18 @@ impl Chunkserver {
         if (edges.head && !intact(edges.fb, &head)) || (edges.tail && !intact(edges.tb, &tail)) {
             return self.found_corrupt(h, id);
         }
-        let mut covered = BytesMut::new();
-        if let Some(head) = &head {
-            covered.extend_from_slice(&head[..(off - edges.fb) as usize]);
-        }
-        covered.extend_from_slice(&data);
-        if let Some(tail) = &tail {
-            covered.extend_from_slice(&tail[(end - edges.tb) as usize..]);
-        }
-        checksum::update(&mut meta.checksums, edges.fb, &covered);
+        // The touched blocks' new bytes: the old head, the data, the old tail (no copy).
+        let head_part = head
+            .as_ref()
+            .map_or(&[][..], |b| &b[..(off - edges.fb) as usize]);
+        let tail_part = tail
+            .as_ref()
+            .map_or(&[][..], |b| &b[(end - edges.tb) as usize..]);
+        checksum::update(
+            &mut meta.checksums,
+            edges.fb,
+            &[head_part, &data, tail_part],
+        );
         // Bytes below the old length are overwritten: say so durably first, so a crash
         // in the middle is repaired rather than leaving the whole copy corrupt.
         let intent = (off < meta.length).then(|| pb::ChunkMeta {
@@ -1270,29 +1310,28 @@ impl Chunkserver {
             self.pushed.insert(
                 r.data_id,
                 PushBuffer {
-                    data: BytesMut::zeroed(r.total as usize),
+                    total: r.total,
                     pieces: Default::default(),
                     touched: self.now,
                 },
             );
         }
         let b = self.pushed.get_mut(&r.data_id).expect("present");
-        if b.data.len() as u64 != r.total {
+        if b.total != r.total {
             return Err(FsError::InvalidArgument(format!(
                 "pushed data {:x} changed its length",
                 r.data_id
             )));
         }
-        b.data[r.offset as usize..end as usize].copy_from_slice(&r.piece);
-        let e = b.pieces.entry(r.offset).or_insert(end);
-        *e = (*e).max(end);
+        debug_assert_eq!(end, r.offset + r.piece.len() as u64);
+        b.pieces.insert(r.offset, r.piece.clone());
         b.touched = self.now;
         Ok(())
     }
 
     fn drop_pushed(&mut self, id: u64) -> Option<PushBuffer> {
         let b = self.pushed.remove(&id)?;
-        self.pushed_bytes -= b.data.len() as u64;
+        self.pushed_bytes -= b.total;
         Some(b)
     }
 
@@ -1302,7 +1341,7 @@ impl Chunkserver {
             return Ok(inline);
         }
         match self.drop_pushed(data_id) {
-            Some(b) if b.complete() => Ok(b.data.freeze()),
+            Some(b) if b.complete() => Ok(b.assemble()),
             Some(_) => Err(FsError::Unavailable(format!(
                 "data {data_id:x} arrived only in part at {}",
                 self.cfg.address
@@ -1437,7 +1476,7 @@ impl Chunkserver {
             self.mark_corrupt(h, false);
             return self.finish(h);
         }
-        checksum::update(&mut meta.checksums, start, &data);
+        checksum::update(&mut meta.checksums, start, &[&data]);
         self.store(
             Pending::Commit {
                 id: None,

@@ -1244,6 +1244,24 @@ fn pushed_data_is_forwarded_down_the_chain_and_used_once() {
 }
 
 #[test]
+fn pushed_pieces_sent_again_or_overlapping_assemble_once() {
+    let mut h = H::new();
+    h.create(1);
+    // A retry sends a piece again, a different split overlaps: the bytes come out once.
+    push(&mut h, 5, 4, 10, b"efghij", &[]);
+    push(&mut h, 5, 0, 10, b"abcd", &[]);
+    push(&mut h, 5, 2, 10, b"cdef", &[]);
+    push(&mut h, 5, 0, 10, b"abcd", &[]);
+    assert!(write_pushed(&mut h, 0, 5).error.is_none());
+    assert_eq!(&h.read(1, 0, 10).unwrap()[..], b"abcdefghij");
+    // One piece is used as it came.
+    push(&mut h, 6, 0, 3, b"xyz", &[]);
+    assert!(write_pushed(&mut h, 10, 6).error.is_none());
+    assert_eq!(&h.read(1, 0, 13).unwrap()[..], b"abcdefghijxyz");
+    assert_eq!(h.cs.pushed_bytes, 0);
+}
+
+#[test]
 fn pushed_data_is_bounded_in_size_and_time() {
     let mut h = H::new();
     h.cs.cfg.push_buffer_bytes = 250_000;

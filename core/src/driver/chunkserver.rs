@@ -1,21 +1,24 @@
 //! Runs a chunkserver over a `Runtime`, a `Transport` and a `ChunkStore`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::channel::{mpsc, oneshot};
+use futures::stream::FuturesUnordered;
 use futures::{SinkExt, StreamExt};
 use prost::Message;
 
 use super::{DriverError, Observer};
 use crate::chunkserver::{
-    Chunkserver, ChunkserverConfig, Dest, Effects, Input, Outgoing, Reply, RequestId, StoreOp,
-    StoreOutput,
+    Chunkserver, ChunkserverConfig, Dest, Effects, Input, OpId, Outgoing, Reply, RequestId,
+    StoreOp, StoreOutput,
 };
 use crate::error::{FsError, RpcError, StoreError};
 use crate::pb;
 use crate::runtime::{ChunkStore, Incoming, Runtime, Transport};
+use crate::types::ChunkHandle;
 
 #[derive(Clone, Debug)]
 pub struct ChunkserverOptions {
@@ -74,8 +77,31 @@ pub async fn execute<S: ChunkStore>(store: &mut S, op: StoreOp) -> Result<StoreO
     }
 }
 
+/// One storage operation on a handle of the store, owned, so that several can be under
+/// way at once.
+async fn execute_owned<S: ChunkStore>(
+    mut store: S,
+    id: OpId,
+    op: StoreOp,
+) -> (OpId, ChunkHandle, Result<StoreOutput, StoreError>) {
+    let h = op.handle();
+    (id, h, execute(&mut store, op).await)
+}
+
+/// What the event loop does next.
+enum Step<E> {
+    Event(E),
+    Stored(OpId, ChunkHandle, Result<StoreOutput, StoreError>),
+}
+
 /// Runs the chunkserver until it is stopped. Start-up is recovery from the store.
-pub async fn run<R: Runtime, T: Transport, S: ChunkStore, O: Observer>(
+///
+/// Storage operations run concurrently with the network side and with each other, but
+/// those on one chunk run one at a time, in the order the state machine issued them
+/// (it keeps one job per chunk running, and a job's operations depend on each other).
+/// They run inside this future, not as spawned tasks, so stopping the server (dropping
+/// the future) stops them too, as a crash does.
+pub async fn run<R: Runtime, T: Transport, S: ChunkStore + Clone, O: Observer>(
     rt: R,
     transport: T,
     mut store: S,
@@ -112,49 +138,77 @@ pub async fn run<R: Runtime, T: Transport, S: ChunkStore, O: Observer>(
     }
     let mut replies: HashMap<RequestId, oneshot::Sender<Bytes>> = HashMap::new();
     let mut next_request: RequestId = 1;
-    while let Some(ev) = events.next().await {
-        let input = match ev {
-            Event::Request(inc, arrived) => match pb::ChunkRequest::decode(inc.body) {
-                Ok(req) => {
-                    let id = next_request;
-                    next_request += 1;
-                    replies.insert(id, inc.reply);
-                    Input::Request { id, req, arrived }
+    let mut running = FuturesUnordered::new();
+    // Operations waiting for an earlier one on the same chunk; a key is present while an
+    // operation on that chunk is running.
+    let mut waiting: HashMap<ChunkHandle, VecDeque<(OpId, StoreOp)>> = HashMap::new();
+    loop {
+        // Finished storage operations first: they free chunks for queued work.
+        let step = futures::future::poll_fn(|cx| {
+            if let Poll::Ready(Some((id, h, result))) = running.poll_next_unpin(cx) {
+                return Poll::Ready(Some(Step::Stored(id, h, result)));
+            }
+            events.poll_next_unpin(cx).map(|e| e.map(Step::Event))
+        })
+        .await;
+        let input = match step {
+            None => break,
+            Some(Step::Stored(id, h, result)) => {
+                if let Some(q) = waiting.get_mut(&h) {
+                    match q.pop_front() {
+                        Some((next, op)) => running.push(execute_owned(store.clone(), next, op)),
+                        None => {
+                            waiting.remove(&h);
+                        }
+                    }
                 }
-                Err(e) => {
-                    let resp = pb::ChunkResponse {
-                        error: Some(
-                            FsError::InvalidArgument(format!("malformed request: {e}")).to_pb(),
-                        ),
-                        resp: None,
-                    };
-                    let _ = inc.reply.send(resp.encode_to_vec().into());
-                    continue;
+                Input::StoreDone { id, result }
+            }
+            Some(Step::Event(Event::Request(inc, arrived))) => {
+                match pb::ChunkRequest::decode(inc.body) {
+                    Ok(req) => {
+                        let id = next_request;
+                        next_request += 1;
+                        replies.insert(id, inc.reply);
+                        Input::Request { id, req, arrived }
+                    }
+                    Err(e) => {
+                        let resp = pb::ChunkResponse {
+                            error: Some(
+                                FsError::InvalidArgument(format!("malformed request: {e}")).to_pb(),
+                            ),
+                            resp: None,
+                        };
+                        let _ = inc.reply.send(resp.encode_to_vec().into());
+                        continue;
+                    }
                 }
-            },
-            Event::CallResult(id, result) => Input::CallResult { id, result },
-            Event::Tick => {
+            }
+            Some(Step::Event(Event::CallResult(id, result))) => Input::CallResult { id, result },
+            Some(Step::Event(Event::Tick)) => {
                 cs.set_disk_available(store.available_bytes());
                 Input::Tick
             }
         };
-        // Storage completions feed straight back in, in order, until the step is quiet.
-        let mut inputs = vec![input];
-        while let Some(input) = inputs.pop() {
-            let now = rt.now();
-            let effects: Effects = cs.handle(now, input.clone());
-            observer.chunkserver_step(now, &input, &effects, &cs);
-            for (id, resp) in effects.replies {
-                if let Some(r) = replies.remove(&id) {
-                    let _ = r.send(resp.encode_to_vec().into());
+        let now = rt.now();
+        let effects: Effects = cs.handle(now, input.clone());
+        observer.chunkserver_step(now, &input, &effects, &cs);
+        for (id, resp) in effects.replies {
+            if let Some(r) = replies.remove(&id) {
+                let _ = r.send(resp.encode_to_vec().into());
+            }
+        }
+        for call in effects.calls {
+            spawn_call(&rt, &transport, &tx, &opts, call);
+        }
+        for (id, op) in effects.store {
+            let h = op.handle();
+            match waiting.get_mut(&h) {
+                Some(q) => q.push_back((id, op)),
+                None => {
+                    waiting.insert(h, VecDeque::new());
+                    running.push(execute_owned(store.clone(), id, op));
                 }
-            }
-            for call in effects.calls {
-                spawn_call(&rt, &transport, &tx, &opts, call);
-            }
-            for (id, op) in effects.store {
-                let result = execute(&mut store, op).await;
-                inputs.insert(0, Input::StoreDone { id, result });
             }
         }
     }
