@@ -192,7 +192,37 @@ enum AdminCmd {
     },
 }
 
+/// mimalloc's purge delay for this process, unless the environment sets one.
+const PURGE_DELAY_MS: &str = "10000";
+
+/// Starts this program again with mimalloc's purge delay raised, unless it was set.
+///
+/// A chunkserver and the data commands allocate and free buffers of megabytes at a high
+/// rate (every piece received, assembled or sent). With mimalloc's default (10 ms) freed
+/// memory goes back to the kernel almost at once, and the next buffer faults in and
+/// zeroes fresh pages: on the test machine that doubled a chunkserver's CPU per byte
+/// written (measured: 4.1-4.5 s against 1.8-2.5 s of CPU per GiB put). Memory freed
+/// after a burst still returns to the system, ten seconds later. mimalloc reads its
+/// options from the environment when the process starts, so the setting is made by
+/// starting again (the same process id; nothing has run yet).
+fn tune_allocator() {
+    use std::os::unix::process::CommandExt;
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+        return;
+    }
+    let Ok(exe) = std::env::current_exe() else {
+        return;
+    };
+    let err = std::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .env("MIMALLOC_PURGE_DELAY", PURGE_DELAY_MS)
+        .exec();
+    // exec returns only if it failed: run untuned.
+    eprintln!("tessera: could not restart with allocator settings ({err}); continuing");
+}
+
 fn main() -> ExitCode {
+    tune_allocator();
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("TESSERA_LOG").unwrap_or_else(|_| {
         let servers = matches!(
@@ -475,7 +505,7 @@ async fn copy_in(c: &Tessera, local: &str, path: &str, at: u64) -> Result<(), St
     let len = meta.len();
     let chunk = c.chunk_size(path).await.map_err(|e| say(e, path))?;
     let progress = bar(Some(len));
-    let f = std::sync::Arc::new(f);
+    drop(f);
     let (c2, path2, local2, bar2) = (
         c.clone(),
         path.to_string(),
@@ -483,21 +513,25 @@ async fn copy_in(c: &Tessera, local: &str, path: &str, at: u64) -> Result<(), St
         progress.clone(),
     );
     let done = for_each_range(chunk_ranges(at, len, chunk), move |start, end| {
-        let (c, f, path, local, bar) = (
-            c2.clone(),
-            f.clone(),
-            path2.clone(),
-            local2.clone(),
-            bar2.clone(),
-        );
+        let (c, path, local, bar) = (c2.clone(), path2.clone(), local2.clone(), bar2.clone());
         async move {
-            use std::os::unix::fs::FileExt;
+            use std::io::Seek;
+            // A handle of the range's own, read in order into fresh buffers (no zero fill).
+            // (Opened again: a duplicated descriptor would share the file position.)
+            let mut f = std::fs::File::open(&local).map_err(|e| format!("{local}: {e}"))?;
+            f.seek(std::io::SeekFrom::Start(start - at))
+                .map_err(|e| format!("{local}: {e}"))?;
             let mut pos = start;
             while pos < end {
                 let n = (end - pos).min(PIECE as u64) as usize;
-                let mut buf = vec![0u8; n];
-                f.read_exact_at(&mut buf, pos - at)
+                let mut buf = Vec::with_capacity(n);
+                (&mut f)
+                    .take(n as u64)
+                    .read_to_end(&mut buf)
                     .map_err(|e| format!("{local}: {e}"))?;
+                if buf.len() < n {
+                    return Err(format!("{local}: shorter than it was ({pos} bytes in)"));
+                }
                 c.write(&path, pos, Bytes::from(buf))
                     .await
                     .map_err(|e| say(e, &path))?;
