@@ -23,13 +23,13 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// The dev cluster's master, the default for file commands.
 const DEV_MASTER: &str = "127.0.0.1:7070";
 /// Bytes moved per call by put and get.
-const PIECE: usize = 8 << 20;
+const PIECE: usize = 16 << 20;
 /// The suffix of the name a put writes under until the file is complete.
 const COPYING: &str = "._COPYING_";
 /// Chunks put and get move at once.
 const PARALLEL: usize = 4;
 /// Bytes per read call, and reads in flight when writing to stdout.
-const READ_PIECE: u64 = 1 << 20;
+const READ_PIECE: u64 = 4 << 20;
 const READ_AHEAD: usize = 16;
 
 #[derive(Parser)]
