@@ -258,6 +258,9 @@ struct Stored {
 struct Disk {
     written: HashMap<ChunkHandle, Stored>,
     durable: HashMap<ChunkHandle, Stored>,
+    /// Chunks whose syncs wait (a disk stuck on them), and the syncs waiting.
+    stalled: std::collections::HashSet<ChunkHandle>,
+    waiting: Vec<std::task::Waker>,
 }
 
 /// A `ChunkStore` in memory, shared by clones like `MemMetaStore`; `crash` drops unsynced
@@ -292,6 +295,21 @@ impl MemChunkStore {
             .written
             .get(&h)
             .map(|c| c.data.clone())
+    }
+
+    /// From now on a sync of chunk `h` waits until [`MemChunkStore::release`] (a disk
+    /// stuck on one file).
+    pub fn stall(&self, h: ChunkHandle) {
+        self.0.lock().expect("disk lock").stalled.insert(h);
+    }
+
+    /// Lets the syncs of chunk `h` finish.
+    pub fn release(&self, h: ChunkHandle) {
+        let mut d = self.0.lock().expect("disk lock");
+        d.stalled.remove(&h);
+        for w in d.waiting.drain(..) {
+            w.wake();
+        }
     }
 
     pub fn handles(&self) -> Vec<ChunkHandle> {
@@ -370,12 +388,25 @@ impl ChunkStore for MemChunkStore {
     }
 
     fn sync(&mut self, h: ChunkHandle) -> impl Future<Output = Result<(), StoreError>> + Send {
-        let mut d = self.0.lock().expect("disk lock");
-        match d.written.get(&h).cloned() {
-            Some(c) => d.durable.insert(h, c),
-            None => d.durable.remove(&h),
-        };
-        async { Ok(()) }
+        let disk = self.0.clone();
+        async move {
+            futures::future::poll_fn(|cx| {
+                let mut d = disk.lock().expect("disk lock");
+                if d.stalled.contains(&h) {
+                    d.waiting.push(cx.waker().clone());
+                    std::task::Poll::Pending
+                } else {
+                    std::task::Poll::Ready(())
+                }
+            })
+            .await;
+            let mut d = disk.lock().expect("disk lock");
+            match d.written.get(&h).cloned() {
+                Some(c) => d.durable.insert(h, c),
+                None => d.durable.remove(&h),
+            };
+            Ok(())
+        }
     }
 
     fn delete(&mut self, h: ChunkHandle) -> impl Future<Output = Result<(), StoreError>> + Send {

@@ -205,6 +205,62 @@ fn cluster_survives_chunkserver_loss_master_crash_and_corruption() {
 }
 
 #[test]
+fn a_chunk_stuck_on_disk_holds_up_no_other_chunk() {
+    let rt = TestRuntime::new(5);
+    let net = MemNet::new(rt.clone());
+    let rt2 = rt.clone();
+    rt.block_on(async move {
+        let rt = rt2;
+        let meta = MemMetaStore::default();
+        let _m = start_master(&rt, &net, &meta);
+        let disks: Vec<MemChunkStore> = (0..3).map(|_| MemChunkStore::default()).collect();
+        let _servers: Vec<AbortHandle> = disks
+            .iter()
+            .enumerate()
+            .map(|(i, d)| start_chunkserver(&rt, &net, d, i))
+            .collect();
+        rt.sleep(Duration::from_secs(2)).await;
+        let mut cfg = ClientConfig::new("master");
+        cfg.rpc_timeout = Duration::from_secs(10);
+        cfg.attempts = 1;
+        let client = Client::new(rt.clone(), net.clone(), cfg);
+        client.create("/a", 3).await.unwrap();
+        client.create("/b", 3).await.unwrap();
+        client.write("/a", 0, data(1000, 1)).await.unwrap();
+        let a = disks[0].handles();
+        client.write("/b", 0, data(1000, 2)).await.unwrap();
+        assert_eq!(a.len(), 1);
+        assert_eq!(disks[0].handles().len(), 2);
+        // Every disk gets stuck syncing /a's chunk, in the middle of a write to it.
+        for d in &disks {
+            d.stall(a[0]);
+        }
+        let (tx, stuck) = futures::channel::oneshot::channel();
+        let c = client.clone();
+        rt.spawn(async move {
+            let _ = tx.send(c.write("/a", 1000, data(500, 3)).await);
+        });
+        rt.sleep(Duration::from_millis(100)).await;
+        // A write to another chunk goes through meanwhile (it waited behind the stuck
+        // one when storage ran inline with the rest of the server).
+        let other = Box::pin(client.write("/b", 1000, data(500, 4)));
+        match futures::future::select(other, Box::pin(rt.sleep(Duration::from_secs(1)))).await {
+            futures::future::Either::Left((r, _)) => r.unwrap(),
+            futures::future::Either::Right(_) => {
+                panic!("a write to another chunk waited for the stuck one")
+            }
+        }
+        for d in &disks {
+            d.release(a[0]);
+        }
+        stuck.await.unwrap().unwrap();
+        let want = |x: u8, y: u8| [data(1000, x), data(500, y)].concat();
+        assert_eq!(client.read("/a", 0, u64::MAX).await.unwrap(), want(1, 3));
+        assert_eq!(client.read("/b", 0, u64::MAX).await.unwrap(), want(2, 4));
+    });
+}
+
+#[test]
 fn concurrent_record_appends_land_whole_and_at_least_once() {
     let rt = TestRuntime::new(11);
     let net = MemNet::new(rt.clone());
