@@ -14,9 +14,9 @@ export CARGO_TERM_COLOR=never
 
 echo "== cargo fmt --check"
 cargo fmt --all --check
-# Clippy runs with the test profile, as `cargo test` builds. (Meant to let both share
-# rocksdb's C++ build; a cold run still builds it twice, ~17 minutes each on two cores,
-# because the build script's own dependencies hash differently in the two commands.)
+# Clippy runs with the test profile, as `cargo test` builds, so both share rocksdb's C++
+# build (~17 minutes on two cores); Cargo.toml's `[profile.test.build-override]` makes
+# the build script's dependencies come out the same in both commands.
 echo "== cargo clippy"
 cargo clippy --profile test --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
