@@ -22,7 +22,8 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// The dev cluster's master, the default for file commands.
 const DEV_MASTER: &str = "127.0.0.1:7070";
-/// Bytes moved per call by put and get.
+/// Bytes written per call by put and append (each call is pushed, committed and synced
+/// on every replica, so larger calls mean fewer syncs per byte).
 const PIECE: usize = 16 << 20;
 /// The suffix of the name a put writes under until the file is complete.
 const COPYING: &str = "._COPYING_";
