@@ -46,6 +46,7 @@ pub struct FileSettings {
     pub scrub_interval: Option<Duration>,
     #[serde(default, with = "opt_duration")]
     pub scrub_idle: Option<Duration>,
+    pub read_cache: Option<u64>,
 }
 
 mod opt_duration {
@@ -118,6 +119,11 @@ pub struct Knobs {
     /// A chunk written within this long is not scrubbed yet [default: 60s].
     #[arg(long, value_parser = humantime::parse_duration)]
     pub scrub_idle: Option<Duration>,
+    /// Bytes of memory a chunkserver keeps recently written data in, so reading it back
+    /// needs no disk (chunk files bypass the kernel's page cache); 0 turns it off
+    /// [default: 1073741824 (1 GiB)].
+    #[arg(long, value_name = "BYTES")]
+    pub read_cache: Option<u64>,
 }
 
 /// Flags over the config file over the defaults.
@@ -167,6 +173,7 @@ impl Knobs {
         c.capacity_bytes = pick!(capacity, c.capacity_bytes);
         c.scrub_interval = pick!(scrub_interval, c.scrub_interval);
         c.scrub_idle = pick!(scrub_idle, c.scrub_idle);
+        c.read_cache_bytes = pick!(read_cache, c.read_cache_bytes);
         let heartbeat = pick!(heartbeat, Duration::from_secs(1));
         if heartbeat * 2 > m.heartbeat_timeout {
             return Err("--dead-after must be at least twice --heartbeat".into());

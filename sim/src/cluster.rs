@@ -209,6 +209,13 @@ impl Cluster {
                             // Shorter than a forward's deadline, so a held mutation is
                             // applied before its primary gives up on it.
                             apply_hold: knobs2.rpc_timeout / 2,
+                            // Half the servers read back recent writes from memory, the
+                            // other half always from their disks, so runs take both paths.
+                            read_cache_bytes: if i.is_multiple_of(2) {
+                                4 * knobs2.chunk_size
+                            } else {
+                                0
+                            },
                             ..ChunkserverConfig::default()
                         },
                         master: maddr.clone(),

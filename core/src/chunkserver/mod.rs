@@ -10,6 +10,7 @@
 //! - Operations on one chunk run one at a time, in arrival order; different chunks
 //!   proceed together.
 
+mod cache;
 pub mod checksum;
 
 #[cfg(test)]
@@ -49,6 +50,8 @@ pub struct ChunkserverConfig {
     /// As secondary: how long a mutation that arrived before its predecessor waits for
     /// it before being applied anyway (the predecessor then fails, as a lost one would).
     pub apply_hold: Duration,
+    /// Memory for recently written data, so reading it back needs no disk (zero: none).
+    pub read_cache_bytes: u64,
 }
 
 impl Default for ChunkserverConfig {
@@ -64,6 +67,7 @@ impl Default for ChunkserverConfig {
             push_buffer_bytes: 256 << 20,
             push_buffer_ttl: Duration::from_secs(60),
             apply_hold: Duration::from_secs(1),
+            read_cache_bytes: 1 << 30,
         }
     }
 }
@@ -358,6 +362,9 @@ pub struct Chunkserver {
     /// Data pushed ahead of writes, by id, and the bytes they hold.
     pushed: HashMap<u64, PushBuffer>,
     pushed_bytes: u64,
+    /// Recently written data, and the writes whose data joins it once they complete.
+    cache: cache::ReadCache,
+    fills: HashMap<OpId, (ChunkHandle, Vec<(u64, Bytes)>)>,
     /// Whether the jobs queued by recovery have been started.
     started: bool,
     /// Free space on the disk, as the store last told the driver.
@@ -388,6 +395,7 @@ impl Chunkserver {
     /// Start-up is recovery: the chunk metadata found on disk. A record that is
     /// inconsistent (checksum count not matching its length) is treated as corrupt.
     pub fn recover(cfg: ChunkserverConfig, now: Time, metas: Vec<pb::ChunkMeta>) -> Chunkserver {
+        let read_cache_bytes = cfg.read_cache_bytes;
         let mut cs = Chunkserver {
             next_scrub: now + cfg.scrub_interval,
             cfg,
@@ -404,6 +412,8 @@ impl Chunkserver {
             scrub_cursor: 0,
             pushed: HashMap::new(),
             pushed_bytes: 0,
+            cache: cache::ReadCache::new(read_cache_bytes),
+            fills: HashMap::new(),
             started: false,
             disk_available: None,
             next_id: 1,
@@ -526,10 +536,27 @@ impl Chunkserver {
         id
     }
 
-    fn store(&mut self, pending: Pending, op: StoreOp) {
+    fn store(&mut self, pending: Pending, op: StoreOp) -> OpId {
+        // The cache must never hold bytes the disk no longer has: whatever this changes
+        // goes from it now (what a write stores joins it once the write completes).
+        match &op {
+            StoreOp::Write {
+                handle,
+                offset,
+                data,
+                ..
+            } => self
+                .cache
+                .forget_range(*handle, *offset, offset + data.len() as u64),
+            StoreOp::Replace { handle, .. } | StoreOp::Delete { handle } => {
+                self.cache.forget(*handle)
+            }
+            StoreOp::Read { .. } | StoreOp::WriteMeta { .. } => {}
+        }
         let id = self.fresh_id();
         self.pending.insert(id, pending);
         self.out.store.push((id, op));
+        id
     }
 
     fn call(&mut self, to: Dest, req: Outgoing, ctx: CallCtx) {
@@ -668,6 +695,20 @@ impl Chunkserver {
             .div_ceil(BLOCK_SIZE)
             .saturating_mul(BLOCK_SIZE)
             .min(length);
+        if let Some(data) = self.cache.get(r.handle, start, end) {
+            // Checked like bytes from disk; a mismatch here is the cache's fault, not the
+            // disk's, so the copy is read from disk instead of being called corrupt.
+            let sums = &self.chunks.get(&r.handle).expect("usable").meta.checksums;
+            if checksum::verify(sums, start, &data).is_ok() {
+                let s = (r.offset - start) as usize;
+                return Ok(Some(ok(Resp::Read(pb::ReadChunkResponse {
+                    data: data.slice(s..s + len as usize),
+                    chunk_length: length,
+                }))));
+            }
+            tracing::error!(chunk = r.handle, server = %self.cfg.address, "read cache held bytes that fail their checksums; dropped");
+            self.cache.forget(r.handle);
+        }
         self.store(
             Pending::Read {
                 id,
@@ -737,6 +778,7 @@ impl Chunkserver {
     fn mark_corrupt(&mut self, h: ChunkHandle, by_scrubber: bool) {
         tracing::warn!(chunk = h, server = %self.cfg.address, "checksum mismatch");
         self.chunks.remove(&h);
+        self.cache.forget(h);
         self.corrupt.insert(h);
         let req = pb::MasterRequest {
             req: Some(MReq::ReportCorrupt(pb::ReportCorruptRequest {
@@ -1032,6 +1074,7 @@ impl Chunkserver {
             edges.fb,
             &[head_part, &data, tail_part],
         );
+        let fill = cache_fill(edges.fb, head_part, off, &data, tail_part);
         // Bytes below the old length are overwritten: say so durably first, so a crash
         // in the middle is repaired rather than leaving the whole copy corrupt.
         let intent = (off < meta.length).then(|| pb::ChunkMeta {
@@ -1042,7 +1085,7 @@ impl Chunkserver {
             ..c.meta.clone()
         });
         meta.length = meta.length.max(end);
-        self.store(
+        let op = self.store(
             Pending::Commit {
                 id: Some(id),
                 h,
@@ -1052,11 +1095,12 @@ impl Chunkserver {
             StoreOp::Write {
                 handle: h,
                 offset: off,
-                data,
+                data: data.clone(),
                 meta,
                 intent,
             },
         );
+        self.fills.insert(op, (h, fill));
     }
 
     // ---- versions and clones ----------------------------------------------------------
@@ -1445,7 +1489,7 @@ impl Chunkserver {
         if start >= end {
             // Nothing below the length was touched: just clear the mark.
             let meta = c.meta.clone();
-            return self.store(
+            self.store(
                 Pending::Commit {
                     id: None,
                     h,
@@ -1454,6 +1498,7 @@ impl Chunkserver {
                 },
                 StoreOp::WriteMeta { handle: h, meta },
             );
+            return;
         }
         self.store(
             Pending::Repair { h, start },
@@ -1491,6 +1536,18 @@ impl Chunkserver {
     // ---- completions ------------------------------------------------------------------
 
     fn on_store_done(&mut self, op: OpId, result: Result<StoreOutput, StoreError>) {
+        // A completed write's bytes are on disk: they may be read from memory from now on
+        // (before anything else runs on the chunk). A failed one's may be anywhere.
+        if let Some((h, fill)) = self.fills.remove(&op) {
+            match &result {
+                Ok(StoreOutput::Done) => {
+                    for (off, data) in fill {
+                        self.cache.insert(h, off, data);
+                    }
+                }
+                _ => self.cache.forget(h),
+            }
+        }
         let Some(p) = self.pending.remove(&op) else {
             tracing::warn!(op, "completion for an unknown storage operation");
             return;
@@ -1820,6 +1877,51 @@ impl Chunkserver {
 }
 
 /// The blocks a write of [off, end) overwrites only partly, on a chunk of `length` bytes.
+/// What a write leaves in the blocks it touches, as read-cache entries on block
+/// boundaries: the write's own buffer (no copy) from its first block boundary to its last,
+/// and copies of the edge blocks it shares with old bytes (`head` before `off`, from block
+/// `fb`; `tail` after the data).
+fn cache_fill(fb: u64, head: &[u8], off: u64, data: &Bytes, tail: &[u8]) -> Vec<(u64, Bytes)> {
+    let end = off + data.len() as u64;
+    let new_end = end + tail.len() as u64;
+    let copy = |from: u64, to: u64| {
+        let mut out = Vec::with_capacity((to - from) as usize);
+        let mut at = fb;
+        for p in [head, &data[..], tail] {
+            let (s, e) = (at, at + p.len() as u64);
+            let (a, b) = (from.max(s), to.min(e));
+            if a < b {
+                out.extend_from_slice(&p[(a - s) as usize..(b - s) as usize]);
+            }
+            at = e;
+        }
+        Bytes::from(out)
+    };
+    let head_end = if head.is_empty() {
+        fb
+    } else {
+        (fb + BLOCK_SIZE).min(new_end)
+    };
+    let tail_start = if tail.is_empty() {
+        new_end
+    } else {
+        (new_end - 1) / BLOCK_SIZE * BLOCK_SIZE
+    }
+    .max(head_end);
+    let mut out = Vec::new();
+    if head_end > fb {
+        out.push((fb, copy(fb, head_end)));
+    }
+    if tail_start > head_end {
+        let (a, b) = ((head_end - off) as usize, (tail_start - off) as usize);
+        out.push((head_end, data.slice(a..b)));
+    }
+    if new_end > tail_start {
+        out.push((tail_start, copy(tail_start, new_end)));
+    }
+    out
+}
+
 struct Edges {
     /// First block's start, and whether it holds old bytes before `off`.
     fb: u64,

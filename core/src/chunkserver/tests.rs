@@ -12,12 +12,28 @@ struct Disk {
     meta: HashMap<ChunkHandle, pb::ChunkMeta>,
     /// Every write intent stored.
     intents: Vec<pb::WriteIntent>,
+    /// Read operations carried out.
+    reads: usize,
+    /// The next write fails (as a full disk), having stored its data or not.
+    fail_write: Option<bool>,
 }
 
 impl Disk {
-    fn exec(&mut self, op: StoreOp) -> StoreOutput {
+    fn exec(&mut self, op: StoreOp) -> Result<StoreOutput, StoreError> {
+        if let (StoreOp::Write { .. }, Some(stored)) = (&op, self.fail_write) {
+            self.fail_write = None;
+            if stored {
+                self.exec(op)?;
+            }
+            return Err(StoreError::NoSpace);
+        }
+        Ok(self.apply(op))
+    }
+
+    fn apply(&mut self, op: StoreOp) -> StoreOutput {
         match op {
             StoreOp::Read { handle, ranges } => {
+                self.reads += 1;
                 let d = self.data.get(&handle).cloned().unwrap_or_default();
                 StoreOutput::Data(
                     ranges
@@ -80,11 +96,24 @@ impl H {
     }
 
     fn named(address: &str) -> H {
-        let cfg = ChunkserverConfig {
+        H::with(ChunkserverConfig {
             address: address.into(),
             chunk_size: 1 << 20,
             ..Default::default()
-        };
+        })
+    }
+
+    /// A server that reads everything from its disk.
+    fn uncached() -> H {
+        H::with(ChunkserverConfig {
+            address: "cs0".into(),
+            chunk_size: 1 << 20,
+            read_cache_bytes: 0,
+            ..Default::default()
+        })
+    }
+
+    fn with(cfg: ChunkserverConfig) -> H {
         H {
             cs: Chunkserver::recover(cfg, Time(0), vec![]),
             disk: Disk::default(),
@@ -103,7 +132,7 @@ impl H {
             replies.extend(e.replies);
             self.calls.extend(e.calls);
             for (id, op) in e.store {
-                let result = Ok(self.disk.exec(op));
+                let result = self.disk.exec(op);
                 inputs.push(Input::StoreDone { id, result });
             }
         }
@@ -193,7 +222,7 @@ fn write_past_end_zero_fills() {
 
 #[test]
 fn corrupt_block_never_leaves_and_is_reported() {
-    let mut h = H::new();
+    let mut h = H::uncached();
     h.create(3);
     h.write(3, 0, &vec![5u8; 150_000]);
     h.disk.data.get_mut(&3).unwrap()[100_000] ^= 0x40;
@@ -219,6 +248,115 @@ fn corrupt_block_never_leaves_and_is_reported() {
             .collect::<Vec<_>>(),
         vec![(3, 0)]
     );
+}
+
+/// Reads of recent writes come from memory, verified; whatever changes the bytes on disk
+/// takes them out of memory first, so a read never returns what the disk no longer has.
+#[test]
+fn recent_writes_are_read_from_memory_until_changed() {
+    let mut h = H::new();
+    h.create(3);
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i * 13) as u8).collect();
+    assert!(h.write(3, 0, &data).error.is_none());
+    let mut want = data.clone();
+    assert_eq!(&h.read(3, 0, 300_000).unwrap()[..], &want[..]);
+    assert_eq!(
+        &h.read(3, 65_000, 70_000).unwrap()[..],
+        &want[65_000..135_000]
+    );
+    assert_eq!(h.disk.reads, 0, "served from disk");
+    // An overwrite inside the cached range: the touched block is read from disk (its
+    // old bytes verified, to checksum the block anew) and goes back to memory whole.
+    let before = h.disk.reads;
+    assert!(h.write(3, 70_000, b"hello").error.is_none());
+    want[70_000..70_005].copy_from_slice(b"hello");
+    assert_eq!(h.disk.reads, before + 1);
+    assert_eq!(&h.read(3, 0, 300_000).unwrap()[..], &want[..]);
+    assert_eq!(&h.read(3, 65_530, 10).unwrap()[..], &want[65_530..65_540]);
+    assert_eq!(h.disk.reads, before + 1);
+    // An append that starts inside a block: the block is whole in memory again (the
+    // old bytes come from the edge read the write needs anyway).
+    assert!(h.write(3, 200_000, &[9u8; 100_000]).error.is_none());
+    want.extend_from_slice(&[9u8; 100_000]);
+    let before = h.disk.reads;
+    assert_eq!(&h.read(3, 150_000, 150_000).unwrap()[..], &want[150_000..]);
+    assert_eq!(h.disk.reads, before);
+    // So is one that ends inside a block, below the end of the data.
+    assert!(h.write(3, 10, b"abc").error.is_none());
+    want[10..13].copy_from_slice(b"abc");
+    let before = h.disk.reads;
+    assert_eq!(&h.read(3, 0, 300_000).unwrap()[..], &want[..]);
+    assert_eq!(h.disk.reads, before);
+    // The disk rots under a cached copy: reads still get the written bytes, and the
+    // scrubber, which reads the disk, still finds the rot.
+    h.disk.data.get_mut(&3).unwrap()[150_000] ^= 0x40;
+    assert_eq!(
+        &h.read(3, 131_072, 65_536).unwrap()[..],
+        &want[131_072..196_608]
+    );
+    h.now = h.now + h.cs.cfg.scrub_idle + h.cs.cfg.scrub_interval;
+    h.run(Input::Tick);
+    assert!(h.cs.corrupt.contains(&3), "the scrubber missed the rot");
+    assert!(matches!(h.read(3, 0, 10), Err(FsError::Corrupt(_))));
+}
+
+#[test]
+fn a_failed_write_leaves_nothing_of_its_chunk_in_memory() {
+    for stored in [false, true] {
+        let mut h = H::new();
+        h.create(5);
+        assert!(h.write(5, 0, &[1u8; 150_000]).error.is_none());
+        h.disk.fail_write = Some(stored);
+        assert!(h.write(5, 0, &[2u8; 150_000]).error.is_some());
+        // The disk holds one or the other; the metadata still describes the first, so a
+        // read finds either the old bytes or a checksum mismatch, never the new bytes.
+        let before = h.disk.reads;
+        let got = h.read(5, 0, 150_000);
+        assert_eq!(
+            h.disk.reads,
+            before + 1,
+            "read from memory after a failed write"
+        );
+        match got {
+            Ok(d) => assert!(!stored && d[..] == [1u8; 150_000][..]),
+            Err(e) => assert!(stored && matches!(e, FsError::Corrupt(_)), "{e:?}"),
+        }
+    }
+}
+
+#[test]
+fn the_read_cache_keeps_to_its_budget_dropping_the_oldest() {
+    let mut h = H::with(ChunkserverConfig {
+        address: "cs0".into(),
+        chunk_size: 1 << 20,
+        read_cache_bytes: 3 * BLOCK_SIZE,
+        ..Default::default()
+    });
+    for c in 1..=4 {
+        h.create(c);
+        assert!(
+            h.write(c, 0, &vec![c as u8; BLOCK_SIZE as usize])
+                .error
+                .is_none()
+        );
+    }
+    // Chunk 1 went to make room for chunk 4; 2 to 4 are in memory.
+    assert_eq!(h.cs.cache.bytes(), 3 * BLOCK_SIZE);
+    for c in 2..=4 {
+        assert_eq!(h.read(c, 0, 10).unwrap()[..], [c as u8; 10]);
+    }
+    assert_eq!(h.disk.reads, 0);
+    assert_eq!(h.read(1, 0, 10).unwrap()[..], [1u8; 10]);
+    assert_eq!(h.disk.reads, 1);
+    // Reading 2 again made 3 the oldest: a new write pushes 3 out, not 2.
+    assert_eq!(h.read(2, 0, 10).unwrap()[..], [2u8; 10]);
+    h.create(6);
+    assert!(h.write(6, 0, &[6u8; BLOCK_SIZE as usize]).error.is_none());
+    let before = h.disk.reads;
+    h.read(2, 0, 10).unwrap();
+    assert_eq!(h.disk.reads, before);
+    h.read(3, 0, 10).unwrap();
+    assert_eq!(h.disk.reads, before + 1);
 }
 
 #[test]
@@ -345,6 +483,8 @@ fn heartbeat_reports_and_deletes_on_command() {
     let mut h = H::new();
     h.create(1);
     h.create(2);
+    assert!(h.write(2, 0, &[2u8; 100_000]).error.is_none());
+    assert_eq!(h.cs.cache.bytes(), 100_000);
     h.run(Input::Tick);
     let c = h.calls.pop().unwrap();
     let Outgoing::Master(pb::MasterRequest {
@@ -377,6 +517,11 @@ fn heartbeat_reports_and_deletes_on_command() {
     });
     assert!(!h.disk.data.contains_key(&2));
     assert_eq!(h.cs.chunks().count(), 1);
+    assert_eq!(
+        h.cs.cache.bytes(),
+        0,
+        "a deleted chunk's data kept in memory"
+    );
     assert_eq!(
         h.cs.config().chunk_size,
         1 << 20,
@@ -458,7 +603,7 @@ fn lease_counts_from_arrival_not_from_processing() {
         },
     );
     for (id, op) in e.store {
-        let result = Ok(h.disk.exec(op));
+        let result = h.disk.exec(op);
         h.cs.handle(Time(1_000), Input::StoreDone { id, result });
     }
     assert!(h.cs.is_primary(4, Time(2_099)));
