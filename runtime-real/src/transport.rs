@@ -39,9 +39,8 @@ pub const MAX_MESSAGE: usize = 64 << 20;
 /// round trip is short but the wake-ups are not. A stream may carry a whole piece.
 const STREAM_WINDOW: u32 = 16 << 20;
 const CONNECTION_WINDOW: u32 = 64 << 20;
-/// Larger DATA frames towards servers: fewer frame headers and wake-ups per MiB (the
-/// protocol's limit is 16 MiB - 1; the default is 16 KiB). tonic's client side keeps the
-/// default for what it receives.
+/// Larger DATA frames, both ways: fewer frame headers and wake-ups per MiB (the
+/// protocol's limit is 16 MiB - 1; the default is 16 KiB).
 const MAX_FRAME: u32 = 1 << 20;
 
 #[derive(Clone)]
@@ -75,6 +74,7 @@ impl GrpcTransport {
             .tcp_nodelay(true)
             .initial_stream_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
+            .max_frame_size(MAX_FRAME)
             .http2_keep_alive_interval(Duration::from_secs(10))
             .keep_alive_timeout(Duration::from_secs(20));
         // Connects on first use, and reconnects after a failure, by itself.
