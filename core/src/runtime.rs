@@ -31,7 +31,48 @@ pub trait Runtime: Clone + Send + Sync + 'static {
 #[derive(Debug)]
 pub struct Incoming {
     pub body: Bytes,
-    pub reply: oneshot::Sender<Bytes>,
+    pub reply: oneshot::Sender<Parts>,
+}
+
+/// An encoded message as pieces that go out one after another. Bulk data (a read's
+/// bytes) travels as a piece of its own, so it is not copied into its envelope first;
+/// the gRPC codec copies each piece into its frame buffer once.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Parts(pub Vec<Bytes>);
+
+impl Parts {
+    /// The pieces joined (the one piece as it is, when there is one).
+    pub fn concat(mut self) -> Bytes {
+        if self.0.len() == 1 {
+            return self.0.pop().expect("one piece");
+        }
+        let mut out = bytes::BytesMut::with_capacity(self.len());
+        for p in &self.0 {
+            out.extend_from_slice(p);
+        }
+        out.freeze()
+    }
+
+    /// Bytes in all the pieces.
+    pub fn len(&self) -> usize {
+        self.0.iter().map(Bytes::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl From<Bytes> for Parts {
+    fn from(b: Bytes) -> Parts {
+        Parts(vec![b])
+    }
+}
+
+impl From<Vec<u8>> for Parts {
+    fn from(b: Vec<u8>) -> Parts {
+        Parts(vec![b.into()])
+    }
 }
 
 /// Request/response calls between nodes, by address. Bodies are prost-encoded in every

@@ -179,7 +179,7 @@ impl Transport for MemNet {
             match select(rx, Box::pin(timeout)).await {
                 Either::Left((Ok(b), _)) => {
                     rt.sleep(latency).await;
-                    Ok(b)
+                    Ok(b.concat())
                 }
                 Either::Left((Err(_), _)) => Err(RpcError::Unreachable(to)),
                 Either::Right(_) => Err(RpcError::Deadline(to)),

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use futures::SinkExt;
 use futures::channel::{mpsc, oneshot};
 use tessera_core::error::RpcError;
-use tessera_core::runtime::{Incoming, Runtime, Transport};
+use tessera_core::runtime::{Incoming, Parts, Runtime, Transport};
 use tessera_core::types::Time;
 use tonic::transport::{Channel, Endpoint, Server};
 
@@ -101,11 +101,11 @@ impl Transport for GrpcTransport {
             let mut client = NodeClient::new(channel?)
                 .max_decoding_message_size(MAX_MESSAGE)
                 .max_encoding_message_size(MAX_MESSAGE);
-            let mut req = tonic::Request::new(body);
+            let mut req = tonic::Request::new(Parts::from(body));
             req.set_timeout(left);
             match tokio::time::timeout(left, client.call(req)).await {
                 Err(_) => Err(RpcError::Deadline(to)),
-                Ok(Ok(resp)) => Ok(resp.into_inner()),
+                Ok(Ok(resp)) => Ok(resp.into_inner().concat()),
                 Ok(Err(status)) => Err(match status.code() {
                     tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
                         RpcError::Deadline(to)
@@ -166,12 +166,12 @@ struct Serve {
 impl Node for Serve {
     async fn call(
         &self,
-        request: tonic::Request<Bytes>,
-    ) -> Result<tonic::Response<Bytes>, tonic::Status> {
+        request: tonic::Request<Parts>,
+    ) -> Result<tonic::Response<Parts>, tonic::Status> {
         let (reply, answer) = oneshot::channel();
         let mut tx = self.tx.clone();
         tx.send(Incoming {
-            body: request.into_inner(),
+            body: request.into_inner().concat(),
             reply,
         })
         .await

@@ -94,14 +94,15 @@ impl Transport for SimNet {
                         continue;
                     };
                     let (tag, body) = *msg;
-                    let (reply, reply_rx) = oneshot::channel::<Bytes>();
+                    let (reply, reply_rx) = oneshot::channel();
                     if tx.send(Incoming { body, reply }).await.is_err() {
                         return;
                     }
                     let ep = ep.clone();
                     madsim::task::spawn(async move {
-                        if let Ok(bytes) = reply_rx.await {
+                        if let Ok(parts) = reply_rx.await {
                             // A lost reply is the caller's deadline to find.
+                            let bytes: Bytes = parts.concat();
                             let _ = ep.send_to_raw(from, tag, Box::new(bytes)).await;
                         }
                     });

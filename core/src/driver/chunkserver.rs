@@ -4,7 +4,6 @@ use std::collections::{HashMap, VecDeque};
 use std::task::Poll;
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures::channel::{mpsc, oneshot};
 use futures::stream::FuturesUnordered;
 use futures::{SinkExt, StreamExt};
@@ -17,7 +16,7 @@ use crate::chunkserver::{
 };
 use crate::error::{FsError, RpcError, StoreError};
 use crate::pb;
-use crate::runtime::{ChunkStore, Incoming, Runtime, Transport};
+use crate::runtime::{ChunkStore, Incoming, Parts, Runtime, Transport};
 use crate::types::ChunkHandle;
 
 #[derive(Clone, Debug)]
@@ -136,7 +135,7 @@ pub async fn run<R: Runtime, T: Transport, S: ChunkStore + Clone, O: Observer>(
             }
         });
     }
-    let mut replies: HashMap<RequestId, oneshot::Sender<Bytes>> = HashMap::new();
+    let mut replies: HashMap<RequestId, oneshot::Sender<Parts>> = HashMap::new();
     let mut next_request: RequestId = 1;
     let mut running = FuturesUnordered::new();
     // Operations waiting for an earlier one on the same chunk; a key is present while an
@@ -195,7 +194,7 @@ pub async fn run<R: Runtime, T: Transport, S: ChunkStore + Clone, O: Observer>(
         observer.chunkserver_step(now, &input, &effects, &cs);
         for (id, resp) in effects.replies {
             if let Some(r) = replies.remove(&id) {
-                let _ = r.send(resp.encode_to_vec().into());
+                let _ = r.send(reply_parts(resp));
             }
         }
         for call in effects.calls {
@@ -249,4 +248,77 @@ fn spawn_call<R: Runtime, T: Transport>(
         };
         let _ = tx.unbounded_send(Event::CallResult(call.id, result));
     });
+}
+
+/// Replies whose data is smaller than this are encoded whole; larger ones keep the data
+/// as a piece of its own.
+const SPLIT_REPLY_AT: usize = 64 << 10;
+
+/// A reply, encoded as the pieces the transport writes one after another: a read's data
+/// is not copied into the envelope around it. That envelope is encoded here field by
+/// field, as prost would encode the whole message (a test holds the two to the same
+/// bytes).
+pub fn reply_parts(resp: pb::ChunkResponse) -> Parts {
+    use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
+    match resp {
+        pb::ChunkResponse {
+            error: None,
+            resp: Some(pb::chunk_response::Resp::Read(r)),
+        } if r.data.len() >= SPLIT_REPLY_AT => {
+            // ChunkResponse.read = 3 { data = 1, chunk_length = 2 (omitted when 0) }.
+            let n = r.data.len();
+            let mut tail = Vec::new();
+            if r.chunk_length != 0 {
+                encode_key(2, WireType::Varint, &mut tail);
+                encode_varint(r.chunk_length, &mut tail);
+            }
+            let inner = key_len(1) + encoded_len_varint(n as u64) + n + tail.len();
+            let mut head = Vec::with_capacity(24);
+            encode_key(3, WireType::LengthDelimited, &mut head);
+            encode_varint(inner as u64, &mut head);
+            encode_key(1, WireType::LengthDelimited, &mut head);
+            encode_varint(n as u64, &mut head);
+            Parts(vec![head.into(), r.data, tail.into()])
+        }
+        other => other.encode_to_vec().into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+
+    #[test]
+    fn a_read_reply_in_pieces_is_the_message_prost_encodes() {
+        for n in [
+            0,
+            1,
+            100,
+            SPLIT_REPLY_AT - 1,
+            SPLIT_REPLY_AT,
+            200_000,
+            4 << 20,
+        ] {
+            for chunk_length in [0, 1, 300, 64 << 20, u64::MAX] {
+                let resp = pb::ChunkResponse {
+                    error: None,
+                    resp: Some(pb::chunk_response::Resp::Read(pb::ReadChunkResponse {
+                        data: Bytes::from(vec![7u8; n]),
+                        chunk_length,
+                    })),
+                };
+                let parts = reply_parts(resp.clone());
+                assert_eq!(parts.0.len(), if n >= SPLIT_REPLY_AT { 3 } else { 1 });
+                assert_eq!(
+                    parts.concat(),
+                    resp.encode_to_vec(),
+                    "{n} bytes, length {chunk_length}"
+                );
+            }
+        }
+        let other = pb::ChunkResponse::default();
+        assert_eq!(reply_parts(other.clone()).concat(), other.encode_to_vec());
+    }
 }

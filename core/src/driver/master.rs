@@ -16,7 +16,7 @@ use super::{DriverError, Observer};
 use crate::error::{FsError, RpcError};
 use crate::master::{Effects, Input, Master, MasterConfig, RequestId};
 use crate::pb;
-use crate::runtime::{MetaStore, Runtime, Transport};
+use crate::runtime::{MetaStore, Parts, Runtime, Transport};
 use crate::types::LogSeq;
 
 const LOG_PREFIX: &[u8] = b"log/";
@@ -122,7 +122,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
             }
         });
     }
-    let mut replies: HashMap<RequestId, oneshot::Sender<Bytes>> = HashMap::new();
+    let mut replies: HashMap<RequestId, oneshot::Sender<Parts>> = HashMap::new();
     let mut next_request: RequestId = 1;
     // Records (and a checkpoint) made by the step that learned of a sync: they go into
     // the next batch at once, without waiting for an event.
@@ -231,7 +231,7 @@ fn dispatch<R: Runtime, T: Transport>(
     transport: &T,
     tx: &mpsc::UnboundedSender<Event>,
     opts: &MasterOptions,
-    replies: &mut HashMap<RequestId, oneshot::Sender<Bytes>>,
+    replies: &mut HashMap<RequestId, oneshot::Sender<Parts>>,
     effects: Effects,
 ) {
     for (id, resp) in effects.replies {
