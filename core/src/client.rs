@@ -20,7 +20,7 @@ use crate::pb::{
     master_response::Resp,
 };
 use crate::record;
-use crate::runtime::{Runtime, Transport};
+use crate::runtime::{PartsReader, Runtime, Transport};
 use crate::types::Time;
 
 #[derive(Clone, Debug)]
@@ -293,12 +293,13 @@ impl<R: Runtime, T: Transport> Client<R, T> {
     async fn chunk_call(&self, to: &str, req: CReq) -> Result<pb::ChunkResponse, FsError> {
         let body = pb::ChunkRequest { req: Some(req) }.encode_to_vec();
         let deadline = self.rt.now() + self.cfg.rpc_timeout;
-        let bytes = self
+        // A read's data arrives as a piece of its own: decoded as a slice of it, uncopied.
+        let parts = self
             .transport
-            .call(to, body.into(), deadline)
+            .call_parts(to, body.into(), deadline)
             .await
             .map_err(unavailable)?;
-        let resp = pb::ChunkResponse::decode(bytes)
+        let resp = pb::ChunkResponse::decode(PartsReader::from(parts))
             .map_err(|e| FsError::Internal(format!("malformed reply from {to}: {e}")))?;
         match resp.error {
             Some(e) => Err(FsError::from_pb(&e)),

@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Buf, BufMut, Bytes};
 use futures::channel::{mpsc, oneshot};
 
 use crate::error::{RpcError, StoreError};
@@ -35,8 +35,9 @@ pub struct Incoming {
 }
 
 /// An encoded message as pieces that go out one after another. Bulk data (a read's
-/// bytes) travels as a piece of its own, so it is not copied into its envelope first;
-/// the gRPC codec copies each piece into its frame buffer once.
+/// bytes) travels as a piece of its own, so it is not copied into its envelope first:
+/// the gRPC transport hands each piece to HTTP/2 as it is, and the receiver gets the
+/// data as one piece again when it came in one frame.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Parts(pub Vec<Bytes>);
 
@@ -63,6 +64,66 @@ impl Parts {
     }
 }
 
+/// Reads a [`Parts`] front to back as one buffer, so prost decodes a message that
+/// arrived in pieces. A `bytes` field that lies within one piece comes out as a slice of
+/// it, uncopied; one that spans pieces is joined.
+#[derive(Debug, Default)]
+pub struct PartsReader {
+    pieces: std::collections::VecDeque<Bytes>,
+    remaining: usize,
+}
+
+impl From<Parts> for PartsReader {
+    fn from(p: Parts) -> PartsReader {
+        let remaining = p.len();
+        PartsReader {
+            pieces: p.0.into_iter().filter(|b| !b.is_empty()).collect(),
+            remaining,
+        }
+    }
+}
+
+impl Buf for PartsReader {
+    fn remaining(&self) -> usize {
+        self.remaining
+    }
+
+    fn chunk(&self) -> &[u8] {
+        self.pieces.front().map_or(&[], |b| &b[..])
+    }
+
+    fn advance(&mut self, mut cnt: usize) {
+        assert!(cnt <= self.remaining, "advance past the end of the parts");
+        self.remaining -= cnt;
+        while cnt > 0 {
+            let front = self.pieces.front_mut().expect("bytes remain");
+            if cnt < front.len() {
+                front.advance(cnt);
+                return;
+            }
+            cnt -= front.len();
+            self.pieces.pop_front();
+        }
+    }
+
+    fn copy_to_bytes(&mut self, len: usize) -> Bytes {
+        assert!(len <= self.remaining, "copy past the end of the parts");
+        if let Some(front) = self.pieces.front_mut()
+            && len <= front.len()
+        {
+            let out = front.split_to(len);
+            if front.is_empty() {
+                self.pieces.pop_front();
+            }
+            self.remaining -= len;
+            return out;
+        }
+        let mut out = bytes::BytesMut::with_capacity(len);
+        out.put((&mut *self).take(len));
+        out.freeze()
+    }
+}
+
 impl From<Bytes> for Parts {
     fn from(b: Bytes) -> Parts {
         Parts(vec![b])
@@ -86,6 +147,18 @@ pub trait Transport: Clone + Send + Sync + 'static {
         body: Bytes,
         deadline: Time,
     ) -> impl Future<Output = Result<Bytes, RpcError>> + Send;
+    /// [`Transport::call`], with the reply as the pieces it arrived in, so bulk data in it
+    /// need not be joined (read it with [`PartsReader`]). A transport that receives a
+    /// reply whole gives it as one piece.
+    fn call_parts(
+        &self,
+        to: &str,
+        body: Bytes,
+        deadline: Time,
+    ) -> impl Future<Output = Result<Parts, RpcError>> + Send {
+        let call = self.call(to, body, deadline);
+        async move { call.await.map(Parts::from) }
+    }
     /// Serves calls addressed to `addr`.
     fn listen(
         &self,
@@ -174,4 +247,63 @@ pub fn scan_prefix(
         .take_while(|(k, _)| k.starts_with(prefix))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::{Buf, Bytes};
+    use proptest::prelude::*;
+    use prost::Message;
+
+    use super::{Parts, PartsReader};
+    use crate::pb;
+
+    proptest! {
+        /// However a message is cut into pieces, it decodes to itself.
+        #[test]
+        fn a_message_in_any_pieces_decodes_as_it_was_sent(
+            data in proptest::collection::vec(any::<u8>(), 0..3000),
+            chunk_length in any::<u64>(),
+            cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..8),
+        ) {
+            let msg = pb::ChunkResponse {
+                error: None,
+                resp: Some(pb::chunk_response::Resp::Read(pb::ReadChunkResponse {
+                    data: data.into(),
+                    chunk_length,
+                })),
+            };
+            let whole = Bytes::from(msg.encode_to_vec());
+            let mut at: Vec<usize> = cuts.iter().map(|i| i.index(whole.len() + 1)).collect();
+            at.sort_unstable();
+            let mut pieces = Vec::new();
+            let mut from = 0;
+            for a in at.into_iter().chain([whole.len()]) {
+                pieces.push(whole.slice(from..a)); // empty pieces too
+                from = a;
+            }
+            let reader = PartsReader::from(Parts(pieces));
+            prop_assert_eq!(reader.remaining(), whole.len());
+            prop_assert_eq!(pb::ChunkResponse::decode(reader).expect("decodes"), msg);
+        }
+    }
+
+    #[test]
+    fn reading_parts_walks_every_piece_in_order() {
+        let mut r = PartsReader::from(Parts(vec![
+            Bytes::from_static(b"ab"),
+            Bytes::new(),
+            Bytes::from_static(b"cde"),
+            Bytes::from_static(b"f"),
+        ]));
+        assert_eq!(r.chunk(), b"ab");
+        r.advance(1);
+        assert_eq!(r.copy_to_bytes(3), Bytes::from_static(b"bcd"));
+        assert_eq!(r.remaining(), 2);
+        assert_eq!(r.copy_to_bytes(1), Bytes::from_static(b"e"));
+        assert_eq!(r.chunk(), b"f");
+        r.advance(1);
+        assert_eq!(r.remaining(), 0);
+        assert_eq!(r.chunk(), b"");
+    }
 }

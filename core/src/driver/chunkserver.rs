@@ -321,4 +321,24 @@ mod tests {
         let other = pb::ChunkResponse::default();
         assert_eq!(reply_parts(other.clone()).concat(), other.encode_to_vec());
     }
+
+    #[test]
+    fn a_read_reply_received_in_its_pieces_decodes_to_its_data_uncopied() {
+        let data = Bytes::from(vec![9u8; 1 << 20]);
+        let resp = pb::ChunkResponse {
+            error: None,
+            resp: Some(pb::chunk_response::Resp::Read(pb::ReadChunkResponse {
+                data: data.clone(),
+                chunk_length: 64 << 20,
+            })),
+        };
+        let got =
+            pb::ChunkResponse::decode(crate::runtime::PartsReader::from(reply_parts(resp.clone())))
+                .expect("decodes");
+        assert_eq!(got, resp);
+        let Some(pb::chunk_response::Resp::Read(r)) = got.resp else {
+            unreachable!()
+        };
+        assert_eq!(r.data.as_ptr(), data.as_ptr(), "the data was copied");
+    }
 }
