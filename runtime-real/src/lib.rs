@@ -4,7 +4,6 @@
 
 pub mod admin;
 pub mod chunkstore;
-pub mod codec;
 pub mod dev;
 pub mod metastore;
 pub mod rt;

@@ -1,4 +1,4 @@
-//! `Transport` on tonic gRPC over HTTP/2.
+//! `Transport` on gRPC over HTTP/2 (tonic's connections and server, hyper's HTTP/2).
 //!
 //! Every node serves one method, `tessera.Node/Call`, carrying the prost-encoded request
 //! and reply envelopes as they are. Channels to each address are made once and reused
@@ -6,32 +6,47 @@
 //! the server (`grpc-timeout`) and is abandoned locally when it passes. Message sizes are
 //! bounded both ways: bulk data moves in pieces (pushes, piecewise reads and clones), so
 //! no message needs to be large.
+//!
+//! The method is served and called here rather than through a generated stub and codec,
+//! which copy every message into a frame buffer on the way out and out of one on the way
+//! in. Here a message's pieces ([`Parts`]) go to HTTP/2 as they are, each as its own DATA
+//! frames, and a received message is the frames' payloads as they came off the socket:
+//! a read's data crosses each process without a copy of Tessera's own. On the wire it is
+//! plain gRPC (length-prefixed messages, `grpc-status` trailers); tonic's own client and
+//! server talk to it (tested below).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use futures::SinkExt;
 use futures::channel::{mpsc, oneshot};
+use futures::future::{BoxFuture, poll_fn};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
+use http_body::{Body as _, Frame, SizeHint};
 use tessera_core::error::RpcError;
 use tessera_core::runtime::{Incoming, Parts, Runtime, Transport};
 use tessera_core::types::Time;
+use tonic::body::Body;
+use tonic::codegen::Service;
+use tonic::server::NamedService;
 use tonic::transport::{Channel, Endpoint, Server};
+use tonic::{Code, Status};
 
 use crate::rt::TokioRuntime;
 
-#[allow(clippy::all, missing_docs, unreachable_pub)]
-mod generated {
-    include!(concat!(env!("OUT_DIR"), "/tessera.Node.rs"));
-}
-
-use generated::node_client::NodeClient;
-use generated::node_server::{Node, NodeServer};
-
 /// The largest message either way. Pieces of data are at most a few MiB.
 pub const MAX_MESSAGE: usize = 64 << 20;
+
+/// The one method every node serves.
+const SERVICE: &str = "tessera.Node";
+const PATH: &str = "/tessera.Node/Call";
+const GRPC: HeaderValue = HeaderValue::from_static("application/grpc");
 
 /// HTTP/2 flow control: how much a stream, and a whole connection, may have in flight
 /// before the receiver must grant more. hyper's defaults (1-2 MiB per stream) make an
@@ -39,9 +54,15 @@ pub const MAX_MESSAGE: usize = 64 << 20;
 /// round trip is short but the wake-ups are not. A stream may carry a whole piece.
 const STREAM_WINDOW: u32 = 16 << 20;
 const CONNECTION_WINDOW: u32 = 64 << 20;
-/// Larger DATA frames, both ways: fewer frame headers and wake-ups per MiB (the
-/// protocol's limit is 16 MiB - 1; the default is 16 KiB).
-const MAX_FRAME: u32 = 1 << 20;
+/// The largest DATA frame either side accepts: a piece of data up to this size goes in
+/// one frame (window allowing) and so arrives in one buffer, which the receiver hands on
+/// as it is. The protocol's limit is 16 MiB - 1; the default 16 KiB would cut a 4 MiB
+/// read into 256 frames to be joined again.
+const MAX_FRAME: u32 = (16 << 20) - 1;
+/// Pieces smaller than this are copied in beside the 5-byte message prefix rather than
+/// sent as DATA frames of their own: most messages are small, and one frame is cheaper
+/// than two.
+const JOIN_BELOW: usize = 64 << 10;
 
 #[derive(Clone)]
 pub struct GrpcTransport {
@@ -91,6 +112,16 @@ impl Transport for GrpcTransport {
         body: Bytes,
         deadline: Time,
     ) -> impl Future<Output = Result<Bytes, RpcError>> + Send {
+        let call = self.call_parts(to, body, deadline);
+        async move { call.await.map(Parts::concat) }
+    }
+
+    fn call_parts(
+        &self,
+        to: &str,
+        body: Bytes,
+        deadline: Time,
+    ) -> impl Future<Output = Result<Parts, RpcError>> + Send {
         let to = to.to_string();
         let channel = self.channel(&to);
         async move {
@@ -98,21 +129,13 @@ impl Transport for GrpcTransport {
             if left.is_zero() {
                 return Err(RpcError::Deadline(to));
             }
-            let mut client = NodeClient::new(channel?)
-                .max_decoding_message_size(MAX_MESSAGE)
-                .max_encoding_message_size(MAX_MESSAGE);
-            let mut req = tonic::Request::new(Parts::from(body));
-            req.set_timeout(left);
-            match tokio::time::timeout(left, client.call(req)).await {
+            let call = call(channel?, Parts::from(body), left);
+            match tokio::time::timeout(left, call).await {
                 Err(_) => Err(RpcError::Deadline(to)),
-                Ok(Ok(resp)) => Ok(resp.into_inner().concat()),
+                Ok(Ok(reply)) => Ok(reply),
                 Ok(Err(status)) => Err(match status.code() {
-                    tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
-                        RpcError::Deadline(to)
-                    }
-                    tonic::Code::ResourceExhausted | tonic::Code::OutOfRange => {
-                        RpcError::TooLarge(0)
-                    }
+                    Code::DeadlineExceeded | Code::Cancelled => RpcError::Deadline(to),
+                    Code::ResourceExhausted | Code::OutOfRange => RpcError::TooLarge(0),
                     _ => RpcError::Unreachable(format!("{to}: {}", status.message())),
                 }),
             }
@@ -137,15 +160,13 @@ impl Transport for GrpcTransport {
             let incoming =
                 tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
             let (tx, rx) = mpsc::channel(1024);
-            let svc = NodeServer::new(Serve { tx })
-                .max_decoding_message_size(MAX_MESSAGE)
-                .max_encoding_message_size(MAX_MESSAGE);
             tokio::spawn(async move {
+                // tonic's server applies each call's `grpc-timeout` around the service.
                 if let Err(e) = Server::builder()
                     .initial_stream_window_size(STREAM_WINDOW)
                     .initial_connection_window_size(CONNECTION_WINDOW)
                     .max_frame_size(MAX_FRAME)
-                    .add_service(svc)
+                    .add_service(NodeService { tx })
                     .serve_with_incoming(incoming)
                     .await
                 {
@@ -157,28 +178,676 @@ impl Transport for GrpcTransport {
     }
 }
 
-/// Hands each call to the node's driver and waits for its reply.
-struct Serve {
+/// One call on `channel`: the request, then the reply's message and `grpc-status`.
+async fn call(mut channel: Channel, msg: Parts, timeout: Duration) -> Result<Parts, Status> {
+    let mut req = Request::new(Body::new(Pieces::message(msg, None)));
+    *req.method_mut() = http::Method::POST;
+    // The channel fills in the scheme and authority.
+    *req.uri_mut() = http::Uri::from_static(PATH);
+    let headers = req.headers_mut();
+    headers.insert(header::CONTENT_TYPE, GRPC);
+    headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    headers.insert("grpc-timeout", grpc_timeout(timeout));
+    poll_fn(|cx| channel.poll_ready(cx))
+        .await
+        .map_err(|e| Status::unavailable(describe(&e)))?;
+    let resp = channel
+        .call(req)
+        .await
+        .map_err(|e| Status::unavailable(describe(&e)))?;
+    let (head, mut body) = resp.into_parts();
+    if head.status != StatusCode::OK {
+        return Err(Status::unavailable(format!(
+            "answered HTTP {} rather than gRPC",
+            head.status
+        )));
+    }
+    // A "trailers-only" reply: the status is in the headers, and there is no message.
+    if let Some(status) = status_in(&head.headers) {
+        return Err(if status.code() == Code::Ok {
+            Status::internal("the reply has no message")
+        } else {
+            status
+        });
+    }
+    let (msg, trailers) = match read_message(&mut body, MAX_MESSAGE).await? {
+        Next::Message(m) => (Some(m), read_trailers(&mut body).await?),
+        Next::End(trailers) => (None, trailers),
+    };
+    match trailers.as_ref().and_then(status_in) {
+        Some(s) if s.code() == Code::Ok => {
+            msg.ok_or_else(|| Status::internal("the reply has no message"))
+        }
+        Some(s) => Err(s),
+        None => Err(Status::internal("the reply ended without a grpc-status")),
+    }
+}
+
+/// The `grpc-status` (and message) in `headers`, if they carry one. Read by hand rather
+/// than with `Status::from_header_map`, which panics on malformed status details.
+fn status_in(headers: &HeaderMap) -> Option<Status> {
+    let code = Code::from_bytes(headers.get("grpc-status")?.as_bytes());
+    let message = headers
+        .get("grpc-message")
+        .map(|m| percent_decode(m.as_bytes()))
+        .unwrap_or_default();
+    Some(Status::new(code, message))
+}
+
+/// gRPC percent-encodes `grpc-message`; a malformed escape is kept as it is.
+fn percent_decode(s: &[u8]) -> String {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if s[i] == b'%'
+            && let (Some(h), Some(l)) = (
+                s.get(i + 1).copied().and_then(hex),
+                s.get(i + 2).copied().and_then(hex),
+            )
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+        } else {
+            out.push(s[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `grpc-timeout`: at most 8 digits, in the finest unit that fits.
+fn grpc_timeout(d: Duration) -> HeaderValue {
+    let units: [(char, u128); 4] = [
+        ('u', d.as_micros()),
+        ('m', d.as_millis()),
+        ('S', d.as_secs() as u128),
+        ('M', d.as_secs() as u128 / 60),
+    ];
+    let (unit, value) = units
+        .into_iter()
+        .find(|(_, v)| *v <= 99_999_999)
+        .unwrap_or(('H', 99_999_999));
+    HeaderValue::try_from(format!("{value}{unit}")).expect("digits and a letter")
+}
+
+fn describe(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}
+
+/// What a body holds next: one message, or its end (with trailers, if it has them).
+enum Next {
+    Message(Parts),
+    End(Option<HeaderMap>),
+}
+
+/// Reads one length-prefixed gRPC message from `body`, as the pieces it arrived in. A
+/// message bigger than `limit`, a compressed one, or one cut short is an error; so is a
+/// second message (the method is unary).
+async fn read_message(body: &mut Body, limit: usize) -> Result<Next, Status> {
+    let mut prefix = BytesMut::new();
+    let mut need = None::<usize>;
+    let mut pieces = Vec::new();
+    let mut got = 0;
+    loop {
+        let frame = poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await;
+        let mut data = match frame {
+            None if prefix.is_empty() => return Ok(Next::End(None)),
+            Some(Err(e)) => return Err(e),
+            Some(Ok(f)) => match f.into_data() {
+                Ok(d) => d,
+                Err(f) if prefix.is_empty() => return Ok(Next::End(f.into_trailers().ok())),
+                Err(_) => return Err(Status::internal("the message was cut short")),
+            },
+            None => return Err(Status::internal("the message was cut short")),
+        };
+        if need.is_none() {
+            let take = data.len().min(5 - prefix.len());
+            prefix.put(data.split_to(take));
+            if prefix.len() < 5 {
+                continue;
+            }
+            if prefix[0] != 0 {
+                return Err(Status::unimplemented(
+                    "compressed messages are not accepted",
+                ));
+            }
+            let len = u32::from_be_bytes(prefix[1..5].try_into().expect("4 bytes")) as usize;
+            if len > limit {
+                return Err(Status::resource_exhausted(format!(
+                    "a message of {len} bytes is over the limit of {limit}"
+                )));
+            }
+            need = Some(len);
+        }
+        let len = need.expect("prefix read");
+        if got + data.len() > len {
+            return Err(Status::unimplemented(
+                "more than one message in a unary call",
+            ));
+        }
+        got += data.len();
+        if !data.is_empty() {
+            pieces.push(data);
+        }
+        if got == len {
+            return Ok(Next::Message(Parts(pieces)));
+        }
+    }
+}
+
+/// Reads what is left of `body` after its message: its trailers, if any. More data is an
+/// error (the method is unary).
+async fn read_trailers(body: &mut Body) -> Result<Option<HeaderMap>, Status> {
+    loop {
+        match poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await {
+            None => return Ok(None),
+            Some(Err(e)) => return Err(e),
+            Some(Ok(f)) => match f.into_data() {
+                Ok(d) if d.is_empty() => {}
+                Ok(_) => {
+                    return Err(Status::unimplemented(
+                        "more than one message in a unary call",
+                    ));
+                }
+                Err(f) => return Ok(f.into_trailers().ok()),
+            },
+        }
+    }
+}
+
+/// An HTTP body of one gRPC message given as pieces, then trailers (a reply's status).
+struct Pieces {
+    pieces: VecDeque<Bytes>,
+    trailers: Option<HeaderMap>,
+}
+
+impl Pieces {
+    fn message(msg: Parts, trailers: Option<HeaderMap>) -> Pieces {
+        let len = msg.len();
+        let mut head = BytesMut::with_capacity(5 + len.min(JOIN_BELOW));
+        head.put_u8(0); // not compressed
+        head.put_u32(len as u32);
+        let mut pieces = VecDeque::with_capacity(msg.0.len() + 1);
+        for p in msg.0 {
+            if pieces.is_empty() && p.len() < JOIN_BELOW {
+                head.put(p);
+            } else {
+                if pieces.is_empty() {
+                    pieces.push_back(head.split().freeze());
+                }
+                pieces.push_back(p);
+            }
+        }
+        if pieces.is_empty() {
+            pieces.push_back(head.freeze());
+        }
+        Pieces { pieces, trailers }
+    }
+}
+
+impl http_body::Body for Pieces {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if let Some(p) = self.pieces.pop_front() {
+            return Poll::Ready(Some(Ok(Frame::data(p))));
+        }
+        Poll::Ready(self.trailers.take().map(|t| Ok(Frame::trailers(t))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.pieces.is_empty() && self.trailers.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let mut hint = SizeHint::new();
+        hint.set_lower(self.pieces.iter().map(|p| p.remaining() as u64).sum());
+        hint
+    }
+}
+
+/// Serves `tessera.Node/Call`: hands each call to the node's driver and sends back its
+/// reply.
+#[derive(Clone)]
+struct NodeService {
     tx: mpsc::Sender<Incoming>,
 }
 
-#[tonic::async_trait]
-impl Node for Serve {
-    async fn call(
-        &self,
-        request: tonic::Request<Parts>,
-    ) -> Result<tonic::Response<Parts>, tonic::Status> {
-        let (reply, answer) = oneshot::channel();
-        let mut tx = self.tx.clone();
-        tx.send(Incoming {
-            body: request.into_inner().concat(),
-            reply,
+impl NamedService for NodeService {
+    const NAME: &'static str = SERVICE;
+}
+
+impl Service<Request<Body>> for NodeService {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Response<Body>, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let tx = self.tx.clone();
+        Box::pin(async move {
+            Ok(match serve(tx, req).await {
+                Ok(r) => r,
+                Err(status) => status.into_http(),
+            })
         })
+    }
+}
+
+async fn serve(
+    mut tx: mpsc::Sender<Incoming>,
+    req: Request<Body>,
+) -> Result<Response<Body>, Status> {
+    if req.uri().path() != PATH {
+        return Err(Status::unimplemented(format!(
+            "no method {}",
+            req.uri().path()
+        )));
+    }
+    let mut body = req.into_body();
+    let Next::Message(msg) = read_message(&mut body, MAX_MESSAGE).await? else {
+        return Err(Status::internal("the request has no message"));
+    };
+    // The body ends with the message (a unary call); a second one is refused.
+    read_trailers(&mut body).await?;
+    let (reply, answer) = oneshot::channel();
+    tx.send(Incoming {
+        body: msg.concat(),
+        reply,
+    })
+    .await
+    .map_err(|_| Status::unavailable("node stopping"))?;
+    let reply = answer
         .await
-        .map_err(|_| tonic::Status::unavailable("node stopping"))?;
-        match answer.await {
-            Ok(b) => Ok(tonic::Response::new(b)),
-            Err(_) => Err(tonic::Status::unavailable("node dropped the request")),
+        .map_err(|_| Status::unavailable("node dropped the request"))?;
+    if reply.len() > MAX_MESSAGE {
+        return Err(Status::resource_exhausted(format!(
+            "a reply of {} bytes is over the limit of {MAX_MESSAGE}",
+            reply.len()
+        )));
+    }
+    let mut ok = HeaderMap::new();
+    ok.insert("grpc-status", HeaderValue::from_static("0"));
+    let mut resp = Response::new(Body::new(Pieces::message(reply, Some(ok))));
+    resp.headers_mut().insert(header::CONTENT_TYPE, GRPC);
+    Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+
+    use futures::StreamExt;
+    use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+
+    use super::*;
+
+    fn free_addr() -> String {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").to_string()
+    }
+
+    fn in_a_second() -> Time {
+        TokioRuntime.now() + Duration::from_secs(5)
+    }
+
+    /// A node that answers each call with `answer(request)`.
+    async fn node(answer: impl Fn(Bytes) -> Option<Parts> + Send + 'static) -> String {
+        let addr = free_addr();
+        let mut rx = GrpcTransport::new().listen(&addr).await.expect("listen");
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Some(call) = rx.next().await {
+                match answer(call.body) {
+                    Some(reply) => {
+                        let _ = call.reply.send(reply);
+                    }
+                    None => held.push(call.reply), // never answered
+                }
+            }
+        });
+        addr
+    }
+
+    fn pattern(n: usize) -> Bytes {
+        (0..n).map(|i| (i * 7 + i / 251) as u8).collect()
+    }
+
+    #[tokio::test]
+    async fn a_reply_in_pieces_arrives_whole_with_its_bulk_data_in_one_piece() {
+        let big = pattern(3 << 20);
+        let sent = big.clone();
+        let addr =
+            node(move |req| Some(Parts(vec![req, sent.clone(), Bytes::from_static(b"end")]))).await;
+        let t = GrpcTransport::new();
+        let small = t
+            .call(&addr, Bytes::from_static(b"hi"), in_a_second())
+            .await
+            .expect("call");
+        assert_eq!(&small[..2], b"hi");
+        assert_eq!(small.len(), 2 + big.len() + 3);
+        let got = t
+            .call_parts(&addr, Bytes::from_static(b"again"), in_a_second())
+            .await
+            .expect("call");
+        assert!(
+            got.0.iter().any(|p| p.len() == big.len()),
+            "the data was cut up on the way: {:?}",
+            got.0.iter().map(Bytes::len).collect::<Vec<_>>()
+        );
+        let mut want = BytesMut::new();
+        want.put(&b"again"[..]);
+        want.put(big.clone());
+        want.put(&b"end"[..]);
+        assert_eq!(got.concat(), want.freeze());
+        // A large request arrives whole too, and an empty one.
+        let echo = node(|req| Some(req.into())).await;
+        for body in [big.clone(), Bytes::new()] {
+            let got = t
+                .call(&echo, body.clone(), in_a_second())
+                .await
+                .expect("call");
+            assert_eq!(got, body);
         }
+    }
+
+    #[tokio::test]
+    async fn a_call_nobody_answers_ends_at_its_deadline() {
+        let addr = node(|_| None).await;
+        let t = GrpcTransport::new();
+        let start = std::time::Instant::now();
+        let got = t
+            .call(
+                &addr,
+                Bytes::from_static(b"x"),
+                TokioRuntime.now() + Duration::from_millis(300),
+            )
+            .await;
+        assert!(matches!(got, Err(RpcError::Deadline(_))), "{got:?}");
+        assert!(start.elapsed() < Duration::from_secs(5));
+        // Nobody listening at all.
+        let got = t
+            .call(&free_addr(), Bytes::from_static(b"x"), in_a_second())
+            .await;
+        assert!(matches!(got, Err(RpcError::Unreachable(_))), "{got:?}");
+    }
+
+    /// Passes message bodies through, for tonic's own client and server.
+    #[derive(Clone, Copy, Default)]
+    struct BytesCodec;
+
+    impl Codec for BytesCodec {
+        type Encode = Bytes;
+        type Decode = Bytes;
+        type Encoder = BytesCodec;
+        type Decoder = BytesCodec;
+        fn encoder(&mut self) -> BytesCodec {
+            BytesCodec
+        }
+        fn decoder(&mut self) -> BytesCodec {
+            BytesCodec
+        }
+    }
+
+    impl Encoder for BytesCodec {
+        type Item = Bytes;
+        type Error = Status;
+        fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+            dst.put(item);
+            Ok(())
+        }
+    }
+
+    impl Decoder for BytesCodec {
+        type Item = Bytes;
+        type Error = Status;
+        fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+            let n = src.remaining();
+            Ok(Some(src.copy_to_bytes(n)))
+        }
+    }
+
+    #[tokio::test]
+    async fn tonic_s_own_client_calls_a_node() {
+        let big = pattern(2 << 20);
+        let sent = big.clone();
+        let addr = node(move |req| Some(Parts(vec![req, sent.clone()]))).await;
+        let channel = Endpoint::from_shared(format!("http://{addr}"))
+            .expect("address")
+            .connect()
+            .await
+            .expect("connect");
+        let mut grpc = tonic::client::Grpc::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE);
+        grpc.ready().await.expect("ready");
+        let reply = grpc
+            .unary(
+                tonic::Request::new(Bytes::from_static(b"hello")),
+                http::uri::PathAndQuery::from_static(PATH),
+                BytesCodec,
+            )
+            .await
+            .expect("call")
+            .into_inner();
+        assert_eq!(&reply[..5], b"hello");
+        assert_eq!(reply.slice(5..), big);
+        // A method it does not serve.
+        grpc.ready().await.expect("ready");
+        let err = grpc
+            .unary(
+                tonic::Request::new(Bytes::from_static(b"hello")),
+                http::uri::PathAndQuery::from_static("/tessera.Node/Other"),
+                BytesCodec,
+            )
+            .await
+            .expect_err("no such method");
+        assert_eq!(err.code(), Code::Unimplemented);
+    }
+
+    /// tonic's own server for `tessera.Node/Call`: echoes, or fails as asked.
+    #[derive(Clone)]
+    struct TonicNode;
+
+    impl NamedService for TonicNode {
+        const NAME: &'static str = SERVICE;
+    }
+
+    struct Echo;
+
+    impl tonic::server::UnaryService<Bytes> for Echo {
+        type Response = Bytes;
+        type Future = futures::future::Ready<Result<tonic::Response<Bytes>, Status>>;
+        fn call(&mut self, req: tonic::Request<Bytes>) -> Self::Future {
+            let body = req.into_inner();
+            futures::future::ready(match &body[..] {
+                b"fail" => Err(Status::not_found("no such file: /a b%c ü")),
+                _ => Ok(tonic::Response::new(body)),
+            })
+        }
+    }
+
+    impl Service<Request<Body>> for TonicNode {
+        type Response = Response<Body>;
+        type Error = Infallible;
+        type Future = BoxFuture<'static, Result<Response<Body>, Infallible>>;
+        fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, req: Request<Body>) -> Self::Future {
+            Box::pin(async move {
+                let mut grpc = tonic::server::Grpc::new(BytesCodec)
+                    .max_decoding_message_size(MAX_MESSAGE)
+                    .max_encoding_message_size(MAX_MESSAGE);
+                Ok(grpc.unary(Echo, req).await)
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_node_calls_tonic_s_own_server() {
+        let addr = free_addr();
+        let listener = tokio::net::TcpListener::bind(&addr).await.expect("bind");
+        tokio::spawn(
+            Server::builder()
+                .add_service(TonicNode)
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+        );
+        let t = GrpcTransport::new();
+        let big = pattern(5 << 20);
+        let got = t
+            .call(&addr, big.clone(), in_a_second())
+            .await
+            .expect("call");
+        assert_eq!(got, big);
+        let got = t
+            .call(&addr, Bytes::new(), in_a_second())
+            .await
+            .expect("call");
+        assert!(got.is_empty());
+        let err = t
+            .call(&addr, Bytes::from_static(b"fail"), in_a_second())
+            .await
+            .expect_err("fails");
+        assert!(
+            matches!(&err, RpcError::Unreachable(m) if m.ends_with("no such file: /a b%c ü")),
+            "{err:?}"
+        );
+    }
+
+    /// Sends `data` as the body of a call to `path`, and returns the `grpc-status` it
+    /// gets back and whether a message came with it.
+    async fn raw(addr: &str, path: &'static str, data: Vec<Bytes>) -> (Code, bool) {
+        let mut channel = Endpoint::from_shared(format!("http://{addr}"))
+            .expect("address")
+            .connect()
+            .await
+            .expect("connect");
+        let mut req = Request::new(Body::new(Pieces {
+            pieces: data.into(),
+            trailers: None,
+        }));
+        *req.method_mut() = http::Method::POST;
+        *req.uri_mut() = http::Uri::from_static(path);
+        req.headers_mut().insert(header::CONTENT_TYPE, GRPC);
+        poll_fn(|cx| channel.poll_ready(cx)).await.expect("ready");
+        let resp = channel.call(req).await.expect("an HTTP answer");
+        assert_eq!(resp.status(), StatusCode::OK);
+        let (head, mut body) = resp.into_parts();
+        if let Some(s) = status_in(&head.headers) {
+            return (s.code(), false);
+        }
+        let (msg, trailers) = match read_message(&mut body, MAX_MESSAGE).await.expect("body") {
+            Next::Message(_) => (true, read_trailers(&mut body).await.expect("trailers")),
+            Next::End(t) => (false, t),
+        };
+        let status = trailers
+            .as_ref()
+            .and_then(status_in)
+            .expect("a grpc-status");
+        (status.code(), msg)
+    }
+
+    fn prefix(compressed: u8, len: u32) -> Bytes {
+        let mut b = BytesMut::new();
+        b.put_u8(compressed);
+        b.put_u32(len);
+        b.freeze()
+    }
+
+    #[tokio::test]
+    async fn malformed_calls_get_an_error_status_and_the_node_keeps_serving() {
+        let addr = node(|req| Some(req.into())).await;
+        let hello = Bytes::from_static(b"hello");
+        let cases: Vec<(&str, &'static str, Vec<Bytes>, Code)> = vec![
+            (
+                "a proper call",
+                PATH,
+                vec![prefix(0, 5), hello.clone()],
+                Code::Ok,
+            ),
+            (
+                "the prefix in pieces",
+                PATH,
+                vec![
+                    prefix(0, 5).slice(..2),
+                    prefix(0, 5).slice(2..),
+                    hello.clone(),
+                ],
+                Code::Ok,
+            ),
+            (
+                "another method",
+                "/tessera.Node/Other",
+                vec![prefix(0, 5), hello.clone()],
+                Code::Unimplemented,
+            ),
+            (
+                "a compressed message",
+                PATH,
+                vec![prefix(1, 5), hello.clone()],
+                Code::Unimplemented,
+            ),
+            (
+                "an oversized message",
+                PATH,
+                vec![prefix(0, u32::MAX)],
+                Code::ResourceExhausted,
+            ),
+            (
+                "a message cut short",
+                PATH,
+                vec![prefix(0, 100), hello.clone()],
+                Code::Internal,
+            ),
+            (
+                "a prefix cut short",
+                PATH,
+                vec![prefix(0, 5).slice(..3)],
+                Code::Internal,
+            ),
+            (
+                "two messages",
+                PATH,
+                vec![prefix(0, 5), hello.clone(), prefix(0, 0)],
+                Code::Unimplemented,
+            ),
+            ("no message", PATH, vec![], Code::Internal),
+        ];
+        for (what, path, data, want) in cases {
+            let (code, msg) = raw(&addr, path, data).await;
+            assert_eq!(code, want, "{what}");
+            assert_eq!(msg, want == Code::Ok, "{what}: a message came back");
+        }
+        let t = GrpcTransport::new();
+        let got = t
+            .call(&addr, hello.clone(), in_a_second())
+            .await
+            .expect("call");
+        assert_eq!(got, hello);
+    }
+
+    #[test]
+    fn grpc_timeouts_and_messages_are_spelled_as_the_protocol_says() {
+        assert_eq!(grpc_timeout(Duration::from_millis(1500)), "1500000u");
+        assert_eq!(grpc_timeout(Duration::from_secs(200)), "200000m");
+        assert_eq!(grpc_timeout(Duration::from_secs(200_000)), "200000S");
+        assert_eq!(grpc_timeout(Duration::from_secs(u64::MAX)), "99999999H");
+        assert_eq!(percent_decode(b"a%20b%C3%BC%zz%2"), "a bü%zz%2");
     }
 }
