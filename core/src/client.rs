@@ -291,12 +291,12 @@ impl<R: Runtime, T: Transport> Client<R, T> {
     // ---- chunkserver calls ------------------------------------------------------------
 
     async fn chunk_call(&self, to: &str, req: CReq) -> Result<pb::ChunkResponse, FsError> {
-        let body = pb::ChunkRequest { req: Some(req) }.encode_to_vec();
+        let body = crate::wire::request_parts(pb::ChunkRequest { req: Some(req) });
         let deadline = self.rt.now() + self.cfg.rpc_timeout;
         // A read's data arrives as a piece of its own: decoded as a slice of it, uncopied.
         let parts = self
             .transport
-            .call_parts(to, body.into(), deadline)
+            .call_parts(to, body, deadline)
             .await
             .map_err(unavailable)?;
         let resp = pb::ChunkResponse::decode(PartsReader::from(parts))

@@ -18,6 +18,7 @@ pub mod rng;
 pub mod runtime;
 pub mod testkit;
 pub mod types;
+pub mod wire;
 
 pub use error::{FsError, RpcError, StoreError};
 pub use types::{BLOCK_SIZE, ChunkHandle, LogSeq, Time, Version};

@@ -30,7 +30,8 @@ pub trait Runtime: Clone + Send + Sync + 'static {
 /// One inbound call: its prost-encoded body, and where the encoded reply goes.
 #[derive(Debug)]
 pub struct Incoming {
-    pub body: Bytes,
+    /// The request as it arrived, perhaps in pieces: read it with [`PartsReader`].
+    pub body: Parts,
     pub reply: oneshot::Sender<Parts>,
 }
 
@@ -139,12 +140,13 @@ impl From<Vec<u8>> for Parts {
 /// Request/response calls between nodes, by address. Bodies are prost-encoded in every
 /// implementation, so the simulator exercises the same encoding as the wire.
 pub trait Transport: Clone + Send + Sync + 'static {
-    /// Calls `to`. Fails with `RpcError::Deadline` once the caller's clock passes
+    /// Calls `to` with `body` (one message, in pieces that are sent one after
+    /// another). Fails with `RpcError::Deadline` once the caller's clock passes
     /// `deadline`; a failed call may or may not have been carried out.
     fn call(
         &self,
         to: &str,
-        body: Bytes,
+        body: Parts,
         deadline: Time,
     ) -> impl Future<Output = Result<Bytes, RpcError>> + Send;
     /// [`Transport::call`], with the reply as the pieces it arrived in, so bulk data in it
@@ -153,7 +155,7 @@ pub trait Transport: Clone + Send + Sync + 'static {
     fn call_parts(
         &self,
         to: &str,
-        body: Bytes,
+        body: Parts,
         deadline: Time,
     ) -> impl Future<Output = Result<Parts, RpcError>> + Send {
         let call = self.call(to, body, deadline);

@@ -20,7 +20,7 @@ use futures::task::SpawnExt;
 use crate::error::{RpcError, StoreError};
 use crate::pb;
 use crate::rng::Rng;
-use crate::runtime::{ChunkStore, Incoming, MetaStore, Runtime, Transport};
+use crate::runtime::{ChunkStore, Incoming, MetaStore, Parts, Runtime, Transport};
 use crate::types::{ChunkHandle, Time};
 
 struct World {
@@ -161,7 +161,7 @@ impl Transport for MemNet {
     fn call(
         &self,
         to: &str,
-        body: Bytes,
+        body: Parts,
         deadline: Time,
     ) -> impl Future<Output = Result<Bytes, RpcError>> + Send {
         let target = self.nodes.lock().expect("net lock").get(to).cloned();

@@ -109,7 +109,7 @@ impl Transport for GrpcTransport {
     fn call(
         &self,
         to: &str,
-        body: Bytes,
+        body: Parts,
         deadline: Time,
     ) -> impl Future<Output = Result<Bytes, RpcError>> + Send {
         let call = self.call_parts(to, body, deadline);
@@ -119,7 +119,7 @@ impl Transport for GrpcTransport {
     fn call_parts(
         &self,
         to: &str,
-        body: Bytes,
+        body: Parts,
         deadline: Time,
     ) -> impl Future<Output = Result<Parts, RpcError>> + Send {
         let to = to.to_string();
@@ -129,7 +129,7 @@ impl Transport for GrpcTransport {
             if left.is_zero() {
                 return Err(RpcError::Deadline(to));
             }
-            let call = call(channel?, Parts::from(body), left);
+            let call = call(channel?, body, left);
             match tokio::time::timeout(left, call).await {
                 Err(_) => Err(RpcError::Deadline(to)),
                 Ok(Ok(reply)) => Ok(reply),
@@ -190,11 +190,8 @@ async fn call(mut channel: Channel, msg: Parts, timeout: Duration) -> Result<Par
     headers.insert("grpc-timeout", grpc_timeout(timeout));
     poll_fn(|cx| channel.poll_ready(cx))
         .await
-        .map_err(|e| Status::unavailable(describe(&e)))?;
-    let resp = channel
-        .call(req)
-        .await
-        .map_err(|e| Status::unavailable(describe(&e)))?;
+        .map_err(|e| channel_error(&e))?;
+    let resp = channel.call(req).await.map_err(|e| channel_error(&e))?;
     let (head, mut body) = resp.into_parts();
     if head.status != StatusCode::OK {
         return Err(Status::unavailable(format!(
@@ -269,6 +266,19 @@ fn grpc_timeout(d: Duration) -> HeaderValue {
         .find(|(_, v)| *v <= 99_999_999)
         .unwrap_or(('H', 99_999_999));
     HeaderValue::try_from(format!("{value}{unit}")).expect("digits and a letter")
+}
+
+/// A call the connection failed: its deadline passed (the channel enforces the
+/// `grpc-timeout` it carries), or the server could not be reached.
+fn channel_error(e: &(dyn std::error::Error + 'static)) -> Status {
+    let mut source = Some(e);
+    while let Some(inner) = source {
+        if inner.is::<tonic::TimeoutExpired>() {
+            return Status::deadline_exceeded(describe(e));
+        }
+        source = inner.source();
+    }
+    Status::unavailable(describe(e))
 }
 
 fn describe(e: &dyn std::error::Error) -> String {
@@ -466,12 +476,9 @@ async fn serve(
     // The body ends with the message (a unary call); a second one is refused.
     read_trailers(&mut body).await?;
     let (reply, answer) = oneshot::channel();
-    tx.send(Incoming {
-        body: msg.concat(),
-        reply,
-    })
-    .await
-    .map_err(|_| Status::unavailable("node stopping"))?;
+    tx.send(Incoming { body: msg, reply })
+        .await
+        .map_err(|_| Status::unavailable("node stopping"))?;
     let reply = answer
         .await
         .map_err(|_| Status::unavailable("node dropped the request"))?;
@@ -513,7 +520,7 @@ mod tests {
         tokio::spawn(async move {
             let mut held = Vec::new();
             while let Some(call) = rx.next().await {
-                match answer(call.body) {
+                match answer(call.body.concat()) {
                     Some(reply) => {
                         let _ = call.reply.send(reply);
                     }
@@ -536,13 +543,13 @@ mod tests {
             node(move |req| Some(Parts(vec![req, sent.clone(), Bytes::from_static(b"end")]))).await;
         let t = GrpcTransport::new();
         let small = t
-            .call(&addr, Bytes::from_static(b"hi"), in_a_second())
+            .call(&addr, Bytes::from_static(b"hi").into(), in_a_second())
             .await
             .expect("call");
         assert_eq!(&small[..2], b"hi");
         assert_eq!(small.len(), 2 + big.len() + 3);
         let got = t
-            .call_parts(&addr, Bytes::from_static(b"again"), in_a_second())
+            .call_parts(&addr, Bytes::from_static(b"again").into(), in_a_second())
             .await
             .expect("call");
         assert!(
@@ -559,7 +566,7 @@ mod tests {
         let echo = node(|req| Some(req.into())).await;
         for body in [big.clone(), Bytes::new()] {
             let got = t
-                .call(&echo, body.clone(), in_a_second())
+                .call(&echo, body.clone().into(), in_a_second())
                 .await
                 .expect("call");
             assert_eq!(got, body);
@@ -574,7 +581,7 @@ mod tests {
         let got = t
             .call(
                 &addr,
-                Bytes::from_static(b"x"),
+                Bytes::from_static(b"x").into(),
                 TokioRuntime.now() + Duration::from_millis(300),
             )
             .await;
@@ -582,7 +589,7 @@ mod tests {
         assert!(start.elapsed() < Duration::from_secs(5));
         // Nobody listening at all.
         let got = t
-            .call(&free_addr(), Bytes::from_static(b"x"), in_a_second())
+            .call(&free_addr(), Bytes::from_static(b"x").into(), in_a_second())
             .await;
         assert!(matches!(got, Err(RpcError::Unreachable(_))), "{got:?}");
     }
@@ -711,17 +718,17 @@ mod tests {
         let t = GrpcTransport::new();
         let big = pattern(5 << 20);
         let got = t
-            .call(&addr, big.clone(), in_a_second())
+            .call(&addr, big.clone().into(), in_a_second())
             .await
             .expect("call");
         assert_eq!(got, big);
         let got = t
-            .call(&addr, Bytes::new(), in_a_second())
+            .call(&addr, Bytes::new().into(), in_a_second())
             .await
             .expect("call");
         assert!(got.is_empty());
         let err = t
-            .call(&addr, Bytes::from_static(b"fail"), in_a_second())
+            .call(&addr, Bytes::from_static(b"fail").into(), in_a_second())
             .await
             .expect_err("fails");
         assert!(
@@ -836,7 +843,7 @@ mod tests {
         }
         let t = GrpcTransport::new();
         let got = t
-            .call(&addr, hello.clone(), in_a_second())
+            .call(&addr, hello.clone().into(), in_a_second())
             .await
             .expect("call");
         assert_eq!(got, hello);

@@ -11,7 +11,7 @@ use futures::SinkExt;
 use futures::channel::{mpsc, oneshot};
 use madsim::net::Endpoint;
 use tessera_core::error::RpcError;
-use tessera_core::runtime::{Incoming, Runtime, Transport};
+use tessera_core::runtime::{Incoming, Parts, Runtime, Transport};
 use tessera_core::types::Time;
 
 use crate::runtime::SimRuntime;
@@ -40,9 +40,21 @@ impl Transport for SimNet {
     fn call(
         &self,
         to: &str,
-        body: Bytes,
+        body: Parts,
         deadline: Time,
     ) -> impl Future<Output = Result<Bytes, RpcError>> + Send {
+        let call = self.call_parts(to, body, deadline);
+        async move { call.await.map(Parts::concat) }
+    }
+
+    /// Messages cross the simulated wire in the pieces they were sent in, so the
+    /// receivers decode them from pieces, as over gRPC.
+    fn call_parts(
+        &self,
+        to: &str,
+        body: Parts,
+        deadline: Time,
+    ) -> impl Future<Output = Result<Parts, RpcError>> + Send {
         let rt = self.rt.clone();
         let to = to.to_string();
         async move {
@@ -64,7 +76,7 @@ impl Transport for SimNet {
                     .await
                     .map_err(|e| RpcError::Unreachable(format!("{to}: {e}")))?;
                 payload
-                    .downcast::<Bytes>()
+                    .downcast::<Parts>()
                     .map(|b| *b)
                     .map_err(|_| RpcError::Decode(format!("reply from {to} is not bytes")))
             };
@@ -90,7 +102,7 @@ impl Transport for SimNet {
                     let Ok((payload, from)) = ep.recv_from_raw(REQUEST_TAG).await else {
                         return;
                     };
-                    let Ok(msg) = payload.downcast::<(u64, Bytes)>() else {
+                    let Ok(msg) = payload.downcast::<(u64, Parts)>() else {
                         continue;
                     };
                     let (tag, body) = *msg;
@@ -102,8 +114,7 @@ impl Transport for SimNet {
                     madsim::task::spawn(async move {
                         if let Ok(parts) = reply_rx.await {
                             // A lost reply is the caller's deadline to find.
-                            let bytes: Bytes = parts.concat();
-                            let _ = ep.send_to_raw(from, tag, Box::new(bytes)).await;
+                            let _ = ep.send_to_raw(from, tag, Box::new(parts)).await;
                         }
                     });
                 }

@@ -15,9 +15,9 @@ use crate::chunkserver::{
     StoreOp, StoreOutput,
 };
 use crate::error::{FsError, RpcError, StoreError};
-use crate::pb;
-use crate::runtime::{ChunkStore, Incoming, Parts, Runtime, Transport};
+use crate::runtime::{ChunkStore, Incoming, Parts, PartsReader, Runtime, Transport};
 use crate::types::ChunkHandle;
+use crate::{pb, wire};
 
 #[derive(Clone, Debug)]
 pub struct ChunkserverOptions {
@@ -164,7 +164,7 @@ pub async fn run<R: Runtime, T: Transport, S: ChunkStore + Clone, O: Observer>(
                 Input::StoreDone { id, result }
             }
             Some(Step::Event(Event::Request(inc, arrived))) => {
-                match pb::ChunkRequest::decode(inc.body) {
+                match pb::ChunkRequest::decode(PartsReader::from(inc.body)) {
                     Ok(req) => {
                         let id = next_request;
                         next_request += 1;
@@ -194,7 +194,7 @@ pub async fn run<R: Runtime, T: Transport, S: ChunkStore + Clone, O: Observer>(
         observer.chunkserver_step(now, &input, &effects, &cs);
         for (id, resp) in effects.replies {
             if let Some(r) = replies.remove(&id) {
-                let _ = r.send(reply_parts(resp));
+                let _ = r.send(wire::reply_parts(resp));
             }
         }
         for call in effects.calls {
@@ -238,7 +238,7 @@ fn spawn_call<R: Runtime, T: Transport>(
                         .map_err(|e| RpcError::Decode(e.to_string()))
                 }),
             Outgoing::Chunk(req) => transport
-                .call(&to, req.encode_to_vec().into(), deadline)
+                .call(&to, wire::request_parts(req), deadline)
                 .await
                 .and_then(|b| {
                     pb::ChunkResponse::decode(b)
@@ -248,97 +248,4 @@ fn spawn_call<R: Runtime, T: Transport>(
         };
         let _ = tx.unbounded_send(Event::CallResult(call.id, result));
     });
-}
-
-/// Replies whose data is smaller than this are encoded whole; larger ones keep the data
-/// as a piece of its own.
-const SPLIT_REPLY_AT: usize = 64 << 10;
-
-/// A reply, encoded as the pieces the transport writes one after another: a read's data
-/// is not copied into the envelope around it. That envelope is encoded here field by
-/// field, as prost would encode the whole message (a test holds the two to the same
-/// bytes).
-pub fn reply_parts(resp: pb::ChunkResponse) -> Parts {
-    use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
-    match resp {
-        pb::ChunkResponse {
-            error: None,
-            resp: Some(pb::chunk_response::Resp::Read(r)),
-        } if r.data.len() >= SPLIT_REPLY_AT => {
-            // ChunkResponse.read = 3 { data = 1, chunk_length = 2 (omitted when 0) }.
-            let n = r.data.len();
-            let mut tail = Vec::new();
-            if r.chunk_length != 0 {
-                encode_key(2, WireType::Varint, &mut tail);
-                encode_varint(r.chunk_length, &mut tail);
-            }
-            let inner = key_len(1) + encoded_len_varint(n as u64) + n + tail.len();
-            let mut head = Vec::with_capacity(24);
-            encode_key(3, WireType::LengthDelimited, &mut head);
-            encode_varint(inner as u64, &mut head);
-            encode_key(1, WireType::LengthDelimited, &mut head);
-            encode_varint(n as u64, &mut head);
-            Parts(vec![head.into(), r.data, tail.into()])
-        }
-        other => other.encode_to_vec().into(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use bytes::Bytes;
-
-    use super::*;
-
-    #[test]
-    fn a_read_reply_in_pieces_is_the_message_prost_encodes() {
-        for n in [
-            0,
-            1,
-            100,
-            SPLIT_REPLY_AT - 1,
-            SPLIT_REPLY_AT,
-            200_000,
-            4 << 20,
-        ] {
-            for chunk_length in [0, 1, 300, 64 << 20, u64::MAX] {
-                let resp = pb::ChunkResponse {
-                    error: None,
-                    resp: Some(pb::chunk_response::Resp::Read(pb::ReadChunkResponse {
-                        data: Bytes::from(vec![7u8; n]),
-                        chunk_length,
-                    })),
-                };
-                let parts = reply_parts(resp.clone());
-                assert_eq!(parts.0.len(), if n >= SPLIT_REPLY_AT { 3 } else { 1 });
-                assert_eq!(
-                    parts.concat(),
-                    resp.encode_to_vec(),
-                    "{n} bytes, length {chunk_length}"
-                );
-            }
-        }
-        let other = pb::ChunkResponse::default();
-        assert_eq!(reply_parts(other.clone()).concat(), other.encode_to_vec());
-    }
-
-    #[test]
-    fn a_read_reply_received_in_its_pieces_decodes_to_its_data_uncopied() {
-        let data = Bytes::from(vec![9u8; 1 << 20]);
-        let resp = pb::ChunkResponse {
-            error: None,
-            resp: Some(pb::chunk_response::Resp::Read(pb::ReadChunkResponse {
-                data: data.clone(),
-                chunk_length: 64 << 20,
-            })),
-        };
-        let got =
-            pb::ChunkResponse::decode(crate::runtime::PartsReader::from(reply_parts(resp.clone())))
-                .expect("decodes");
-        assert_eq!(got, resp);
-        let Some(pb::chunk_response::Resp::Read(r)) = got.resp else {
-            unreachable!()
-        };
-        assert_eq!(r.data.as_ptr(), data.as_ptr(), "the data was copied");
-    }
 }

@@ -16,7 +16,7 @@ use super::{DriverError, Observer};
 use crate::error::{FsError, RpcError};
 use crate::master::{Effects, Input, Master, MasterConfig, RequestId};
 use crate::pb;
-use crate::runtime::{MetaStore, Parts, Runtime, Transport};
+use crate::runtime::{MetaStore, Parts, PartsReader, Runtime, Transport};
 use crate::types::LogSeq;
 
 const LOG_PREFIX: &[u8] = b"log/";
@@ -147,7 +147,8 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
         // Take every event that is ready, so one sync covers many records (group commit).
         while let Some(e) = ev.take() {
             let input = match e {
-                Event::Request(inc) => match pb::MasterRequest::decode(inc.body) {
+                Event::Request(inc) => match pb::MasterRequest::decode(PartsReader::from(inc.body))
+                {
                     Ok(req) => {
                         let id = next_request;
                         next_request += 1;
