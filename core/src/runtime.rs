@@ -141,25 +141,25 @@ impl From<Vec<u8>> for Parts {
 /// implementation, so the simulator exercises the same encoding as the wire.
 pub trait Transport: Clone + Send + Sync + 'static {
     /// Calls `to` with `body` (one message, in pieces that are sent one after
-    /// another). Fails with `RpcError::Deadline` once the caller's clock passes
-    /// `deadline`; a failed call may or may not have been carried out.
-    fn call(
-        &self,
-        to: &str,
-        body: Parts,
-        deadline: Time,
-    ) -> impl Future<Output = Result<Bytes, RpcError>> + Send;
-    /// [`Transport::call`], with the reply as the pieces it arrived in, so bulk data in it
-    /// need not be joined (read it with [`PartsReader`]). A transport that receives a
-    /// reply whole gives it as one piece.
+    /// another), and gives the reply as the pieces it arrived in, so bulk data in it
+    /// need not be joined (read it with [`PartsReader`]). Fails with
+    /// `RpcError::Deadline` once the caller's clock passes `deadline`; a failed call may
+    /// or may not have been carried out.
     fn call_parts(
         &self,
         to: &str,
         body: Parts,
         deadline: Time,
-    ) -> impl Future<Output = Result<Parts, RpcError>> + Send {
-        let call = self.call(to, body, deadline);
-        async move { call.await.map(Parts::from) }
+    ) -> impl Future<Output = Result<Parts, RpcError>> + Send;
+    /// [`Transport::call_parts`], with the reply joined into one buffer.
+    fn call(
+        &self,
+        to: &str,
+        body: Parts,
+        deadline: Time,
+    ) -> impl Future<Output = Result<Bytes, RpcError>> + Send {
+        let call = self.call_parts(to, body, deadline);
+        async move { call.await.map(Parts::concat) }
     }
     /// Serves calls addressed to `addr`.
     fn listen(

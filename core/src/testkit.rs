@@ -158,12 +158,12 @@ impl MemNet {
 }
 
 impl Transport for MemNet {
-    fn call(
+    fn call_parts(
         &self,
         to: &str,
         body: Parts,
         deadline: Time,
-    ) -> impl Future<Output = Result<Bytes, RpcError>> + Send {
+    ) -> impl Future<Output = Result<Parts, RpcError>> + Send {
         let target = self.nodes.lock().expect("net lock").get(to).cloned();
         let (rt, latency, to) = (self.rt.clone(), self.latency, to.to_string());
         async move {
@@ -179,7 +179,7 @@ impl Transport for MemNet {
             match select(rx, Box::pin(timeout)).await {
                 Either::Left((Ok(b), _)) => {
                     rt.sleep(latency).await;
-                    Ok(b.concat())
+                    Ok(b)
                 }
                 Either::Left((Err(_), _)) => Err(RpcError::Unreachable(to)),
                 Either::Right(_) => Err(RpcError::Deadline(to)),

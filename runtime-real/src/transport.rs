@@ -106,16 +106,6 @@ impl GrpcTransport {
 }
 
 impl Transport for GrpcTransport {
-    fn call(
-        &self,
-        to: &str,
-        body: Parts,
-        deadline: Time,
-    ) -> impl Future<Output = Result<Bytes, RpcError>> + Send {
-        let call = self.call_parts(to, body, deadline);
-        async move { call.await.map(Parts::concat) }
-    }
-
     fn call_parts(
         &self,
         to: &str,

@@ -6,7 +6,6 @@
 use std::future::Future;
 use std::net::SocketAddr;
 
-use bytes::Bytes;
 use futures::SinkExt;
 use futures::channel::{mpsc, oneshot};
 use madsim::net::Endpoint;
@@ -37,16 +36,6 @@ fn parse(addr: &str) -> Result<SocketAddr, RpcError> {
 }
 
 impl Transport for SimNet {
-    fn call(
-        &self,
-        to: &str,
-        body: Parts,
-        deadline: Time,
-    ) -> impl Future<Output = Result<Bytes, RpcError>> + Send {
-        let call = self.call_parts(to, body, deadline);
-        async move { call.await.map(Parts::concat) }
-    }
-
     /// Messages cross the simulated wire in the pieces they were sent in, so the
     /// receivers decode them from pieces, as over gRPC.
     fn call_parts(
