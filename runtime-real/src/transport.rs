@@ -119,6 +119,9 @@ impl Transport for GrpcTransport {
             if left.is_zero() {
                 return Err(RpcError::Deadline(to));
             }
+            if body.len() > MAX_MESSAGE {
+                return Err(RpcError::TooLarge(body.len()));
+            }
             let call = call(channel?, body, left);
             match tokio::time::timeout(left, call).await {
                 Err(_) => Err(RpcError::Deadline(to)),
@@ -561,6 +564,19 @@ mod tests {
                 .expect("call");
             assert_eq!(got, body);
         }
+    }
+
+    #[tokio::test]
+    async fn a_message_over_the_limit_is_refused_before_it_is_sent() {
+        // Nobody listens there: a refusal after sending would read as unreachable.
+        let body = Bytes::from(vec![0u8; MAX_MESSAGE + 1]);
+        let got = GrpcTransport::new()
+            .call(&free_addr(), body.into(), in_a_second())
+            .await;
+        assert!(
+            matches!(got, Err(RpcError::TooLarge(n)) if n == MAX_MESSAGE + 1),
+            "{got:?}"
+        );
     }
 
     #[tokio::test]

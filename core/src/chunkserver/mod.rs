@@ -1876,7 +1876,6 @@ impl Chunkserver {
     }
 }
 
-/// The blocks a write of [off, end) overwrites only partly, on a chunk of `length` bytes.
 /// What a write leaves in the blocks it touches, as read-cache entries on block
 /// boundaries: the write's own buffer (no copy) from its first block boundary to its last,
 /// and copies of the edge blocks it shares with old bytes (`head` before `off`, from block
@@ -1922,6 +1921,7 @@ fn cache_fill(fb: u64, head: &[u8], off: u64, data: &Bytes, tail: &[u8]) -> Vec<
     out
 }
 
+/// The blocks a write of [off, end) overwrites only partly, on a chunk of `length` bytes.
 struct Edges {
     /// First block's start, and whether it holds old bytes before `off`.
     fb: u64,

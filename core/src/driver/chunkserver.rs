@@ -237,11 +237,12 @@ fn spawn_call<R: Runtime, T: Transport>(
                         .map(Reply::Master)
                         .map_err(|e| RpcError::Decode(e.to_string()))
                 }),
+            // A clone's data arrives as a piece of its own: decoded as a slice of it.
             Outgoing::Chunk(req) => transport
-                .call(&to, wire::request_parts(req), deadline)
+                .call_parts(&to, wire::request_parts(req), deadline)
                 .await
                 .and_then(|b| {
-                    pb::ChunkResponse::decode(b)
+                    pb::ChunkResponse::decode(PartsReader::from(b))
                         .map(Reply::Chunk)
                         .map_err(|e| RpcError::Decode(e.to_string()))
                 }),
