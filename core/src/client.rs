@@ -37,6 +37,9 @@ pub struct ClientConfig {
     /// Data is pushed to the replicas in pieces of this size, this many in flight.
     pub push_piece: u64,
     pub push_window: usize,
+    /// Entries per page asked for when listing or checking a tree (0: the master's page
+    /// size, which is also the most it gives).
+    pub page: u32,
 }
 
 impl ClientConfig {
@@ -50,6 +53,7 @@ impl ClientConfig {
             rack: String::new(),
             push_piece: 1 << 20,
             push_window: 4,
+            page: 0,
         }
     }
 }
@@ -187,20 +191,39 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         .await
     }
 
+    /// The entries of the directory at `path`, in name order, asked for page by page
+    /// (the namespace may change between pages, as between two listings).
     pub async fn list(
         &self,
         path: &str,
         include_deleted: bool,
     ) -> Result<Vec<pb::FileInfo>, FsError> {
-        match self
-            .master(Req::List(pb::ListRequest {
-                path: path.into(),
-                include_deleted,
-            }))
-            .await?
-        {
-            Resp::List(l) => Ok(l.entries),
-            other => Err(unexpected(other)),
+        let mut out: Vec<pb::FileInfo> = Vec::new();
+        loop {
+            let start_after = out.last().map_or_else(String::new, |e| {
+                e.path.rsplit('/').next().unwrap_or_default().to_string()
+            });
+            let page = match self
+                .master(Req::List(pb::ListRequest {
+                    path: path.into(),
+                    include_deleted,
+                    start_after,
+                    limit: self.cfg.page,
+                }))
+                .await?
+            {
+                Resp::List(l) => l,
+                other => return Err(unexpected(other)),
+            };
+            if page.more && page.entries.is_empty() {
+                return Err(FsError::Internal(
+                    "the master said more entries follow but sent none".into(),
+                ));
+            }
+            out.extend(page.entries);
+            if !page.more {
+                return Ok(out);
+            }
         }
     }
 
@@ -226,9 +249,54 @@ impl<R: Runtime, T: Transport> Client<R, T> {
     /// (`tessera admin fsck`). `list_chunks` lists every file and chunk, not only those
     /// with problems.
     pub async fn fsck(&self, path: &str, list_chunks: bool) -> Result<pb::FsckResponse, FsError> {
+        let mut files = Vec::new();
+        let mut all = self
+            .fsck_pages(path, list_chunks, |page| files.extend(page))
+            .await?;
+        all.files = files;
+        Ok(all)
+    }
+
+    /// Fsck page by page, each page's files handed to `files` as it arrives (a tree of
+    /// millions of files need not be held at once); returns the totals (no files).
+    pub async fn fsck_pages(
+        &self,
+        path: &str,
+        list_chunks: bool,
+        mut files: impl FnMut(Vec<pb::FsckFile>),
+    ) -> Result<pb::FsckResponse, FsError> {
+        let mut all = pb::FsckResponse::default();
+        let mut after = String::new();
+        loop {
+            let mut page = self.fsck_page(path, list_chunks, &after).await?;
+            files(std::mem::take(&mut page.files));
+            let next = merge_fsck(&mut all, page);
+            if next.is_empty() {
+                return Ok(all);
+            }
+            // Pages go forward in path order (by components: "/a/b" before "/a-c").
+            if next.split('/').cmp(after.split('/')) != std::cmp::Ordering::Greater {
+                return Err(FsError::Internal(format!(
+                    "fsck went back from page after {after} to {next}"
+                )));
+            }
+            after = next;
+        }
+    }
+
+    /// One page of fsck: the entries after the full path `after` ("" for the first page);
+    /// the answer's `next` says where the next page starts ("" after the last).
+    pub async fn fsck_page(
+        &self,
+        path: &str,
+        list_chunks: bool,
+        after: &str,
+    ) -> Result<pb::FsckResponse, FsError> {
         let req = Req::Fsck(pb::FsckRequest {
             path: path.into(),
             list_chunks,
+            start_after: after.into(),
+            limit: self.cfg.page,
         });
         match self.master(req).await? {
             Resp::Fsck(r) => Ok(r),
@@ -707,6 +775,25 @@ impl<R: Runtime, T: Transport> Client<R, T> {
             .await?;
         Ok(id)
     }
+}
+
+/// Adds an fsck page to the answer so far (files appended, totals summed, the rest from
+/// the latest page); returns the page's `next`.
+pub fn merge_fsck(all: &mut pb::FsckResponse, page: pb::FsckResponse) -> String {
+    all.files.extend(page.files);
+    all.dirs += page.dirs;
+    all.total_files += page.total_files;
+    all.total_bytes += page.total_bytes;
+    all.total_chunks += page.total_chunks;
+    all.healthy += page.healthy;
+    all.under_replicated += page.under_replicated;
+    all.missing += page.missing;
+    all.empty += page.empty;
+    all.over_replicated += page.over_replicated;
+    all.single_rack += page.single_rack;
+    all.learning_for_ms = page.learning_for_ms;
+    all.chunk_size = page.chunk_size;
+    page.next
 }
 
 enum Appended {

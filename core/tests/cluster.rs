@@ -9,6 +9,7 @@ use tessera_core::chunkserver::ChunkserverConfig;
 use tessera_core::client::{Client, ClientConfig};
 use tessera_core::driver::{Quiet, chunkserver, master};
 use tessera_core::master::MasterConfig;
+use tessera_core::pb;
 use tessera_core::runtime::Runtime;
 use tessera_core::testkit::{MemChunkStore, MemMetaStore, MemNet, TestRuntime};
 
@@ -204,6 +205,71 @@ fn cluster_survives_chunkserver_loss_master_crash_and_corruption() {
             s.abort();
         }
         m.abort();
+    });
+}
+
+#[test]
+fn listings_and_fsck_come_page_by_page() {
+    let rt = TestRuntime::new(11);
+    let net = MemNet::new(rt.clone());
+    let rt2 = rt.clone();
+    rt.block_on(async move {
+        let rt = rt2;
+        let meta = MemMetaStore::default();
+        let _m = start_master(&rt, &net, &meta);
+        let disks: Vec<MemChunkStore> = (0..3).map(|_| MemChunkStore::default()).collect();
+        let _servers: Vec<AbortHandle> = disks
+            .iter()
+            .enumerate()
+            .map(|(i, d)| start_chunkserver(&rt, &net, d, i))
+            .collect();
+        rt.sleep(Duration::from_secs(2)).await;
+        let whole = Client::new(rt.clone(), net.clone(), ClientConfig::new("master"));
+        // Two entries per page: every answer below takes several pages.
+        let mut cfg = ClientConfig::new("master");
+        cfg.page = 2;
+        let paged = Client::new(rt.clone(), net.clone(), cfg);
+        whole.mkdir("/p/sub", true).await.unwrap();
+        let mut names = Vec::new();
+        for (i, f) in ["/p/a", "/p/b", "/p/c", "/p/sub/x", "/p/sub/y", "/p/z"]
+            .into_iter()
+            .enumerate()
+        {
+            whole.create(f, 3).await.unwrap();
+            whole.write(f, 0, data(1000, i as u8)).await.unwrap();
+            if !f.starts_with("/p/sub/") {
+                names.push(f.to_string());
+            }
+        }
+        names.insert(3, "/p/sub".into());
+        let listed: Vec<String> = paged
+            .list("/p", false)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.path)
+            .collect();
+        assert_eq!(listed, names);
+        // (Apart from how long the master has still to learn, which time moves on.)
+        let one = whole.fsck("/p", true).await.unwrap();
+        assert_eq!((one.dirs, one.total_files, one.total_chunks), (1, 6, 6));
+        let many = paged.fsck("/p", true).await.unwrap();
+        let learning = |r: &pb::FsckResponse| pb::FsckResponse {
+            learning_for_ms: 0,
+            ..r.clone()
+        };
+        assert_eq!(learning(&many), learning(&one));
+        let mut pages = 0;
+        let totals = paged
+            .fsck_pages("/p", true, |files| {
+                pages += 1;
+                assert!(files.len() <= 2);
+            })
+            .await
+            .unwrap();
+        assert_eq!(pages, 4, "7 entries, 2 a page");
+        assert_eq!(totals.total_files, 6);
+        assert!(totals.files.is_empty());
     });
 }
 

@@ -90,9 +90,19 @@ fn health_name(h: ChunkHealth) -> &'static str {
     }
 }
 
+/// The whole fsck answer: the files listed, then the summary.
 pub fn fsck_text(path: &str, r: &pb::FsckResponse) -> String {
+    let mut out = fsck_files_text(&r.files);
+    if !r.files.is_empty() {
+        out.push('\n');
+    }
+    out + &fsck_summary_text(path, r)
+}
+
+/// The files (and chunks) an fsck page lists, one line each, printed as pages arrive.
+pub fn fsck_files_text(files: &[pb::FsckFile]) -> String {
     let mut out = String::new();
-    for f in &r.files {
+    for f in files {
         let _ = writeln!(
             out,
             "{}{}: {} bytes, {} chunks, replication {}",
@@ -131,9 +141,12 @@ pub fn fsck_text(path: &str, r: &pb::FsckResponse) -> String {
             let _ = writeln!(out);
         }
     }
-    if !r.files.is_empty() {
-        let _ = writeln!(out);
-    }
+    out
+}
+
+/// The summary under the files: status and totals.
+pub fn fsck_summary_text(path: &str, r: &pb::FsckResponse) -> String {
+    let mut out = String::new();
     let status = if r.missing > 0 {
         "MISSING DATA"
     } else if r.under_replicated > 0 || r.single_rack > 0 {
@@ -248,6 +261,7 @@ mod tests {
             single_rack: 0,
             learning_for_ms: 0,
             chunk_size: 64 << 20,
+            next: String::new(),
         };
         insta::assert_snapshot!(fsck_text("/logs", &r));
     }

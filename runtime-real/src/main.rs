@@ -402,11 +402,19 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             cmd: AdminCmd::Fsck { path, list },
             m,
         } => {
+            // Each page's files printed as it arrives, the totals last.
+            let mut listed = false;
             let r = client(&m.master)
-                .fsck(&path, list)
+                .fsck_pages(&path, list, |files| {
+                    listed |= !files.is_empty();
+                    print!("{}", tessera::admin::fsck_files_text(&files));
+                })
                 .await
                 .map_err(|e| say(e, &path))?;
-            print!("{}", tessera::admin::fsck_text(&path, &r));
+            if listed {
+                println!();
+            }
+            print!("{}", tessera::admin::fsck_summary_text(&path, &r));
             if r.missing > 0 {
                 return Err(format!("{path}: {} chunks missing", r.missing));
             }

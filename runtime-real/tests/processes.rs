@@ -567,6 +567,19 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
         M::Fsck(pb::FsckRequest {
             path: "/../..".into(),
             list_chunks: true,
+            ..Default::default()
+        }),
+        M::Fsck(pb::FsckRequest {
+            path: "/".into(),
+            start_after: "no-slash".into(),
+            limit: u32::MAX,
+            ..Default::default()
+        }),
+        M::List(pb::ListRequest {
+            path: "/nope".into(),
+            start_after: "\0".into(),
+            limit: u32::MAX,
+            ..Default::default()
         }),
         M::ExtendFile(pb::ExtendFileRequest {
             path: "/nope".into(),

@@ -3,14 +3,17 @@
 //! locations and problems). Both are read-only and answered at once from memory, so they
 //! show the master's view: replica locations as the latest heartbeats reported them.
 //!
-//! Both scan the whole chunk table (fsck: the chunks under the path). That is fine for an
-//! operator's occasional look, not for a monitoring loop every second on a huge cluster.
+//! The report scans the whole chunk table. That is fine for an operator's occasional
+//! look, not for a monitoring loop every second on a huge cluster. Fsck of a tree comes
+//! in pages (`FSCK_PAGE` entries, `FSCK_CHUNKS_PAGE` chunks listed), each a walk of its
+//! own entries only, so no answer outgrows a message and the master is never busy with
+//! one request for long; the client asks for page after page.
 
 use std::collections::{HashMap, HashSet};
 
 use super::chunks::{Chunk, ServerIdx};
 use super::locks::{LockSet, Mode};
-use super::namespace::{DELETED_PREFIX, Node};
+use super::namespace::{DELETED_PREFIX, Node, Walked};
 use super::{Master, RequestId};
 use crate::error::FsError;
 use crate::pb::{self, ChunkHealth, master_response::Resp};
@@ -98,20 +101,39 @@ impl Master {
         if !self.lock(&set) {
             return Ok(false);
         }
-        let result = self.fsck(&path, r.list_chunks);
+        let limit = super::page_limit(r.limit, super::FSCK_PAGE);
+        let result = self.fsck(
+            &path,
+            r.list_chunks,
+            &r.start_after,
+            limit,
+            super::FSCK_CHUNKS_PAGE,
+        );
         self.locks.release(&set);
         self.reply(id, Resp::Fsck(result?));
         Ok(true)
     }
 
-    fn fsck(&self, path: &str, list_chunks: bool) -> Result<pb::FsckResponse, FsError> {
-        let entries: Vec<(String, &Node)> = if path == "/" {
-            self.meta.ns.walk()
+    /// One page of fsck: up to `limit` entries after `after` below `path` (a file is one
+    /// page of itself), ending early after the file that brings the chunks listed to
+    /// `chunk_budget`.
+    pub(super) fn fsck(
+        &self,
+        path: &str,
+        list_chunks: bool,
+        after: &str,
+        limit: usize,
+        chunk_budget: usize,
+    ) -> Result<pb::FsckResponse, FsError> {
+        let is_dir = path == "/" || matches!(self.meta.ns.get(path)?, Node::Dir { .. });
+        let (entries, mut more): (Walked<'_>, bool) = if is_dir {
+            self.meta.ns.walk_page(path, after, limit)?
+        } else if after.is_empty() {
+            (vec![(path.to_string(), self.meta.ns.get(path)?)], false)
         } else {
-            match self.meta.ns.get(path)? {
-                Node::Dir { .. } => self.meta.ns.walk_under(path)?,
-                file => vec![(path.to_string(), file)],
-            }
+            return Err(FsError::InvalidArgument(format!(
+                "{path} is a file: it has no page after {after}"
+            )));
         };
         let mut deleting: HashMap<ChunkHandle, Vec<String>> = HashMap::new();
         for (&server, hs) in &self.gc.deleting {
@@ -131,7 +153,14 @@ impl Master {
             chunk_size: self.cfg.chunk_size,
             ..Default::default()
         };
+        let (mut listed, mut last) = (0usize, String::new());
         for (p, node) in entries {
+            if listed >= chunk_budget {
+                // Enough for one message: the rest comes in the next page.
+                more = true;
+                break;
+            }
+            last.clone_from(&p);
             let f = match node {
                 Node::Dir { .. } => {
                     out.dirs += 1;
@@ -194,9 +223,13 @@ impl Master {
                     });
                 }
             }
+            listed += file.chunks.len();
             if list_chunks || !file.chunks.is_empty() {
                 out.files.push(file);
             }
+        }
+        if more {
+            out.next = last;
         }
         Ok(out)
     }

@@ -501,23 +501,30 @@ impl Master {
         if !self.lock(&set) {
             return Ok(false);
         }
-        let result = self.meta.ns.list(&path).map(|entries| {
-            entries
-                .into_iter()
-                .filter(|e| r.include_deleted || !e.name.starts_with(DELETED_PREFIX))
-                .map(|e| {
-                    let full = if path == "/" {
-                        format!("/{}", e.name)
-                    } else {
-                        format!("{path}/{}", e.name)
-                    };
-                    file_info(full, e.node)
-                })
-                .collect::<Vec<_>>()
-        });
+        let limit = page_limit(r.limit, LIST_PAGE);
+        let result = self
+            .meta
+            .ns
+            .list_after(&path, &r.start_after)
+            .map(|entries| {
+                entries
+                    .filter(|e| r.include_deleted || !e.name.starts_with(DELETED_PREFIX))
+                    .take(limit + 1)
+                    .map(|e| {
+                        let full = if path == "/" {
+                            format!("/{}", e.name)
+                        } else {
+                            format!("{path}/{}", e.name)
+                        };
+                        file_info(full, e.node)
+                    })
+                    .collect::<Vec<_>>()
+            });
         self.locks.release(&set);
-        let entries = result?;
-        self.reply(id, Resp::List(pb::ListResponse { entries }));
+        let mut entries = result?;
+        let more = entries.len() > limit;
+        entries.truncate(limit);
+        self.reply(id, Resp::List(pb::ListResponse { entries, more }));
         Ok(true)
     }
 
@@ -718,6 +725,22 @@ fn err(e: FsError) -> pb::MasterResponse {
     pb::MasterResponse {
         error: Some(e.to_pb()),
         resp: None,
+    }
+}
+
+/// Entries per listing page at most (HDFS lists 1000 at a time too): a reply stays far
+/// below the largest message, however big the directory.
+pub const LIST_PAGE: usize = 1000;
+/// Entries (files and directories) per fsck page at most.
+pub const FSCK_PAGE: usize = 10_000;
+/// Chunks an fsck page lists at most (a page ends after the file that reaches it).
+pub const FSCK_CHUNKS_PAGE: usize = 100_000;
+
+/// The page size a request asked for: `asked`, unless 0 or above `most`.
+fn page_limit(asked: u32, most: usize) -> usize {
+    match asked as usize {
+        0 => most,
+        n => n.min(most),
     }
 }
 

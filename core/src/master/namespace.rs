@@ -53,6 +53,9 @@ pub struct Namespace {
     files: u64,
 }
 
+/// Entries with their full paths, as a walk of the tree gives them.
+pub type Walked<'a> = Vec<(String, &'a Node)>;
+
 /// A listed entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry<'a> {
@@ -272,6 +275,26 @@ impl Namespace {
             .collect())
     }
 
+    /// Entries of the directory at `path` after the name `after` ("": from the first),
+    /// in name order.
+    pub fn list_after<'a>(
+        &'a self,
+        path: &str,
+        after: &str,
+    ) -> Result<impl Iterator<Item = Entry<'a>> + 'a, FsError> {
+        use std::ops::Bound;
+        let dir = self.dir_id(path)?;
+        let from = if after.is_empty() {
+            Bound::Included((dir, Box::<str>::from("")))
+        } else {
+            Bound::Excluded((dir, Box::<str>::from(after)))
+        };
+        Ok(self
+            .entries
+            .range((from, Bound::Excluded((dir + 1, Box::<str>::from("")))))
+            .map(|((_, name), node)| Entry { name, node }))
+    }
+
     pub fn add_chunk(&mut self, path: &str, handle: ChunkHandle) -> Result<(), FsError> {
         let f = self.file_mut(path)?;
         let mut v = std::mem::take(&mut f.chunks).into_vec();
@@ -329,11 +352,90 @@ impl Namespace {
         self.walk_from(ROOT, String::new())
     }
 
-    /// Every entry below the directory at `path`, parents before children.
-    pub fn walk_under(&self, path: &str) -> Result<Vec<(String, &Node)>, FsError> {
-        let dir = self.dir_id(path)?;
-        let prefix = if path == "/" { "" } else { path };
-        Ok(self.walk_from(dir, prefix.to_string()))
+    /// Up to `limit` entries below the directory at `path` in path order (a directory
+    /// just before what is in it, names in byte order), starting after the full path
+    /// `after` (empty: from the first); and whether more follow. `after` need not exist
+    /// any more: the page starts where it would be. Each entry costs a lookup, so a page
+    /// costs its own size, not the size of what came before it.
+    pub fn walk_page(
+        &self,
+        path: &str,
+        after: &str,
+        limit: usize,
+    ) -> Result<(Walked<'_>, bool), FsError> {
+        use std::ops::Bound;
+        struct Frame {
+            dir: DirId,
+            path: String,
+            /// Entries of `dir` after this name are still to come (None: all of them).
+            after: Option<Box<str>>,
+        }
+        let top = self.dir_id(path)?;
+        let top_path = if path == "/" { "" } else { path };
+        let mut stack = Vec::new();
+        if after.is_empty() {
+            stack.push(Frame {
+                dir: top,
+                path: top_path.to_string(),
+                after: None,
+            });
+        } else {
+            let (outer, inner) = (path::components(path)?, path::components(after)?);
+            if inner.len() <= outer.len() || inner[..outer.len()] != outer[..] {
+                return Err(FsError::InvalidArgument(format!(
+                    "{after} is not below {path}"
+                )));
+            }
+            let rel = &inner[outer.len()..];
+            let (mut dir, mut at) = (top, top_path.to_string());
+            for (i, &c) in rel.iter().enumerate() {
+                stack.push(Frame {
+                    dir,
+                    path: at.clone(),
+                    after: Some(c.into()),
+                });
+                // What is inside `c` comes before the entries after it.
+                let Some(Node::Dir { id, .. }) = self.entries.get(&(dir, Box::from(c))) else {
+                    break;
+                };
+                at = format!("{at}/{c}");
+                if i + 1 == rel.len() {
+                    stack.push(Frame {
+                        dir: *id,
+                        path: at,
+                        after: None,
+                    });
+                    break;
+                }
+                dir = *id;
+            }
+        }
+        let mut out = Vec::new();
+        while let Some(frame) = stack.last_mut() {
+            let from = match &frame.after {
+                Some(name) => Bound::Excluded((frame.dir, name.clone())),
+                None => Bound::Included((frame.dir, Box::<str>::from(""))),
+            };
+            let end = Bound::Excluded((frame.dir + 1, Box::<str>::from("")));
+            let Some(((_, name), node)) = self.entries.range((from, end)).next() else {
+                stack.pop();
+                continue;
+            };
+            if out.len() == limit {
+                return Ok((out, true));
+            }
+            frame.after = Some(name.clone());
+            let full = format!("{}/{name}", frame.path);
+            if let Node::Dir { id, .. } = node {
+                stack.push(Frame {
+                    dir: *id,
+                    path: full.clone(),
+                    after: None,
+                });
+            }
+            out.push((full, node));
+        }
+        Ok((out, false))
     }
 
     fn walk_from(&self, top: DirId, top_path: String) -> Vec<(String, &Node)> {
@@ -394,5 +496,96 @@ mod tests {
         let pos = |p: &str| paths.iter().position(|x| x == p).unwrap();
         assert!(pos("/a") < pos("/a/f"));
         assert_eq!(paths.len(), 3);
+    }
+
+    /// Every path below `dir` in path order, built from listings alone.
+    fn in_path_order(ns: &Namespace, dir: &str, out: &mut Vec<String>) {
+        for e in ns.list(dir).unwrap() {
+            let p = if dir == "/" {
+                format!("/{}", e.name)
+            } else {
+                format!("{dir}/{}", e.name)
+            };
+            out.push(p.clone());
+            if matches!(e.node, Node::Dir { .. }) {
+                in_path_order(ns, &p, out);
+            }
+        }
+    }
+
+    /// Pages of `limit`, each after the last path of the one before, until no more.
+    fn all_pages(ns: &Namespace, top: &str, limit: usize) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        loop {
+            let after = out.last().cloned().unwrap_or_default();
+            let (page, more) = ns.walk_page(top, &after, limit).unwrap();
+            assert!(page.len() <= limit);
+            out.extend(page.into_iter().map(|(p, _)| p));
+            if !more {
+                return out;
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn pages_of_any_size_walk_the_tree_in_path_order(
+            paths in proptest::collection::vec(
+                (proptest::collection::vec(0usize..4, 1..4), proptest::bool::ANY),
+                0..24,
+            ),
+            limit in 1usize..6,
+        ) {
+            // Names where byte order and path order differ ("a-c" sorts before "a/…").
+            const NAMES: [&str; 4] = ["a", "a-c", "b", "c"];
+            let mut ns = Namespace::new();
+            for (comps, dir) in &paths {
+                let p = format!("/{}", comps.iter().map(|&i| NAMES[i]).collect::<Vec<_>>().join("/"));
+                let _ = if *dir { ns.mkdir(&p, 1) } else { ns.create(&p, 1, 1) };
+            }
+            for top in ["/", "/a", "/b"] {
+                if ns.dir_id(top).is_err() {
+                    continue;
+                }
+                let mut want = Vec::new();
+                in_path_order(&ns, top, &mut want);
+                proptest::prop_assert_eq!(all_pages(&ns, top, limit), want.clone());
+                proptest::prop_assert_eq!(all_pages(&ns, top, usize::MAX), want);
+            }
+        }
+    }
+
+    #[test]
+    fn a_page_starts_where_a_vanished_path_would_be() {
+        let mut ns = Namespace::new();
+        for d in ["/a", "/a/b", "/c"] {
+            ns.mkdir(d, 1).unwrap();
+        }
+        for f in ["/a/b/f", "/a/b/g", "/a/z", "/c/h"] {
+            ns.create(f, 1, 1).unwrap();
+        }
+        let (first, more) = ns.walk_page("/", "", 3).unwrap();
+        let first: Vec<_> = first.into_iter().map(|(p, _)| p).collect();
+        assert_eq!(first, ["/a", "/a/b", "/a/b/f"]);
+        assert!(more);
+        // The directory the cursor was in is gone: the walk goes on after it.
+        ns.remove("/a/b").unwrap();
+        let (next, more) = ns.walk_page("/", "/a/b/f", 10).unwrap();
+        let next: Vec<_> = next.into_iter().map(|(p, _)| p).collect();
+        assert_eq!(next, ["/a/z", "/c", "/c/h"]);
+        assert!(!more);
+        // A cursor outside the tree walked is refused.
+        assert!(matches!(
+            ns.walk_page("/c", "/a/z", 10),
+            Err(FsError::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            ns.walk_page("/c", "/c", 10),
+            Err(FsError::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            ns.walk_page("/a/z", "", 10),
+            Err(FsError::NotADirectory(_))
+        ));
     }
 }

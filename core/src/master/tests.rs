@@ -214,6 +214,7 @@ fn listing(h: &mut H, p: &str, include_deleted: bool) -> Vec<String> {
         .call(MReq::List(pb::ListRequest {
             path: p.into(),
             include_deleted,
+            ..Default::default()
         }))
         .resp
     {
@@ -897,6 +898,7 @@ fn visible(h: &mut H) -> BTreeMap<String, (bool, u64)> {
         let r = h.call(MReq::List(pb::ListRequest {
             path: d,
             include_deleted: false,
+            ..Default::default()
         }));
         let Some(Resp::List(l)) = r.resp else {
             panic!("{r:?}")
@@ -1307,6 +1309,7 @@ fn fsck(h: &mut H, path: &str, list_chunks: bool) -> Result<pb::FsckResponse, Fs
     let r = h.call(MReq::Fsck(pb::FsckRequest {
         path: path.into(),
         list_chunks,
+        ..Default::default()
     }));
     match r {
         pb::MasterResponse { error: Some(e), .. } => Err(FsError::from_pb(&e)),
@@ -1420,6 +1423,113 @@ fn report_and_fsck_show_servers_and_chunk_health() {
     assert!(matches!(
         fsck(&mut h, "/nope", false),
         Err(FsError::NotFound(_))
+    ));
+}
+
+#[test]
+fn listings_come_in_pages_that_add_up_to_the_whole() {
+    let mut h = H::new();
+    assert!(is_ok(&h.call(mkdir("/d"))));
+    for name in ["a", "b", "c", "d", "e", "f", "g"] {
+        h.call(create(&format!("/d/{name}")));
+    }
+    h.call(delete("/d/c"));
+    let page = |h: &mut H, after: &str, limit: u32, include_deleted: bool| {
+        let r = h.call(MReq::List(pb::ListRequest {
+            path: "/d".into(),
+            include_deleted,
+            start_after: after.into(),
+            limit,
+        }));
+        let Some(Resp::List(l)) = r.resp else {
+            panic!("{r:?}")
+        };
+        let names: Vec<String> = l
+            .entries
+            .iter()
+            .map(|e| e.path.rsplit('/').next().unwrap().to_string())
+            .collect();
+        (names, l.more)
+    };
+    assert_eq!(
+        page(&mut h, "", 3, false),
+        (vec!["a".into(), "b".into(), "d".into()], true)
+    );
+    assert_eq!(
+        page(&mut h, "d", 3, false),
+        (vec!["e".into(), "f".into(), "g".into()], false)
+    );
+    // A name that is not there: the page starts where it would be.
+    assert_eq!(page(&mut h, "dd", 1, false), (vec!["e".into()], true));
+    // Hidden entries are skipped without shortening a page, and shown when asked for.
+    let (hidden, _) = page(&mut h, "", 2, true);
+    assert!(hidden[0].starts_with(DELETED_PREFIX), "{hidden:?}");
+    // Nothing asked or too much asked: the master's page size.
+    assert_eq!(page(&mut h, "", 0, false).0.len(), 6);
+    assert_eq!(page(&mut h, "", u32::MAX, false).0.len(), 6);
+    assert_eq!(listing(&mut h, "/d", false).len(), 6);
+}
+
+#[test]
+fn fsck_pages_add_up_to_one_fsck_of_the_whole_tree() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    for d in ["/a", "/a/b", "/a-c", "/z"] {
+        assert!(is_ok(&h.call(mkdir(d))));
+    }
+    for f in ["/a/b/f", "/a/b/g", "/a/x", "/a-c/y", "/top"] {
+        h.call(create(f));
+        h.write_target(f, 0).unwrap();
+    }
+    let whole = fsck(&mut h, "/", true).unwrap();
+    assert!(whole.next.is_empty());
+    assert_eq!(
+        (whole.dirs, whole.total_files, whole.total_chunks),
+        (4, 5, 5)
+    );
+    for limit in 1..=10 {
+        let mut all = pb::FsckResponse::default();
+        let mut after = String::new();
+        let mut pages = 0;
+        loop {
+            let r = h.call(MReq::Fsck(pb::FsckRequest {
+                path: "/".into(),
+                list_chunks: true,
+                start_after: after.clone(),
+                limit,
+            }));
+            let Some(Resp::Fsck(page)) = r.resp else {
+                panic!("{r:?}")
+            };
+            pages += 1;
+            after = crate::client::merge_fsck(&mut all, page);
+            if after.is_empty() {
+                break;
+            }
+        }
+        assert_eq!(all, whole, "pages of {limit}");
+        assert_eq!(pages, 9_u32.div_ceil(limit).max(1), "pages of {limit}");
+    }
+    let paths: Vec<_> = whole.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(paths, ["/a/b/f", "/a/b/g", "/a/x", "/a-c/y", "/top"]);
+    // A page also ends once it lists enough chunks, after the file that got there.
+    let small = h.m.fsck("/", true, "", 100, 2).unwrap();
+    let paths: Vec<_> = small.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(paths, ["/a/b/f", "/a/b/g"]);
+    assert_eq!(small.next, "/a/b/g");
+    // A file is one page of itself; a cursor that is not below the path is refused.
+    let file = |h: &mut H, after: &str| {
+        h.call(MReq::Fsck(pb::FsckRequest {
+            path: "/a/x".into(),
+            start_after: after.into(),
+            ..Default::default()
+        }))
+    };
+    assert!(is_ok(&file(&mut h, "")));
+    assert!(!is_ok(&file(&mut h, "/a/x/y")));
+    assert!(matches!(
+        h.m.fsck("/a", false, "/z", 10, 10),
+        Err(FsError::InvalidArgument(_))
     ));
 }
 
