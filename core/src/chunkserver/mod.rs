@@ -347,7 +347,8 @@ pub struct Chunkserver {
     busy: HashSet<ChunkHandle>,
     pending: HashMap<OpId, Pending>,
     calls: HashMap<CallId, CallCtx>,
-    /// As primary: the mutation to forward once the local write is durable, per chunk.
+    /// As primary: the mutation to forward once the local write is durable, per chunk,
+    /// while its job runs.
     forwards: HashMap<ChunkHandle, Forward>,
     /// As primary: mutations out to the secondaries, by chunk and serial. Several may be
     /// out at once: the next mutation starts once this one is applied locally.
@@ -602,6 +603,9 @@ impl Chunkserver {
             self.busy.remove(&h),
             "finishing chunk {h}, which was not busy"
         );
+        // A mutation's forward lives only as long as its job: one that failed here never
+        // reached `after_commit`, and must not be taken for the next mutation's.
+        self.forwards.remove(&h);
         self.run_next(h);
     }
 

@@ -906,6 +906,33 @@ fn primary_answers_after_every_secondary_applied() {
 }
 
 #[test]
+fn a_write_that_failed_on_the_primary_leaves_nothing_to_forward() {
+    for stored in [false, true] {
+        let mut h = H::new();
+        h.create(1);
+        h.disk.fail_write = Some(stored);
+        let r = h.req(R::Write(pb::WriteChunkRequest {
+            handle: 1,
+            version: 1,
+            offset: 0,
+            data: Bytes::from_static(b"abc"),
+            secondaries: vec!["cs1".into(), "cs2".into()],
+            client_id: 1,
+            client_seq: 1,
+            data_id: 0,
+        }));
+        assert!(r.error.is_some(), "{r:?}");
+        assert!(h.calls.is_empty(), "a failed write was forwarded");
+        // The next mutation this server applies is another primary's: it is answered
+        // here and now, not taken for the failed write and sent on to its secondaries.
+        let r = send_apply(&mut h, 1, 0, b"zz");
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert!(r[0].1.error.is_none(), "{r:?}");
+        assert!(h.calls.is_empty(), "forwarded: {:?}", h.calls);
+    }
+}
+
+#[test]
 fn a_grant_applied_too_late_is_refused() {
     let mut h = H::new();
     let req = pb::ChunkRequest {
