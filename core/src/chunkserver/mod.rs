@@ -243,7 +243,6 @@ enum Pending {
 #[derive(Debug)]
 struct Forward {
     version: Version,
-    serial: u64,
     offset: u64,
     data: Bytes,
     /// Non-zero: the secondaries have the data pushed under this id.
@@ -253,14 +252,25 @@ struct Forward {
     reply: pb::ChunkResponse,
 }
 
-/// As primary: a mutation out to the secondaries.
+/// One replica's answer to a mutation, as the primary counts them.
+#[derive(Debug)]
+enum Settled {
+    /// This server's own write: done, or how it failed.
+    Local(Option<FsError>),
+    /// A secondary's answer: applied, or how it failed.
+    Secondary(Option<FsError>),
+}
+
+/// As primary: a mutation being applied here and on the secondaries at once.
 #[derive(Debug)]
 struct Forwarding {
     id: RequestId,
-    /// Answers still awaited.
+    /// Answers still awaited: one per secondary, and this server's own write.
     waiting: usize,
-    /// The first failure.
+    /// The first failure of a secondary.
     error: Option<FsError>,
+    /// The failure of this server's own write.
+    local: Option<FsError>,
     reply: pb::ChunkResponse,
     /// The client was answered already (only by the planted early-ack bug).
     answered: bool,
@@ -347,9 +357,9 @@ pub struct Chunkserver {
     busy: HashSet<ChunkHandle>,
     pending: HashMap<OpId, Pending>,
     calls: HashMap<CallId, CallCtx>,
-    /// As primary: the mutation to forward once the local write is durable, per chunk,
-    /// while its job runs.
-    forwards: HashMap<ChunkHandle, Forward>,
+    /// As primary: the serial of the mutation whose local write is the job running on
+    /// the chunk (it lives only as long as that job).
+    forwards: HashMap<ChunkHandle, u64>,
     /// As primary: mutations out to the secondaries, by chunk and serial. Several may be
     /// out at once: the next mutation starts once this one is applied locally.
     forwarding: HashMap<(ChunkHandle, u64), Forwarding>,
@@ -603,13 +613,22 @@ impl Chunkserver {
             self.busy.remove(&h),
             "finishing chunk {h}, which was not busy"
         );
-        // A mutation's forward lives only as long as its job: one that failed here never
-        // reached `after_commit`, and must not be taken for the next mutation's.
+        // A mutation's mark lives only as long as its job, and must not be taken for the
+        // next mutation's.
         self.forwards.remove(&h);
         self.run_next(h);
     }
 
     fn done(&mut self, h: ChunkHandle, id: RequestId, resp: pb::ChunkResponse) {
+        if let Some(serial) = self.forwards.remove(&h) {
+            // The primary's own write failed; the secondaries' answers may still be out.
+            let e = resp.error.as_ref().map_or_else(
+                || FsError::Internal("a mutation ended without its write".into()),
+                FsError::from_pb,
+            );
+            self.settle(h, serial, Settled::Local(Some(e)));
+            return self.finish(h);
+        }
         self.out.replies.push((id, resp));
         self.finish(h);
     }
@@ -822,15 +841,13 @@ impl Chunkserver {
         *seen = r.client_seq;
         let forward = Forward {
             version: r.version,
-            serial: 0,
             offset: r.offset,
             data: data.clone(),
             data_id: r.data_id,
             secondaries: r.secondaries,
             reply: empty(),
         };
-        self.forwards.insert(h, forward);
-        self.apply_local(id, h, r.offset, data)
+        self.mutate(id, h, forward)
     }
 
     /// A record append: the primary picks the offset, its copy's end. A record that does
@@ -882,9 +899,8 @@ impl Chunkserver {
         tracing::debug!(chunk = h, server = %self.cfg.address, offset, len = data.len(), full, "record append");
         let forward = Forward {
             version: r.version,
-            serial: 0,
             offset,
-            data: data.clone(),
+            data,
             data_id,
             secondaries: r.secondaries,
             reply: ok(Resp::Append(pb::AppendChunkResponse {
@@ -892,8 +908,61 @@ impl Chunkserver {
                 chunk_full: full,
             })),
         };
-        self.forwards.insert(h, forward);
-        self.apply_local(id, h, offset, data)
+        self.mutate(id, h, forward)
+    }
+
+    /// As primary: gives the mutation the chunk's next serial, sends it to the
+    /// secondaries and writes it here, all at once; the client is answered once every
+    /// replica has applied it. The chunk's next mutation starts when this server's own
+    /// write is done, so serials still follow the order of local writes, and the
+    /// secondaries apply them in serial order however the network delivers them.
+    fn mutate(
+        &mut self,
+        id: RequestId,
+        h: ChunkHandle,
+        f: Forward,
+    ) -> Result<Option<pb::ChunkResponse>, FsError> {
+        self.check_range(f.offset, f.data.len())?;
+        let c = self.chunks.get_mut(&h).expect("usable");
+        c.serial += 1;
+        let serial = c.serial;
+        self.forwarding.insert(
+            (h, serial),
+            Forwarding {
+                id,
+                waiting: f.secondaries.len() + 1,
+                error: None,
+                local: None,
+                reply: f.reply,
+                answered: false,
+            },
+        );
+        if !f.secondaries.is_empty() {
+            tracing::debug!(chunk = h, server = %self.cfg.address, serial, offset = f.offset, len = f.data.len(), to = ?f.secondaries, "forwarding mutation");
+        }
+        for to in f.secondaries {
+            let req = pb::ChunkRequest {
+                req: Some(Req::Apply(pb::ApplyMutationRequest {
+                    handle: h,
+                    version: f.version,
+                    serial,
+                    offset: f.offset,
+                    data: if f.data_id == 0 {
+                        f.data.clone()
+                    } else {
+                        Bytes::new()
+                    },
+                    data_id: f.data_id,
+                })),
+            };
+            self.call(
+                Dest::Peer(to),
+                Outgoing::Chunk(req),
+                CallCtx::Forward { h, serial },
+            );
+        }
+        self.forwards.insert(h, serial);
+        self.apply_local(id, h, f.offset, f.data)
     }
 
     /// A mutation from the primary, in its serial order.
@@ -1647,69 +1716,23 @@ impl Chunkserver {
         }
     }
 
-    /// The local write is durable. As primary, give the mutation the next serial, forward
-    /// it to the secondaries and answer once they all have; the next mutation on the
-    /// chunk may start meanwhile (serials keep the order on every replica). As secondary,
-    /// answer now, and let a mutation held for this one go next.
+    /// The local write is durable. As primary, count this replica in (the client is
+    /// answered once the secondaries have too), and let the next mutation on the chunk
+    /// start. As secondary, answer now, and let a mutation held for this one go next.
     fn after_commit(&mut self, h: ChunkHandle, id: RequestId) {
-        let Some(mut f) = self.forwards.remove(&h) else {
-            let next = self.chunks.get(&h).map(|c| c.serial + 1);
-            if let Some(held) = next.and_then(|s| self.held.remove(&(h, s))) {
-                let (hid, r, _) = held;
-                self.queues
-                    .entry(h)
-                    .or_default()
-                    .push_front(Job::Released(hid, r));
-            }
-            return self.done(h, id, empty());
-        };
-        // Serials are given here, in the order mutations are applied locally, so a
-        // mutation that failed before this point leaves no gap.
-        let c = self.chunks.get_mut(&h).expect("just committed");
-        c.serial += 1;
-        f.serial = c.serial;
-        if f.secondaries.is_empty() {
-            return self.done(h, id, f.reply);
+        if let Some(serial) = self.forwards.remove(&h) {
+            self.settle(h, serial, Settled::Local(None));
+            return self.finish(h);
         }
-        tracing::debug!(chunk = h, server = %self.cfg.address, serial = f.serial, offset = f.offset, len = f.data.len(), to = ?f.secondaries, "forwarding mutation");
-        // Planted bug: the primary answers before the secondaries have applied.
-        let answered = cfg!(feature = "plant-early-ack");
-        if answered {
-            self.out.replies.push((id, f.reply.clone()));
+        let next = self.chunks.get(&h).map(|c| c.serial + 1);
+        if let Some(held) = next.and_then(|s| self.held.remove(&(h, s))) {
+            let (hid, r, _) = held;
+            self.queues
+                .entry(h)
+                .or_default()
+                .push_front(Job::Released(hid, r));
         }
-        let serial = f.serial;
-        self.forwarding.insert(
-            (h, serial),
-            Forwarding {
-                id,
-                waiting: f.secondaries.len(),
-                error: None,
-                reply: f.reply,
-                answered,
-            },
-        );
-        for to in f.secondaries {
-            let req = pb::ChunkRequest {
-                req: Some(Req::Apply(pb::ApplyMutationRequest {
-                    handle: h,
-                    version: f.version,
-                    serial: f.serial,
-                    offset: f.offset,
-                    data: if f.data_id == 0 {
-                        f.data.clone()
-                    } else {
-                        Bytes::new()
-                    },
-                    data_id: f.data_id,
-                })),
-            };
-            self.call(
-                Dest::Peer(to),
-                Outgoing::Chunk(req),
-                CallCtx::Forward { h, serial },
-            );
-        }
-        self.finish(h);
+        self.done(h, id, empty())
     }
 
     fn on_forward_result(&mut self, h: ChunkHandle, serial: u64, result: Result<Reply, RpcError>) {
@@ -1723,33 +1746,57 @@ impl Chunkserver {
             }
             Err(e) => Some(FsError::Unavailable(format!("secondary: {e}"))),
         };
+        self.settle(h, serial, Settled::Secondary(error));
+    }
+
+    /// One replica's answer to a mutation; the client's answer once all are in: the
+    /// mutation's reply if every replica applied it, else the primary's own failure, else
+    /// a secondary's. Any failure leaves the region inconsistent; the writer retries.
+    fn settle(&mut self, h: ChunkHandle, serial: u64, answer: Settled) {
         let Some(entry) = self.forwarding.get_mut(&(h, serial)) else {
             return;
         };
         entry.waiting -= 1;
-        if entry.error.is_none() {
-            entry.error = error;
-        }
-        if entry.waiting == 0 {
-            let Forwarding {
-                id,
-                error,
-                reply,
-                answered,
-                ..
-            } = self.forwarding.remove(&(h, serial)).expect("present");
-            if answered {
-                return;
+        match answer {
+            Settled::Local(e) => {
+                entry.local = e;
+                // Planted bug: the primary answers once its own write is done, before the
+                // secondaries have applied.
+                if cfg!(feature = "plant-early-ack") && entry.local.is_none() && entry.waiting > 0 {
+                    entry.answered = true;
+                    let (id, reply) = (entry.id, entry.reply.clone());
+                    self.out.replies.push((id, reply));
+                    return;
+                }
             }
-            // Any failure leaves the region inconsistent; the writer retries.
-            let resp = match error {
-                None => reply,
-                Some(e) => err(FsError::Unavailable(format!(
-                    "mutation not applied everywhere: {e}"
-                ))),
-            };
-            self.out.replies.push((id, resp));
+            Settled::Secondary(e) => {
+                if entry.error.is_none() {
+                    entry.error = e;
+                }
+            }
         }
+        if entry.waiting > 0 {
+            return;
+        }
+        let Forwarding {
+            id,
+            error,
+            local,
+            reply,
+            answered,
+            ..
+        } = self.forwarding.remove(&(h, serial)).expect("present");
+        if answered {
+            return;
+        }
+        let resp = match (local, error) {
+            (None, None) => reply,
+            (Some(e), _) => err(e),
+            (None, Some(e)) => err(FsError::Unavailable(format!(
+                "mutation not applied everywhere: {e}"
+            ))),
+        };
+        self.out.replies.push((id, resp));
     }
 
     fn on_call_result(&mut self, id: CallId, result: Result<Reply, RpcError>) {

@@ -905,27 +905,68 @@ fn primary_answers_after_every_secondary_applied() {
     assert_eq!(a.serial, 2);
 }
 
+fn write_to(secondaries: &[&str], seq: u64) -> Input {
+    Input::Request {
+        id: 900 + seq,
+        arrived: Time(1),
+        req: pb::ChunkRequest {
+            req: Some(R::Write(pb::WriteChunkRequest {
+                handle: 1,
+                version: 1,
+                offset: 0,
+                data: Bytes::from_static(b"abc"),
+                secondaries: secondaries.iter().map(|s| s.to_string()).collect(),
+                client_id: 1,
+                client_seq: seq,
+                data_id: 0,
+            })),
+        },
+    }
+}
+
 #[test]
-fn a_write_that_failed_on_the_primary_leaves_nothing_to_forward() {
+fn the_secondaries_get_a_mutation_while_the_primary_writes_it() {
+    let mut h = H::new();
+    h.create(1);
+    let e = h.cs.handle(h.now, write_to(&["cs1", "cs2"], 1));
+    assert_eq!(e.calls.len(), 2, "sent to both secondaries at once");
+    assert_eq!(e.store.len(), 1, "and written here at the same time");
+    assert!(e.replies.is_empty());
+}
+
+#[test]
+fn a_write_that_failed_on_the_primary_fails_once_the_secondaries_answer() {
     for stored in [false, true] {
         let mut h = H::new();
         h.create(1);
         h.disk.fail_write = Some(stored);
-        let r = h.req(R::Write(pb::WriteChunkRequest {
-            handle: 1,
-            version: 1,
-            offset: 0,
-            data: Bytes::from_static(b"abc"),
-            secondaries: vec!["cs1".into(), "cs2".into()],
-            client_id: 1,
-            client_seq: 1,
-            data_id: 0,
-        }));
-        assert!(r.error.is_some(), "{r:?}");
-        assert!(h.calls.is_empty(), "a failed write was forwarded");
+        assert!(h.run(write_to(&["cs1", "cs2"], 1)).is_empty());
+        let forwards = std::mem::take(&mut h.calls);
+        assert_eq!(forwards.len(), 2);
+        let ok = || {
+            Ok(Reply::Chunk(pb::ChunkResponse {
+                error: None,
+                resp: Some(Resp::Empty(pb::Empty {})),
+            }))
+        };
+        assert!(
+            h.run(Input::CallResult {
+                id: forwards[0].id,
+                result: ok()
+            })
+            .is_empty()
+        );
+        let r = h.run(Input::CallResult {
+            id: forwards[1].id,
+            result: ok(),
+        });
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!(r[0].0, 901);
+        let e = r[0].1.error.as_ref().expect("the primary's write failed");
+        assert_eq!(e.code(), pb::ErrorCode::NoSpace, "{e:?}");
         // The next mutation this server applies is another primary's: it is answered
-        // here and now, not taken for the failed write and sent on to its secondaries.
-        let r = send_apply(&mut h, 1, 0, b"zz");
+        // here and now, not taken for the failed write.
+        let r = send_apply(&mut h, 2, 0, b"zz");
         assert_eq!(r.len(), 1, "{r:?}");
         assert!(r[0].1.error.is_none(), "{r:?}");
         assert!(h.calls.is_empty(), "forwarded: {:?}", h.calls);
