@@ -74,6 +74,21 @@ fn start_chunkserver(
     handle
 }
 
+/// `n` chunkservers on fresh in-memory disks: the disks, and a handle to stop each.
+fn start_chunkservers(
+    rt: &TestRuntime,
+    net: &MemNet,
+    n: usize,
+) -> (Vec<MemChunkStore>, Vec<AbortHandle>) {
+    let disks: Vec<MemChunkStore> = (0..n).map(|_| MemChunkStore::default()).collect();
+    let servers = disks
+        .iter()
+        .enumerate()
+        .map(|(i, d)| start_chunkserver(rt, net, d, i))
+        .collect();
+    (disks, servers)
+}
+
 fn data(len: usize, seed: u8) -> Bytes {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
@@ -90,12 +105,7 @@ fn cluster_survives_chunkserver_loss_master_crash_and_corruption() {
         let rt = rt2;
         let meta = MemMetaStore::default();
         let mut m = start_master(&rt, &net, &meta);
-        let disks: Vec<MemChunkStore> = (0..4).map(|_| MemChunkStore::default()).collect();
-        let mut servers: Vec<AbortHandle> = disks
-            .iter()
-            .enumerate()
-            .map(|(i, d)| start_chunkserver(&rt, &net, d, i))
-            .collect();
+        let (disks, mut servers) = start_chunkservers(&rt, &net, 4);
         rt.sleep(Duration::from_secs(2)).await;
 
         let mut cfg = ClientConfig::new("master");
@@ -217,12 +227,7 @@ fn listings_and_fsck_come_page_by_page() {
         let rt = rt2;
         let meta = MemMetaStore::default();
         let _m = start_master(&rt, &net, &meta);
-        let disks: Vec<MemChunkStore> = (0..3).map(|_| MemChunkStore::default()).collect();
-        let _servers: Vec<AbortHandle> = disks
-            .iter()
-            .enumerate()
-            .map(|(i, d)| start_chunkserver(&rt, &net, d, i))
-            .collect();
+        let (_disks, _servers) = start_chunkservers(&rt, &net, 3);
         rt.sleep(Duration::from_secs(2)).await;
         let whole = Client::new(rt.clone(), net.clone(), ClientConfig::new("master"));
         // Two entries per page: every answer below takes several pages.
@@ -282,12 +287,7 @@ fn a_chunk_stuck_on_disk_holds_up_no_other_chunk() {
         let rt = rt2;
         let meta = MemMetaStore::default();
         let _m = start_master(&rt, &net, &meta);
-        let disks: Vec<MemChunkStore> = (0..3).map(|_| MemChunkStore::default()).collect();
-        let _servers: Vec<AbortHandle> = disks
-            .iter()
-            .enumerate()
-            .map(|(i, d)| start_chunkserver(&rt, &net, d, i))
-            .collect();
+        let (disks, _servers) = start_chunkservers(&rt, &net, 3);
         rt.sleep(Duration::from_secs(2)).await;
         let mut cfg = ClientConfig::new("master");
         cfg.rpc_timeout = Duration::from_secs(10);
@@ -338,12 +338,7 @@ fn concurrent_record_appends_land_whole_and_at_least_once() {
         let rt = rt2;
         let meta = MemMetaStore::default();
         let _m = start_master(&rt, &net, &meta);
-        let disks: Vec<MemChunkStore> = (0..3).map(|_| MemChunkStore::default()).collect();
-        let _servers: Vec<AbortHandle> = disks
-            .iter()
-            .enumerate()
-            .map(|(i, d)| start_chunkserver(&rt, &net, d, i))
-            .collect();
+        let (_disks, _servers) = start_chunkservers(&rt, &net, 3);
         rt.sleep(Duration::from_secs(2)).await;
         let mut cfg = ClientConfig::new("master");
         cfg.rpc_timeout = Duration::from_secs(2);
@@ -407,12 +402,7 @@ fn same_seed_same_run() {
             let rt = rt2;
             let meta = MemMetaStore::default();
             let m = start_master(&rt, &net, &meta);
-            let disks: Vec<MemChunkStore> = (0..5).map(|_| MemChunkStore::default()).collect();
-            let s: Vec<_> = disks
-                .iter()
-                .enumerate()
-                .map(|(i, d)| start_chunkserver(&rt, &net, d, i))
-                .collect();
+            let (disks, s) = start_chunkservers(&rt, &net, 5);
             rt.sleep(Duration::from_secs(2)).await;
             let client = Client::new(rt.clone(), net.clone(), ClientConfig::new("master"));
             for i in 0..4 {

@@ -856,16 +856,10 @@ fn primary_answers_after_every_secondary_applied() {
         };
         assert_eq!((a.serial, &a.data[..]), (1, &b"abc"[..]));
     }
-    let ok = || {
-        Ok(Reply::Chunk(pb::ChunkResponse {
-            error: None,
-            resp: Some(Resp::Empty(pb::Empty {})),
-        }))
-    };
     assert!(
         h.run(Input::CallResult {
             id: forwards[0].id,
-            result: ok()
+            result: applied()
         })
         .is_empty()
     );
@@ -903,6 +897,14 @@ fn primary_answers_after_every_secondary_applied() {
         panic!()
     };
     assert_eq!(a.serial, 2);
+}
+
+/// A secondary's answer: the mutation is applied.
+fn applied() -> Result<Reply, RpcError> {
+    Ok(Reply::Chunk(pb::ChunkResponse {
+        error: None,
+        resp: Some(Resp::Empty(pb::Empty {})),
+    }))
 }
 
 fn write_to(secondaries: &[&str], seq: u64) -> Input {
@@ -943,22 +945,16 @@ fn a_write_that_failed_on_the_primary_fails_once_the_secondaries_answer() {
         assert!(h.run(write_to(&["cs1", "cs2"], 1)).is_empty());
         let forwards = std::mem::take(&mut h.calls);
         assert_eq!(forwards.len(), 2);
-        let ok = || {
-            Ok(Reply::Chunk(pb::ChunkResponse {
-                error: None,
-                resp: Some(Resp::Empty(pb::Empty {})),
-            }))
-        };
         assert!(
             h.run(Input::CallResult {
                 id: forwards[0].id,
-                result: ok()
+                result: applied()
             })
             .is_empty()
         );
         let r = h.run(Input::CallResult {
             id: forwards[1].id,
-            result: ok(),
+            result: applied(),
         });
         assert_eq!(r.len(), 1, "{r:?}");
         assert_eq!(r[0].0, 901);
