@@ -198,16 +198,27 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         path: &str,
         include_deleted: bool,
     ) -> Result<Vec<pb::FileInfo>, FsError> {
-        let mut out: Vec<pb::FileInfo> = Vec::new();
+        let mut out = Vec::new();
+        self.list_pages(path, include_deleted, |page| out.extend(page))
+            .await?;
+        Ok(out)
+    }
+
+    /// The listing page by page, each page handed to `entries` as it arrives (a
+    /// directory of millions of entries need not be held at once).
+    pub async fn list_pages(
+        &self,
+        path: &str,
+        include_deleted: bool,
+        mut entries: impl FnMut(Vec<pb::FileInfo>),
+    ) -> Result<(), FsError> {
+        let mut start_after = String::new();
         loop {
-            let start_after = out.last().map_or_else(String::new, |e| {
-                e.path.rsplit('/').next().unwrap_or_default().to_string()
-            });
             let page = match self
                 .master(Req::List(pb::ListRequest {
                     path: path.into(),
                     include_deleted,
-                    start_after,
+                    start_after: start_after.clone(),
                     limit: self.cfg.page,
                 }))
                 .await?
@@ -215,14 +226,23 @@ impl<R: Runtime, T: Transport> Client<R, T> {
                 Resp::List(l) => l,
                 other => return Err(unexpected(other)),
             };
-            if page.more && page.entries.is_empty() {
-                return Err(FsError::Internal(
-                    "the master said more entries follow but sent none".into(),
-                ));
+            let last = page
+                .entries
+                .last()
+                .map(|e| e.path.rsplit('/').next().unwrap_or_default().to_string());
+            let more = page.more;
+            entries(page.entries);
+            if !more {
+                return Ok(());
             }
-            out.extend(page.entries);
-            if !page.more {
-                return Ok(out);
+            // Pages go forward in name order.
+            match last {
+                Some(name) if name > start_after => start_after = name,
+                _ => {
+                    return Err(FsError::Internal(format!(
+                        "listing {path}: the master said more entries follow {start_after:?} but sent none after it"
+                    )));
+                }
             }
         }
     }

@@ -297,19 +297,24 @@ async fn run(cmd: Cmd) -> Result<(), String> {
         Cmd::Ls { path, deleted, m } => {
             let c = client(&m.master);
             let st = c.stat(&path).await.map_err(|e| say(e, &path))?;
-            let entries = if st.is_dir {
-                c.list(&path, deleted).await.map_err(|e| say(e, &path))?
-            } else {
-                vec![st]
+            let print = |entries: Vec<tessera_core::pb::FileInfo>| {
+                let mut out = std::io::stdout().lock();
+                for e in entries {
+                    let kind = if e.is_dir { "d" } else { "-" };
+                    let _ = writeln!(
+                        out,
+                        "{kind} {:>3} {:>14} {:>6} {}",
+                        e.replication, e.length, e.chunk_count, e.path
+                    );
+                }
             };
-            let mut out = std::io::stdout().lock();
-            for e in entries {
-                let kind = if e.is_dir { "d" } else { "-" };
-                let _ = writeln!(
-                    out,
-                    "{kind} {:>3} {:>14} {:>6} {}",
-                    e.replication, e.length, e.chunk_count, e.path
-                );
+            if st.is_dir {
+                // Each page printed as it arrives.
+                c.list_pages(&path, deleted, print)
+                    .await
+                    .map_err(|e| say(e, &path))?;
+            } else {
+                print(vec![st]);
             }
             Ok(())
         }
