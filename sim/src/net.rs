@@ -67,7 +67,7 @@ impl Transport for SimNet {
                 payload
                     .downcast::<Parts>()
                     .map(|b| *b)
-                    .map_err(|_| RpcError::Decode(format!("reply from {to} is not bytes")))
+                    .map_err(|_| RpcError::Decode(format!("reply from {to} is not a message")))
             };
             match madsim::time::timeout(timeout, attempt).await {
                 Ok(r) => r,

@@ -842,7 +842,7 @@ impl Chunkserver {
         let forward = Forward {
             version: r.version,
             offset: r.offset,
-            data: data.clone(),
+            data,
             data_id: r.data_id,
             secondaries: r.secondaries,
             reply: empty(),
@@ -915,14 +915,14 @@ impl Chunkserver {
     /// secondaries and writes it here, all at once; the client is answered once every
     /// replica has applied it. The chunk's next mutation starts when this server's own
     /// write is done, so serials still follow the order of local writes, and the
-    /// secondaries apply them in serial order however the network delivers them.
+    /// secondaries apply them in serial order however the network delivers them. The
+    /// caller has checked the mutation's range.
     fn mutate(
         &mut self,
         id: RequestId,
         h: ChunkHandle,
         f: Forward,
     ) -> Result<Option<pb::ChunkResponse>, FsError> {
-        self.check_range(f.offset, f.data.len())?;
         let c = self.chunks.get_mut(&h).expect("usable");
         c.serial += 1;
         let serial = c.serial;

@@ -125,15 +125,18 @@ impl Master {
         limit: usize,
         chunk_budget: usize,
     ) -> Result<pb::FsckResponse, FsError> {
-        let is_dir = path == "/" || matches!(self.meta.ns.get(path)?, Node::Dir { .. });
-        let (entries, mut more): (Walked<'_>, bool) = if is_dir {
-            self.meta.ns.walk_page(path, after, limit)?
-        } else if after.is_empty() {
-            (vec![(path.to_string(), self.meta.ns.get(path)?)], false)
-        } else {
-            return Err(FsError::InvalidArgument(format!(
-                "{path} is a file: it has no page after {after}"
-            )));
+        let file = match path {
+            "/" => None,
+            _ => Some(self.meta.ns.get(path)?).filter(|n| matches!(n, Node::File(_))),
+        };
+        let (entries, mut more): (Walked<'_>, bool) = match file {
+            None => self.meta.ns.walk_page(path, after, limit)?,
+            Some(f) if after.is_empty() => (vec![(path.to_string(), f)], false),
+            Some(_) => {
+                return Err(FsError::InvalidArgument(format!(
+                    "{path} is a file: it has no page after {after}"
+                )));
+            }
         };
         let mut deleting: HashMap<ChunkHandle, Vec<String>> = HashMap::new();
         for (&server, hs) in &self.gc.deleting {
