@@ -271,7 +271,7 @@ impl<R: Runtime, T: Transport> Client<R, T> {
     pub async fn fsck(&self, path: &str, list_chunks: bool) -> Result<pb::FsckResponse, FsError> {
         let mut files = Vec::new();
         let mut all = self
-            .fsck_pages(path, list_chunks, |page| files.extend(page))
+            .fsck_pages(path, list_chunks, |page| add_fsck_files(&mut files, page))
             .await?;
         all.files = files;
         Ok(all)
@@ -286,37 +286,46 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         mut files: impl FnMut(Vec<pb::FsckFile>),
     ) -> Result<pb::FsckResponse, FsError> {
         let mut all = pb::FsckResponse::default();
-        let mut after = String::new();
+        let mut after = (String::new(), 0);
         loop {
-            let mut page = self.fsck_page(path, list_chunks, &after).await?;
+            let mut page = self
+                .fsck_page(path, list_chunks, (&after.0, after.1))
+                .await?;
             files(std::mem::take(&mut page.files));
             let next = merge_fsck(&mut all, page);
-            if next.is_empty() {
+            if next.0.is_empty() {
                 return Ok(all);
             }
-            // Pages go forward in path order (by components: "/a/b" before "/a-c").
-            if next.split('/').cmp(after.split('/')) != std::cmp::Ordering::Greater {
+            // Pages go forward in path order (by components: "/a/b" before "/a-c"), and
+            // within a file by chunk.
+            let key =
+                |(p, c): &(String, u64)| (p.split('/').map(str::to_owned).collect::<Vec<_>>(), *c);
+            if key(&next) <= key(&after) {
                 return Err(FsError::Internal(format!(
-                    "fsck went back from page after {after} to {next}"
+                    "fsck went back from page after {} (chunk {}) to {} (chunk {})",
+                    after.0, after.1, next.0, next.1
                 )));
             }
             after = next;
         }
     }
 
-    /// One page of fsck: the entries after the full path `after` ("" for the first page);
-    /// the answer's `next` says where the next page starts ("" after the last).
+    /// One page of fsck: the entries after the full path `after` ("" for the first page),
+    /// or with a nonzero chunk index, that file's chunks from there and then the entries
+    /// after it; the answer's `next` and `next_chunk` say where the next page starts
+    /// ("" after the last).
     pub async fn fsck_page(
         &self,
         path: &str,
         list_chunks: bool,
-        after: &str,
+        (after, start_chunk): (&str, u64),
     ) -> Result<pb::FsckResponse, FsError> {
         let req = Req::Fsck(pb::FsckRequest {
             path: path.into(),
             list_chunks,
             start_after: after.into(),
             limit: self.cfg.page,
+            start_chunk,
         });
         match self.master(req).await? {
             Resp::Fsck(r) => Ok(r),
@@ -797,10 +806,27 @@ impl<R: Runtime, T: Transport> Client<R, T> {
     }
 }
 
+/// Appends a page's fsck files to those of the pages before, joining a file that went on
+/// from one page to the next into one entry.
+pub fn add_fsck_files(all: &mut Vec<pb::FsckFile>, page: Vec<pb::FsckFile>) {
+    let mut files = page.into_iter().peekable();
+    if let Some(f) = files.next_if(|f| f.continued) {
+        match all.last_mut() {
+            Some(last) if last.path == f.path => last.chunks.extend(f.chunks),
+            // The file's first page listed none of its chunks: this entry is all of it.
+            _ => all.push(pb::FsckFile {
+                continued: false,
+                ..f
+            }),
+        }
+    }
+    all.extend(files);
+}
+
 /// Adds an fsck page to the answer so far (files appended, totals summed, the rest from
-/// the latest page); returns the page's `next`.
-pub fn merge_fsck(all: &mut pb::FsckResponse, page: pb::FsckResponse) -> String {
-    all.files.extend(page.files);
+/// the latest page); returns where the next page starts (`next`, `next_chunk`).
+pub fn merge_fsck(all: &mut pb::FsckResponse, page: pb::FsckResponse) -> (String, u64) {
+    add_fsck_files(&mut all.files, page.files);
     all.dirs += page.dirs;
     all.total_files += page.total_files;
     all.total_bytes += page.total_bytes;
@@ -813,7 +839,7 @@ pub fn merge_fsck(all: &mut pb::FsckResponse, page: pb::FsckResponse) -> String 
     all.single_rack += page.single_rack;
     all.learning_for_ms = page.learning_for_ms;
     all.chunk_size = page.chunk_size;
-    page.next
+    (page.next, page.next_chunk)
 }
 
 enum Appended {

@@ -92,26 +92,32 @@ fn health_name(h: ChunkHealth) -> &'static str {
 
 /// The whole fsck answer: the files listed, then the summary.
 pub fn fsck_text(path: &str, r: &pb::FsckResponse) -> String {
-    let mut out = fsck_files_text(&r.files);
+    let mut out = fsck_files_text(&r.files, &mut String::new());
     if !r.files.is_empty() {
         out.push('\n');
     }
     out + &fsck_summary_text(path, r)
 }
 
-/// The files (and chunks) an fsck page lists, one line each, printed as pages arrive.
-pub fn fsck_files_text(files: &[pb::FsckFile]) -> String {
+/// The files (and chunks) an fsck page lists, one line each, printed as pages arrive;
+/// `last` is the file whose line was printed last (kept from page to page).
+pub fn fsck_files_text(files: &[pb::FsckFile], last: &mut String) -> String {
     let mut out = String::new();
     for f in files {
-        let _ = writeln!(
-            out,
-            "{}{}: {} bytes, {} chunks, replication {}",
-            f.path,
-            if f.deleted { " (deleted)" } else { "" },
-            f.length,
-            f.chunk_count,
-            f.replication
-        );
+        // The rest of a file the last page ended in has its line printed already, unless
+        // that page listed none of its chunks (fsck without --list lists only problems).
+        if !(f.continued && *last == f.path) {
+            last.clone_from(&f.path);
+            let _ = writeln!(
+                out,
+                "{}{}: {} bytes, {} chunks, replication {}",
+                f.path,
+                if f.deleted { " (deleted)" } else { "" },
+                f.length,
+                f.chunk_count,
+                f.replication
+            );
+        }
         for c in &f.chunks {
             let at: Vec<String> = c
                 .replicas
@@ -212,6 +218,55 @@ mod tests {
         insta::assert_snapshot!(report_text(&r));
     }
 
+    /// A file that goes on from one page to the next gets its line once, before its first
+    /// chunk printed, whichever page that chunk came in.
+    #[test]
+    fn a_file_over_pages_gets_one_line() {
+        let chunk = |index| pb::FsckChunk {
+            index,
+            handle: 10 + index,
+            version: 1,
+            goal: 3,
+            health: ChunkHealth::Missing.into(),
+            ..Default::default()
+        };
+        let file = |path: &str, continued, chunks: Vec<u64>| pb::FsckFile {
+            path: path.into(),
+            length: 3 << 26,
+            replication: 3,
+            chunk_count: 3,
+            continued,
+            chunks: chunks.into_iter().map(chunk).collect(),
+            ..Default::default()
+        };
+        let pages = [
+            vec![file("/a", false, vec![0, 1])],
+            vec![file("/a", true, vec![2]), file("/b", false, vec![0])],
+            // /c's first page listed none of its chunks (none had a problem).
+            vec![file("/c", true, vec![2])],
+        ];
+        let mut last = String::new();
+        let text: String = pages
+            .iter()
+            .map(|p| fsck_files_text(p, &mut last))
+            .collect();
+        let lines: Vec<&str> = text.lines().map(|l| l.split(':').next().unwrap()).collect();
+        assert_eq!(
+            lines,
+            [
+                "/a",
+                "  chunk 0 handle 10 version 1",
+                "  chunk 1 handle 11 version 1",
+                "  chunk 2 handle 12 version 1",
+                "/b",
+                "  chunk 0 handle 10 version 1",
+                "/c",
+                "  chunk 2 handle 12 version 1",
+            ],
+            "{text}"
+        );
+    }
+
     #[test]
     fn fsck_layout() {
         let replica = |a: &str, rack: &str| pb::ReplicaInfo {
@@ -225,6 +280,7 @@ mod tests {
                 replication: 3,
                 chunk_count: 2,
                 deleted: false,
+                continued: false,
                 chunks: vec![
                     pb::FsckChunk {
                         index: 0,
@@ -262,6 +318,7 @@ mod tests {
             learning_for_ms: 0,
             chunk_size: 64 << 20,
             next: String::new(),
+            next_chunk: 0,
         };
         insta::assert_snapshot!(fsck_text("/logs", &r));
     }

@@ -408,11 +408,11 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             m,
         } => {
             // Each page's files printed as it arrives, the totals last.
-            let mut listed = false;
+            let (mut listed, mut last) = (false, String::new());
             let r = client(&m.master)
                 .fsck_pages(&path, list, |files| {
                     listed |= !files.is_empty();
-                    print!("{}", tessera::admin::fsck_files_text(&files));
+                    print!("{}", tessera::admin::fsck_files_text(&files, &mut last));
                 })
                 .await
                 .map_err(|e| say(e, &path))?;

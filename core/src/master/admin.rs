@@ -105,7 +105,7 @@ impl Master {
         let result = self.fsck(
             &path,
             r.list_chunks,
-            &r.start_after,
+            (&r.start_after, r.start_chunk),
             limit,
             super::FSCK_CHUNKS_PAGE,
         );
@@ -114,14 +114,15 @@ impl Master {
         Ok(true)
     }
 
-    /// One page of fsck: up to `limit` entries after `after` below `path` (a file is one
-    /// page of itself), ending early after the file that brings the chunks listed to
-    /// `chunk_budget`.
+    /// One page of fsck: up to `limit` entries after `after` below `path` (a file: itself),
+    /// ending early once it lists `chunk_budget` chunks, inside a file if need be. With a
+    /// nonzero chunk index beside it, `after` is a file the last page ended in, and the
+    /// page starts with its chunks from that index (if it is still a file).
     pub(super) fn fsck(
         &self,
         path: &str,
         list_chunks: bool,
-        after: &str,
+        (after, start_chunk): (&str, u64),
         limit: usize,
         chunk_budget: usize,
     ) -> Result<pb::FsckResponse, FsError> {
@@ -129,15 +130,28 @@ impl Master {
             "/" => None,
             _ => Some(self.meta.ns.get(path)?).filter(|n| matches!(n, Node::File(_))),
         };
-        let (entries, mut more): (Walked<'_>, bool) = match file {
+        let resume = start_chunk > 0;
+        let (mut entries, mut more): (Walked<'_>, bool) = match file {
             None => self.meta.ns.walk_page(path, after, limit)?,
-            Some(f) if after.is_empty() => (vec![(path.to_string(), f)], false),
+            Some(f) if after.is_empty() || (resume && after == path) => {
+                (vec![(path.to_string(), f)], false)
+            }
             Some(_) => {
                 return Err(FsError::InvalidArgument(format!(
                     "{path} is a file: it has no page after {after}"
                 )));
             }
         };
+        // The file the last page ended in goes first, unless it has gone since (or is a
+        // directory now, whose contents follow it in the walk anyway).
+        let mut resumed = resume && file.is_some();
+        if resume
+            && file.is_none()
+            && let Ok(n @ Node::File(_)) = self.meta.ns.get(after)
+        {
+            entries.insert(0, (after.to_string(), n));
+            resumed = true;
+        }
         let mut deleting: HashMap<ChunkHandle, Vec<String>> = HashMap::new();
         for (&server, hs) in &self.gc.deleting {
             for &h in hs {
@@ -157,7 +171,7 @@ impl Master {
             ..Default::default()
         };
         let (mut listed, mut last) = (0usize, String::new());
-        for (p, node) in entries {
+        for (i, (p, node)) in entries.into_iter().enumerate() {
             if listed >= chunk_budget {
                 // Enough for one message: the rest comes in the next page.
                 more = true;
@@ -171,8 +185,12 @@ impl Master {
                 }
                 Node::File(f) => f,
             };
-            out.total_files += 1;
-            out.total_bytes += f.length;
+            let continued = i == 0 && resumed;
+            let first = if continued { start_chunk as usize } else { 0 };
+            if !continued {
+                out.total_files += 1;
+                out.total_bytes += f.length;
+            }
             let mut file = pb::FsckFile {
                 deleted: p.split('/').any(|c| c.starts_with(DELETED_PREFIX)),
                 path: p,
@@ -180,8 +198,16 @@ impl Master {
                 replication: u32::from(f.replication),
                 chunk_count: f.chunks.len() as u64,
                 chunks: Vec::new(),
+                continued,
             };
-            for (index, &h) in f.chunks.iter().enumerate() {
+            for (index, &h) in f.chunks.iter().enumerate().skip(first) {
+                if listed + file.chunks.len() >= chunk_budget {
+                    // This file alone has more to list than a page may: the next page
+                    // goes on from this chunk.
+                    out.next_chunk = index as u64;
+                    more = true;
+                    break;
+                }
                 out.total_chunks += 1;
                 let Some(c) = self.meta.chunks.get(h) else {
                     return Err(FsError::Internal(format!(
@@ -229,6 +255,9 @@ impl Master {
             listed += file.chunks.len();
             if list_chunks || !file.chunks.is_empty() {
                 out.files.push(file);
+            }
+            if out.next_chunk > 0 {
+                break;
             }
         }
         if more {

@@ -733,7 +733,8 @@ fn err(e: FsError) -> pb::MasterResponse {
 pub const LIST_PAGE: usize = 1000;
 /// Entries (files and directories) per fsck page at most.
 pub const FSCK_PAGE: usize = 10_000;
-/// Chunks an fsck page lists at most (a page ends after the file that reaches it).
+/// Chunks an fsck page lists at most; a page that reaches it ends there, inside a file if
+/// need be.
 pub const FSCK_CHUNKS_PAGE: usize = 100_000;
 
 /// The page size a request asked for: `asked`, unless 0 or above `most`.

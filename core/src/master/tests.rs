@@ -1471,6 +1471,75 @@ fn listings_come_in_pages_that_add_up_to_the_whole() {
 }
 
 #[test]
+fn a_file_with_more_chunks_than_a_page_goes_on_in_the_next() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    assert!(is_ok(&h.call(mkdir("/d"))));
+    for (f, n) in [("/d/a", 2), ("/d/big", 7), ("/d/z", 1)] {
+        h.call(create(f));
+        for i in 0..n {
+            h.write_target(f, i).unwrap();
+        }
+    }
+    // Every page listed, and how many chunks each one listed.
+    let pages = |h: &mut H, path: &str, list: bool, limit: usize, budget: usize| {
+        let mut all = pb::FsckResponse::default();
+        let mut sizes = Vec::new();
+        let mut after = (String::new(), 0);
+        loop {
+            let page =
+                h.m.fsck(path, list, (&after.0, after.1), limit, budget)
+                    .unwrap();
+            sizes.push(page.files.iter().map(|f| f.chunks.len()).sum::<usize>());
+            after = crate::client::merge_fsck(&mut all, page);
+            if after.0.is_empty() {
+                return (all, sizes);
+            }
+            assert!(sizes.len() < 100, "fsck pages never end: {sizes:?}");
+        }
+    };
+    for path in ["/", "/d/big"] {
+        let (whole, sizes) = pages(&mut h, path, true, 100, usize::MAX);
+        assert_eq!(sizes.len(), 1);
+        for budget in 1..=10 {
+            for limit in 1..=4 {
+                let (all, sizes) = pages(&mut h, path, true, limit, budget);
+                assert_eq!(
+                    all, whole,
+                    "{path}: pages of {limit} entries, {budget} chunks"
+                );
+                assert!(
+                    sizes.iter().all(|&n| n <= budget),
+                    "{path}: pages of {budget} chunks listed {sizes:?}"
+                );
+            }
+        }
+        // Files with no problems list no chunks; the totals still add up.
+        let (quiet, _) = pages(&mut h, path, false, 100, usize::MAX);
+        let (paged, _) = pages(&mut h, path, false, 1, 1);
+        assert_eq!(paged, quiet, "{path}");
+    }
+    let (whole, _) = pages(&mut h, "/", true, 100, usize::MAX);
+    let big = &whole.files[1];
+    assert_eq!((big.path.as_str(), big.chunks.len()), ("/d/big", 7));
+    assert!(!big.continued);
+    let index: Vec<u64> = big.chunks.iter().map(|c| c.index).collect();
+    assert_eq!(index, [0, 1, 2, 3, 4, 5, 6]);
+    // A page that ends inside a file says where; the next carries on from there.
+    let first = h.m.fsck("/d/big", true, ("", 0), 100, 3).unwrap();
+    assert_eq!((first.next.as_str(), first.next_chunk), ("/d/big", 3));
+    let second = h.m.fsck("/d/big", true, ("/d/big", 3), 100, 3).unwrap();
+    assert!(second.files[0].continued);
+    assert_eq!(second.files[0].chunks[0].index, 3);
+    assert_eq!((second.total_files, second.total_chunks), (0, 3));
+    // The file went away between two pages: the page starts after where it was.
+    assert!(is_ok(&h.call(delete("/d/big"))));
+    let gone = h.m.fsck("/", true, ("/d/big", 3), 100, 100).unwrap();
+    assert!(gone.files.iter().all(|f| !f.continued), "{gone:?}");
+    assert_eq!(gone.files.last().unwrap().path, "/d/z");
+}
+
+#[test]
 fn fsck_pages_add_up_to_one_fsck_of_the_whole_tree() {
     let mut h = H::new();
     cluster(&mut h, 3, 3);
@@ -1497,12 +1566,15 @@ fn fsck_pages_add_up_to_one_fsck_of_the_whole_tree() {
                 list_chunks: true,
                 start_after: after.clone(),
                 limit,
+                start_chunk: 0,
             }));
             let Some(Resp::Fsck(page)) = r.resp else {
                 panic!("{r:?}")
             };
             pages += 1;
-            after = crate::client::merge_fsck(&mut all, page);
+            let (next, next_chunk) = crate::client::merge_fsck(&mut all, page);
+            assert_eq!(next_chunk, 0, "no file has more chunks than a page");
+            after = next;
             if after.is_empty() {
                 break;
             }
@@ -1513,7 +1585,7 @@ fn fsck_pages_add_up_to_one_fsck_of_the_whole_tree() {
     let paths: Vec<_> = whole.files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(paths, ["/a/b/f", "/a/b/g", "/a/x", "/a-c/y", "/top"]);
     // A page also ends once it lists enough chunks, after the file that got there.
-    let small = h.m.fsck("/", true, "", 100, 2).unwrap();
+    let small = h.m.fsck("/", true, ("", 0), 100, 2).unwrap();
     let paths: Vec<_> = small.files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(paths, ["/a/b/f", "/a/b/g"]);
     assert_eq!(small.next, "/a/b/g");
@@ -1528,7 +1600,7 @@ fn fsck_pages_add_up_to_one_fsck_of_the_whole_tree() {
     assert!(is_ok(&file(&mut h, "")));
     assert!(!is_ok(&file(&mut h, "/a/x/y")));
     assert!(matches!(
-        h.m.fsck("/a", false, "/z", 10, 10),
+        h.m.fsck("/a", false, ("/z", 0), 10, 10),
         Err(FsError::InvalidArgument(_))
     ));
 }
