@@ -516,6 +516,39 @@ fn a_cluster_of_processes_survives_kills_and_keeps_the_data() {
     assert_eq!(field(&fsck, "missing chunks"), 0, "{fsck}");
 }
 
+/// A directory bigger than one listing page (1000 entries), through the CLI: `ls` prints
+/// every entry once, in name order, before and after the master restarts.
+#[test]
+fn a_directory_of_more_than_a_page_lists_whole_in_order() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut c = Cluster::start(dir.path(), 0);
+    let lib = Lib::new(&c.master_addr);
+    let names: Vec<String> = (0..2500).map(|i| format!("/many/f{i:04}")).collect();
+    lib.rt.block_on(async {
+        lib.client.mkdir("/many", false).await.expect("mkdir");
+        for batch in names.chunks(100) {
+            let creates = batch.iter().map(|n| lib.client.create(n, 1));
+            for r in futures::future::join_all(creates).await {
+                r.expect("create");
+            }
+        }
+    });
+    let listed = |c: &Cluster| -> Vec<String> {
+        let out = c.eventually(&["ls", "/many"], Duration::from_secs(20));
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| l.rsplit(' ').next().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(listed(&c), names);
+    let fsck = String::from_utf8(c.ok(&["admin", "fsck", "/many"]).stdout).unwrap();
+    assert_eq!(field(&fsck, "files"), 2500, "{fsck}");
+    c.kill_master();
+    c.start_master();
+    assert_eq!(listed(&c), names, "after the master restarted");
+}
+
 #[test]
 fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
     let dir = tempfile::tempdir().expect("temp dir");
