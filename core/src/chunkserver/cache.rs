@@ -15,6 +15,10 @@
 //!   checksums on every read like bytes from disk, and dropped on a mismatch.
 //! - Least recently used entries go first once the budget is spent; a zero budget turns
 //!   it off.
+//! - The budget counts the bytes entries hold, and memory kept alive stays within twice
+//!   that: an entry is a slice of the buffer a write used, and what is left of it after
+//!   a later write cut through it is copied out once it is less than half that buffer
+//!   (a few blocks left of a 16 MiB write must not keep all 16 MiB).
 //!
 //! Reads of data not in the cache come from disk and are not added: one-time scans would
 //! otherwise push out what was just written. The scrubber always reads the disk.
@@ -28,6 +32,8 @@ use crate::types::{BLOCK_SIZE, ChunkHandle};
 #[derive(Debug)]
 struct Entry {
     data: Bytes,
+    /// Bytes of the buffer `data` is a slice of (as inserted): at most twice its length.
+    held: u64,
     /// When it was last added or read (a counter): its place in `lru`.
     used: u64,
 }
@@ -65,6 +71,7 @@ impl ReadCache {
         if self.budget == 0 || skip >= data.len() as u64 {
             return;
         }
+        let held = data.len() as u64;
         let data = data.slice(skip as usize..);
         let len = data.len() as u64;
         if len > self.budget {
@@ -77,11 +84,11 @@ impl ReadCache {
             };
             self.remove(oh, ooff);
         }
-        self.add(h, start, data);
+        self.add(h, start, data, held);
     }
 
     /// Adds an entry that overlaps none, as the most recently used.
-    fn add(&mut self, h: ChunkHandle, at: u64, data: Bytes) {
+    fn add(&mut self, h: ChunkHandle, at: u64, data: Bytes, held: u64) {
         self.clock += 1;
         let used = self.clock;
         self.lru.insert(used, (h, at));
@@ -89,7 +96,7 @@ impl ReadCache {
         self.chunks
             .entry(h)
             .or_default()
-            .insert(at, Entry { data, used });
+            .insert(at, Entry { data, held, used });
     }
 
     /// The bytes `[start, end)` of chunk `h` if the cache holds all of them (`start` on a
@@ -135,7 +142,7 @@ impl ReadCache {
     }
 
     /// Drops what the cache holds of the blocks `[offset, end)` touches; the rest of an
-    /// entry it cuts through stays (sliced, no copy).
+    /// entry it cuts through stays (sliced, no copy, unless less than half its buffer).
     pub fn forget_range(&mut self, h: ChunkHandle, offset: u64, end: u64) {
         let Some(entries) = self.chunks.get(&h) else {
             return;
@@ -156,7 +163,12 @@ impl ReadCache {
             let keep_head = (off < lo).then(|| (off, e.data.slice(..(lo - off) as usize)));
             let keep_tail = (e_end > hi).then(|| (hi, e.data.slice((hi - off) as usize..)));
             for (at, data) in keep_head.into_iter().chain(keep_tail) {
-                self.add(h, at, data);
+                let len = data.len() as u64;
+                if len * 2 < e.held {
+                    self.add(h, at, Bytes::copy_from_slice(&data), len);
+                } else {
+                    self.add(h, at, data, e.held);
+                }
             }
         }
     }
@@ -266,6 +278,14 @@ mod tests {
                     .map(|e| e.data.len() as u64)
                     .sum();
                 prop_assert_eq!(held, cache.bytes());
+                for e in cache.chunks.values().flat_map(|m| m.values()) {
+                    prop_assert!(
+                        e.data.len() as u64 * 2 >= e.held,
+                        "{} bytes keep a buffer of {} alive",
+                        e.data.len(),
+                        e.held
+                    );
+                }
                 prop_assert_eq!(cache.lru.len(), cache.chunks.values().map(|m| m.len()).sum::<usize>());
             }
         }
@@ -290,5 +310,27 @@ mod tests {
             [3u8; 10]
         );
         assert!(c.get(8, 0, 10).is_none());
+    }
+
+    /// What is left of an entry after a write cut through it stays a slice of the write's
+    /// buffer while it is at least half of it, and is copied out once it is less.
+    #[test]
+    fn a_small_rest_of_a_big_write_is_copied_out() {
+        let b = BLOCK_SIZE as usize;
+        let mut c = ReadCache::new(1 << 30);
+        let a = Bytes::from((0..16 * b).map(|i| i as u8).collect::<Vec<u8>>());
+        c.insert(1, 0, a.clone());
+        let within = |p: *const u8| a.as_ptr_range().contains(&p);
+        // Block 0 rewritten: 15 of 16 blocks left, still the write's own buffer.
+        c.forget_range(1, 0, 1);
+        let rest = c.get(1, BLOCK_SIZE, 16 * BLOCK_SIZE).unwrap();
+        assert!(within(rest.as_ptr()));
+        // Blocks 1..=8 rewritten: 7 left, less than half of 16, so copied.
+        c.forget_range(1, BLOCK_SIZE, 9 * BLOCK_SIZE - 1);
+        let rest = c.get(1, 9 * BLOCK_SIZE, 16 * BLOCK_SIZE).unwrap();
+        assert!(!within(rest.as_ptr()));
+        assert_eq!(rest[..], a[9 * b..]);
+        assert!(c.get(1, 8 * BLOCK_SIZE, 9 * BLOCK_SIZE).is_none());
+        assert_eq!(c.bytes(), 7 * BLOCK_SIZE);
     }
 }
