@@ -298,9 +298,12 @@ impl<R: Runtime, T: Transport> Client<R, T> {
             }
             // Pages go forward in path order (by components: "/a/b" before "/a-c"), and
             // within a file by chunk.
-            let key =
-                |(p, c): &(String, u64)| (p.split('/').map(str::to_owned).collect::<Vec<_>>(), *c);
-            if key(&next) <= key(&after) {
+            let forward = next
+                .0
+                .split('/')
+                .cmp(after.0.split('/'))
+                .then(next.1.cmp(&after.1));
+            if forward != std::cmp::Ordering::Greater {
                 return Err(FsError::Internal(format!(
                     "fsck went back from page after {} (chunk {}) to {} (chunk {})",
                     after.0, after.1, next.0, next.1

@@ -326,6 +326,12 @@ fn main() {
         sync();
         std::thread::sleep(a.rest);
     };
+    // A get to stdout, timed between two TCP streams, and the streams' mean.
+    let get_beside_tcp = |c: &Cluster, path: &str| {
+        let before = tcp_baseline(bytes);
+        let get = timed(&a.tessera, &c.master, &["get", path, "-"]);
+        (get, (before + tcp_baseline(bytes)) / 2.0)
+    };
     for round in 1..=a.rounds {
         rest();
         let rested = disk_baseline(&a.dir, 3 * bytes, false);
@@ -355,9 +361,7 @@ fn main() {
         let disk_after = disk_baseline(&a.dir, 3 * bytes, false);
         let disk = (disk_before + disk_after) / 2.0;
         // The read path alone, as the TCP baseline's reader: the bytes are thrown away.
-        let tcp_before = tcp_baseline(bytes);
-        let get = timed(&a.tessera, &c.master, &["get", &path, "-"]);
-        let tcp = (tcp_before + tcp_baseline(bytes)) / 2.0;
+        let (get, tcp) = get_beside_tcp(&c, &path);
         // And into a local file (its page cache writes cost as much as the read here).
         let get_file = timed(
             &a.tessera,
@@ -368,9 +372,7 @@ fn main() {
         assert!(same, "the file read back differs from the one written");
         // Reads of data the chunkservers no longer hold in memory: from their disks.
         c.restart_chunkservers();
-        let tcp_before = tcp_baseline(bytes);
-        let cold = timed(&a.tessera, &c.master, &["get", &path, "-"]);
-        let tcp_cold = (tcp_before + tcp_baseline(bytes)) / 2.0;
+        let (cold, tcp_cold) = get_beside_tcp(&c, &path);
         drop(c);
         let _ = std::fs::remove_dir_all(&data);
         let (first, put, get, get_file, cold) = (

@@ -130,7 +130,7 @@ impl Master {
             "/" => None,
             _ => Some(self.meta.ns.get(path)?).filter(|n| matches!(n, Node::File(_))),
         };
-        let resume = start_chunk > 0;
+        let resume = start_chunk > 0 && !after.is_empty();
         let (mut entries, mut more): (Walked<'_>, bool) = match file {
             None => self.meta.ns.walk_page(path, after, limit)?,
             Some(f) if after.is_empty() || (resume && after == path) => {

@@ -1532,6 +1532,10 @@ fn a_file_with_more_chunks_than_a_page_goes_on_in_the_next() {
     assert!(second.files[0].continued);
     assert_eq!(second.files[0].chunks[0].index, 3);
     assert_eq!((second.total_files, second.total_chunks), (0, 3));
+    // A chunk index without a file to go on in is no cursor: the page starts at the top.
+    let top = h.m.fsck("/d/big", true, ("", 3), 100, 100).unwrap();
+    assert!(!top.files[0].continued);
+    assert_eq!((top.total_files, top.total_chunks), (1, 7));
     // The file went away between two pages: the page starts after where it was.
     assert!(is_ok(&h.call(delete("/d/big"))));
     let gone = h.m.fsck("/", true, ("/d/big", 3), 100, 100).unwrap();
