@@ -93,8 +93,8 @@ impl Master {
     }
 
     /// Fsck of a file or of everything below a directory. Takes a read lock on the path
-    /// itself, as a listing does; mutations below it that are still waiting for their log
-    /// record to be durable may show.
+    /// itself, as a listing does, and like a listing answers only once every mutation it
+    /// may have seen is durable.
     pub(super) fn on_fsck(&mut self, id: RequestId, r: &pb::FsckRequest) -> Result<bool, FsError> {
         let path = crate::path::normalize(&r.path)?;
         let set = LockSet::on(&path, Mode::Read)?;
@@ -110,7 +110,7 @@ impl Master {
             super::FSCK_CHUNKS_PAGE,
         );
         self.locks.release(&set);
-        self.reply(id, Resp::Fsck(result?));
+        self.reply_durable(id, Resp::Fsck(result?));
         Ok(true)
     }
 

@@ -6,7 +6,8 @@
 //! A version newer than the master's means a grant was logged on the replicas but not on
 //! the master before a crash: the master adopts it (GFS §4.5), even over version 0. The
 //! next grant then moves past every leftover, so no version number is ever reused for
-//! different contents.
+//! different contents. A version above every one the master ever reserved was never
+//! granted: it is refused and the copy ordered deleted, whatever it claims.
 
 use std::collections::{HashMap, HashSet};
 
@@ -140,6 +141,29 @@ impl Master {
                 continue;
             }
             if rep.version > c.version {
+                // No grant ever went above the highest version reserved in the log, and a
+                // reservation is durable before any replica hears of it: a copy above that
+                // was never made by this master (a forged or corrupt report, a server of
+                // another cluster). Adopting it would make every real copy stale.
+                let ceiling = self
+                    .meta
+                    .reserved
+                    .get(&h)
+                    .map_or(c.version, |&r| r.max(c.version));
+                if rep.version > ceiling {
+                    tracing::error!(
+                        chunk = h,
+                        server = %r.address,
+                        reported = rep.version,
+                        highest = ceiling,
+                        "refusing a copy at a version never granted"
+                    );
+                    if c.replicas.contains(idx) {
+                        self.drop_replica(h, idx);
+                    }
+                    delete.push(h);
+                    continue;
+                }
                 tracing::info!(
                     chunk = h,
                     from = c.version,

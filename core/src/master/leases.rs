@@ -98,6 +98,30 @@ impl Leases {
         self.granting.contains_key(&h)
     }
 
+    /// How long the restart's quiet period still holds `h` (zero when it does not): a
+    /// chunk that existed when the master started may have a lease out that the master
+    /// no longer knows of, since the lease table is not persisted.
+    pub fn quiet_for(&self, h: ChunkHandle, now: Time) -> std::time::Duration {
+        if h < self.quiet_below {
+            self.quiet_until.saturating_sub(now)
+        } else {
+            std::time::Duration::ZERO
+        }
+    }
+
+    /// Whether a lease on `h` may be valid on some chunkserver at `now`: one is being
+    /// granted, or one is held (void or not: a holder that never heard of the revocation
+    /// still believes in it) until its expiry plus the skew bound, or the chunk is inside
+    /// the restart's quiet period. This is the one question every path that must not act
+    /// under a lease asks (a clone, the trimming of a copy beyond the goal, a new grant):
+    /// a lease's primary forwards writes to the replica set fixed at its grant, so a copy
+    /// made meanwhile at the same version would silently miss them.
+    pub fn may_be_out(&self, h: ChunkHandle, now: Time, skew: std::time::Duration) -> bool {
+        self.granting.contains_key(&h)
+            || self.held.get(&h).is_some_and(|l| now < l.expires + skew)
+            || !self.quiet_for(h, now).is_zero()
+    }
+
     pub fn get(&self, h: ChunkHandle) -> Option<&Lease> {
         self.held.get(&h)
     }
@@ -294,10 +318,11 @@ impl Master {
         // Every chunk that existed before a restart waits out the quiet period, even one
         // at version 0: its first grant may have reached a primary before the master
         // lost the record of it.
-        if h < self.leases.quiet_below && self.now < self.leases.quiet_until {
+        let quiet = self.leases.quiet_for(h, self.now);
+        if !quiet.is_zero() {
             return Err(FsError::Unavailable(format!(
                 "master restarted: no leases for {} ms",
-                millis(self.leases.quiet_until.saturating_sub(self.now))
+                millis(quiet)
             )));
         }
         if self.now >= self.repl_not_before() && self.repair_before_grant(h) {

@@ -290,6 +290,16 @@ impl Master {
         self.out.replies.push((id, ok(resp)));
     }
 
+    /// Replies with a view of the namespace once everything logged so far is durable.
+    /// A listing takes only its directory's read lock, so it can see an entry whose
+    /// create (or miss one whose delete) is still in flight; were the master to crash
+    /// before that record is durable, the change would be undone after someone saw it.
+    /// Holding the answer until the log has caught up makes visibility follow durability.
+    fn reply_durable(&mut self, id: RequestId, resp: Resp) {
+        let last = self.last_seq;
+        self.hold(last, Some((id, ok(resp))), None);
+    }
+
     fn reply_err(&mut self, id: RequestId, e: FsError) {
         self.out.replies.push((id, err(e)));
     }
@@ -419,6 +429,7 @@ impl Master {
 
     fn on_mkdir(&mut self, id: RequestId, r: &pb::MkdirRequest) -> Result<bool, FsError> {
         let path = crate::path::normalize(&r.path)?;
+        namespace::refuse_reserved(&path)?;
         if !r.parents {
             let set = LockSet::on(&path, Mode::Write)?;
             return self.mutate(id, set, Op::Mkdir(pb::MkdirOp { path }));
@@ -474,6 +485,7 @@ impl Master {
 
     fn on_create(&mut self, id: RequestId, r: &pb::CreateRequest) -> Result<bool, FsError> {
         let path = crate::path::normalize(&r.path)?;
+        namespace::refuse_reserved(&path)?;
         let replication = match r.replication {
             0 => u32::from(self.cfg.default_replication),
             n => n,
@@ -490,6 +502,7 @@ impl Master {
     fn on_rename(&mut self, id: RequestId, r: &pb::RenameRequest) -> Result<bool, FsError> {
         let src = crate::path::normalize(&r.src)?;
         let dst = crate::path::normalize(&r.dst)?;
+        namespace::refuse_reserved(&dst)?;
         let mut set = LockSet::on(&src, Mode::Write)?;
         set.add(&dst, Mode::Write)?;
         self.mutate(id, set, Op::Rename(pb::RenameOp { src, dst }))
@@ -524,7 +537,7 @@ impl Master {
         let mut entries = result?;
         let more = entries.len() > limit;
         entries.truncate(limit);
-        self.reply(id, Resp::List(pb::ListResponse { entries, more }));
+        self.reply_durable(id, Resp::List(pb::ListResponse { entries, more }));
         Ok(true)
     }
 
@@ -544,7 +557,7 @@ impl Master {
             self.meta.ns.get(&path).map(|n| file_info(path.clone(), n))
         };
         self.locks.release(&set);
-        self.reply(id, Resp::Stat(info?));
+        self.reply_durable(id, Resp::Stat(info?));
         Ok(true)
     }
 

@@ -22,6 +22,19 @@ pub const ROOT: DirId = 0;
 /// The prefix of a name that a delete gives a file or directory; see `gc.rs`.
 pub const DELETED_PREFIX: &str = ".tessera-deleted-";
 
+/// Refuses a path that a user operation would give a name only deletes may give: the
+/// garbage collector takes such a name for a deleted entry and reclaims it when its
+/// time stamp says so, so a file moved to one would be gone for good. A deleted entry
+/// may still be renamed *from* (undelete), read or deleted at once.
+pub fn refuse_reserved(path: &str) -> Result<(), FsError> {
+    match path.split('/').find(|c| c.starts_with(DELETED_PREFIX)) {
+        Some(c) => Err(FsError::InvalidArgument(format!(
+            "{path}: names starting with {DELETED_PREFIX} are reserved for deleted entries ({c})"
+        ))),
+        None => Ok(()),
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Node {
     Dir { id: DirId, mtime_ms: u64 },

@@ -58,6 +58,11 @@ impl Master {
         self.repl.not_before
     }
 
+    /// See `Leases::may_be_out`.
+    pub(super) fn lease_may_be_out(&self, h: ChunkHandle) -> bool {
+        self.leases.may_be_out(h, self.now, self.cfg.max_clock_skew)
+    }
+
     /// Chunks below their goal, most urgent first: fewest live replicas, then furthest
     /// from goal. Chunks with no live replica are left out (nothing to copy from).
     pub fn replication_queue(&mut self) -> Vec<Need> {
@@ -84,7 +89,7 @@ impl Master {
                 if coming == 0 && live > goal {
                     // Trimmed by `schedule_clones`, but never under a lease: the lease
                     // holder forwards writes to the copies it was given.
-                    if !self.leases.is_granting(h) && self.leases.get(h).is_none() {
+                    if !self.lease_may_be_out(h) {
                         self.repl.excess.push(h);
                     }
                 } else if coming == 0 {
@@ -96,7 +101,7 @@ impl Master {
             // reach its replicas but not the copy, at the same version. Once the lease is
             // over, a write needs a new grant, which bumps the version, and a copy made at
             // the old version is refused when it completes.
-            if live == 0 || self.leases.is_granting(h) || self.leases.get(h).is_some() {
+            if live == 0 || self.lease_may_be_out(h) {
                 continue;
             }
             needs.push(Need {
@@ -221,6 +226,10 @@ impl Master {
             let Some(c) = self.meta.chunks.get(h) else {
                 continue;
             };
+            assert!(
+                !self.lease_may_be_out(h),
+                "trimming chunk {h} while a lease on it may be valid"
+            );
             let version = c.version;
             let live = self.live_replicas(c);
             let mut extra = live.len().saturating_sub(usize::from(c.goal));
@@ -262,6 +271,10 @@ impl Master {
         source: ServerIdx,
         target: ServerIdx,
     ) {
+        assert!(
+            !self.lease_may_be_out(h),
+            "cloning chunk {h} while a lease on it may be valid"
+        );
         tracing::info!(chunk = h, from = %self.servers.get(source).addr, to = %self.servers.get(target).addr, "re-replicating");
         self.servers.get_mut(source).clones_in_flight += 1;
         self.servers.get_mut(target).clones_in_flight += 1;
@@ -308,7 +321,7 @@ impl Master {
         if ok
             && current == Some(version)
             && self.servers.is_alive(target)
-            && !self.leases.is_granting(h)
+            && !self.lease_may_be_out(h)
         {
             self.add_replica(h, target);
         } else if ok {

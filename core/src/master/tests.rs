@@ -300,6 +300,78 @@ fn malformed_requests_get_errors() {
 }
 
 #[test]
+fn a_listing_shows_nothing_that_is_not_durable() {
+    let mut h = H::new();
+    h.call(mkdir("/d"));
+    h.call(create("/d/old"));
+    // A create and a delete in the directory, their records not yet durable.
+    let (c, _) = h.send(create("/d/new"));
+    let (d, _) = h.send(delete("/d/old"));
+    let list = MReq::List(pb::ListRequest {
+        path: "/d".into(),
+        ..Default::default()
+    });
+    let (l, e) = h.send(list);
+    let (f, fe) = h.send(MReq::Fsck(pb::FsckRequest {
+        path: "/d".into(),
+        ..Default::default()
+    }));
+    assert!(
+        reply_for(&e, l).is_none() && reply_for(&fe, f).is_none(),
+        "a listing answered before what it shows was durable"
+    );
+    let e = h.sync_once();
+    for id in [c, d, f] {
+        assert!(reply_for(&e, id).is_some_and(|r| is_ok(&r)));
+    }
+    match reply_for(&e, l).and_then(|r| r.resp) {
+        Some(Resp::List(r)) => {
+            let names: Vec<&str> = r.entries.iter().map(|e| e.path.as_str()).collect();
+            assert_eq!(names, vec!["/d/new"]);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn names_kept_for_deleted_entries_are_refused() {
+    let mut h = H::new();
+    h.call(mkdir("/d"));
+    h.call(create("/d/keep"));
+    let refused = |r: pb::MasterResponse| {
+        matches!(
+            r.error.map(|e| FsError::from_pb(&e)),
+            Some(FsError::InvalidArgument(m)) if m.contains("reserved")
+        )
+    };
+    for req in [
+        rename("/d/keep", "/d/.tessera-deleted-1-keep"),
+        rename("/d/keep", "/d/.tessera-deleted-/x"),
+        create("/d/.tessera-deleted-1-f"),
+        mkdir("/.tessera-deleted-1-d"),
+        MReq::Mkdir(pb::MkdirRequest {
+            path: "/a/.tessera-deleted-9/b".into(),
+            parents: true,
+        }),
+    ] {
+        let what = format!("{req:?}");
+        assert!(refused(h.call(req)), "{what} was not refused");
+    }
+    assert_eq!(listing(&mut h, "/d", true), vec!["/d/keep"]);
+    assert_eq!(listing(&mut h, "/", true), vec!["/d"]);
+    // Names that merely contain the prefix, or start with a part of it, are the user's.
+    assert!(is_ok(&h.call(create("/d/x.tessera-deleted-1"))));
+    assert!(is_ok(&h.call(create("/d/.tessera-del"))));
+    // Undelete still works: renaming from a deleted name.
+    assert!(is_ok(&h.call(delete("/d/keep"))));
+    let hidden = listing(&mut h, "/d", true)
+        .into_iter()
+        .find(|p| p.contains(DELETED_PREFIX))
+        .unwrap();
+    assert!(is_ok(&h.call(rename(&hidden, "/d/keep"))));
+}
+
+#[test]
 fn mkdir_parents() {
     let mut h = H::new();
     assert!(is_ok(&h.call(MReq::Mkdir(pb::MkdirRequest {
@@ -553,11 +625,66 @@ fn newer_version_reported_is_adopted() {
     cluster(&mut h, 3, 3);
     h.call(create("/f"));
     let t = h.write_target("/f", 0).unwrap();
-    let hb = h.heartbeat(&t.primary, "r", &[(t.handle, 5)]);
+    // A second grant reserves version 2 and sends it out; the master crashes before any
+    // answer, so only the reservation is in its log.
+    h.advance(Duration::from_secs(12));
+    let (_, _) = h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+        path: "/f".into(),
+        chunk_index: 0,
+        append: false,
+    }));
+    h.sync();
+    assert!(
+        h.calls
+            .iter()
+            .any(|c| matches!(&c.req.req, Some(CReq::SetVersion(s)) if s.version == 2)),
+        "the second grant went out"
+    );
+    let m = Master::recover(cfg(), Time(100_000), None, h.log.clone()).unwrap();
+    let mut h = H {
+        m,
+        now: Time(100_000),
+        next_id: 1,
+        log: vec![],
+        calls: vec![],
+    };
+    let hb = h.heartbeat(&t.primary, "r", &[(t.handle, 2)]);
     assert!(hb.delete_chunks.is_empty());
     h.sync();
-    assert_eq!(h.m.meta().chunks.get(t.handle).unwrap().version, 5);
+    assert_eq!(h.m.meta().chunks.get(t.handle).unwrap().version, 2);
     assert_eq!(chunk_replicas(&mut h, "/f"), vec![t.primary.clone()]);
+}
+
+#[test]
+fn a_version_never_granted_is_refused() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    let t = h.write_target("/f", 0).unwrap();
+    let holders: Vec<String> = t.secondaries.iter().chain([&t.primary]).cloned().collect();
+    for a in &holders {
+        h.heartbeat(a, "r", &[(t.handle, 1)]);
+    }
+    // A forged report (or one from a corrupt or foreign server) of a version far above
+    // any the master reserved: neither adopted nor a reason to drop the real copies.
+    let hb = h.heartbeat("rogue:1", "r", &[(t.handle, 1001)]);
+    assert!(
+        hb.delete_chunks.iter().any(|d| d.handle == t.handle),
+        "the copy at a never-granted version is not ordered deleted"
+    );
+    h.sync();
+    assert_eq!(h.m.meta().chunks.get(t.handle).unwrap().version, 1);
+    let mut listed = chunk_replicas(&mut h, "/f");
+    listed.sort();
+    let mut want = holders.clone();
+    want.sort();
+    assert_eq!(listed, want, "the real copies are still the replicas");
+    assert_eq!(fsck(&mut h, "/f", false).unwrap().missing, 0);
+    // One of the real holders itself claims it (its metadata went bad): the same.
+    let hb = h.heartbeat(&t.primary, "r", &[(t.handle, 7)]);
+    assert!(hb.delete_chunks.iter().any(|d| d.handle == t.handle));
+    assert_eq!(h.m.meta().chunks.get(t.handle).unwrap().version, 1);
+    assert_eq!(chunk_replicas(&mut h, "/f").len(), 2);
 }
 
 #[test]
@@ -1108,21 +1235,72 @@ fn recovered_master_repairs_chunks_reported_short() {
             .unwrap();
         h2.heartbeat(&spare, "r3", &[]);
     };
+    let cloned = |h2: &H| {
+        h2.calls
+            .iter()
+            .any(|c| matches!(&c.req.req, Some(CReq::Clone(cl)) if cl.handle == t.handle))
+    };
     report(&mut h2);
     h2.step(Input::Tick);
     assert!(
-        h2.calls.is_empty(),
+        !cloned(&h2),
         "cloned before every server had time to report"
     );
+    // Every server has had time to report, but a lease granted before the restart may
+    // still be valid (10 s lease + 1 s skew): its primary would forward writes to the two
+    // holders and not to a new copy at the same version.
     h2.advance(Duration::from_secs(6));
     report(&mut h2);
     h2.step(Input::Tick);
     assert!(
-        h2.calls
-            .iter()
-            .any(|c| matches!(&c.req.req, Some(CReq::Clone(cl)) if cl.handle == t.handle)),
-        "never repaired"
+        !cloned(&h2),
+        "cloned while a lease from before the restart may be out"
     );
+    h2.advance(Duration::from_secs(5));
+    report(&mut h2);
+    h2.step(Input::Tick);
+    assert!(cloned(&h2), "never repaired");
+}
+
+#[test]
+fn no_copy_is_trimmed_while_a_lease_from_before_a_restart_may_be_out() {
+    let mut h = H::new();
+    cluster(&mut h, 4, 2);
+    h.call(create("/f"));
+    let t = h.write_target("/f", 0).unwrap();
+    let m = Master::recover(cfg(), Time(100_000), None, h.log.clone()).unwrap();
+    let mut h2 = H {
+        m,
+        now: Time(100_000),
+        next_id: 1,
+        log: vec![],
+        calls: vec![],
+    };
+    // All four servers report the chunk at the current version: one copy too many.
+    let all = |h2: &mut H| {
+        for i in 0..4 {
+            h2.heartbeat(
+                &format!("cs{i}"),
+                &format!("rack{}", i % 2),
+                &[(t.handle, 1)],
+            );
+        }
+    };
+    all(&mut h2);
+    // Past the heartbeat timeout, inside the quiet period: the lease holder may still be
+    // forwarding to a copy that trimming would pick.
+    h2.advance(Duration::from_secs(6));
+    all(&mut h2);
+    h2.step(Input::Tick);
+    assert_eq!(
+        chunk_replicas(&mut h2, "/f").len(),
+        4,
+        "trimmed under a lease"
+    );
+    h2.advance(Duration::from_secs(5));
+    all(&mut h2);
+    h2.step(Input::Tick);
+    assert_eq!(chunk_replicas(&mut h2, "/f").len(), 3, "never trimmed");
 }
 
 #[test]
