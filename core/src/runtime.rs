@@ -175,9 +175,11 @@ pub trait Transport: Clone + Send + Sync + 'static {
 ///    after `sync` of that chunk returns.
 /// 2. A crash loses any unsynced suffix of a chunk's writes and may tear the last one
 ///    (some of its bytes old, some new); the metadata of an unsynced `write_meta` may be
-///    the old or the new record, never a mix. A torn or lost write leaves data that fails
-///    its checksum or a length that the metadata does not claim — never silently wrong
-///    bytes under a valid checksum.
+///    the old or the new record, never a mix, whatever became of the data: a new record
+///    may survive over data that did not, so callers make data durable (`sync_data`)
+///    before they write the metadata that describes it. A torn or lost write leaves data
+///    that fails its checksum or a length that the metadata does not claim — never
+///    silently wrong bytes under a valid checksum.
 /// 3. `replace` is all-or-nothing across a crash even before `sync`: the old chunk or the
 ///    new one.
 /// 4. `delete` is durable when it returns: a deleted copy never comes back after a crash.
@@ -207,6 +209,10 @@ pub trait ChunkStore: Send + 'static {
         data: Bytes,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     fn sync(&mut self, h: ChunkHandle) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Makes the chunk's written data durable; its metadata need not be.
+    fn sync_data(&mut self, h: ChunkHandle) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.sync(h)
+    }
     fn delete(&mut self, h: ChunkHandle) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Every chunk's metadata, at start-up.
     fn load(&mut self) -> impl Future<Output = Result<Vec<pb::ChunkMeta>, StoreError>> + Send;

@@ -367,9 +367,19 @@ impl ChunkStore for FileChunkStore {
     }
 
     fn sync(&mut self, h: ChunkHandle) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let mut store = self.meta.clone();
+        let data = self.sync_data(h);
+        async move {
+            data.await?;
+            store.sync().await
+        }
+    }
+
+    fn sync_data(&mut self, h: ChunkHandle) -> impl Future<Output = Result<(), StoreError>> + Send {
+        // The file alone: the metadata store's log is synced by the `sync` that follows
+        // the metadata write.
         let dirty = self.dirty.lock().expect("dirty set").remove(&h);
         let path = self.path(h);
-        let mut store = self.meta.clone();
         async move {
             if dirty {
                 Self::blocking(move || match File::open(&path) {
@@ -379,7 +389,7 @@ impl ChunkStore for FileChunkStore {
                 })
                 .await?;
             }
-            store.sync().await
+            Ok(())
         }
     }
 

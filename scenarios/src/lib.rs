@@ -35,6 +35,7 @@ const NO_FAULTS: FaultMix = FaultMix {
     full_disks: false,
     slow_disks: false,
     lossy_net: false,
+    power_cuts: false,
     beyond_claim: false,
 };
 
@@ -75,6 +76,7 @@ pub fn all() -> Vec<Scenario> {
             "chunkserver-crash",
             FaultMix {
                 server_crashes: true,
+                power_cuts: true,
                 slow_disks: true,
                 ..NO_FAULTS
             },
@@ -155,6 +157,7 @@ pub fn all() -> Vec<Scenario> {
                 "record-append",
                 FaultMix {
                     server_crashes: true,
+                    power_cuts: true,
                     slow_disks: true,
                     lossy_net: true,
                     master_restarts: true,

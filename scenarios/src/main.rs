@@ -129,6 +129,18 @@ mod madsim_main {
         i32::from(bad > 0)
     }
 
+    /// `kind:count` pairs, comma-separated ("none" when no fault happened).
+    fn fault_list(counts: &std::collections::BTreeMap<&str, u64>) -> String {
+        if counts.is_empty() {
+            return "none".into();
+        }
+        counts
+            .iter()
+            .map(|(k, n)| format!("{k}:{n}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     fn run_cmd(args: &[String]) -> i32 {
         let Some(name) = args.first() else {
             return usage();
@@ -159,6 +171,7 @@ mod madsim_main {
             let started = Instant::now();
             let mut sim_ms = 0i64;
             let (mut records, mut reads, mut stale_runs, mut scrubbed) = (0, 0, 0, 0);
+            let mut faults = std::collections::BTreeMap::<&str, u64>::new();
             for &seed in &seeds {
                 let o = run_isolated(*sc, seed);
                 sim_ms += o.sim_ms;
@@ -166,6 +179,9 @@ mod madsim_main {
                 reads += o.reads_checked;
                 stale_runs += usize::from(o.stale_seen > 0);
                 scrubbed += o.scrub_found;
+                for (k, n) in &o.fault_counts {
+                    *faults.entry(k).or_default() += n;
+                }
                 let mut violations = o.violations.clone();
                 if determinism && o.passed() {
                     let again = run_isolated(*sc, seed);
@@ -205,6 +221,7 @@ mod madsim_main {
                         o.stale_seen,
                         o.scrub_found
                     );
+                    println!("  faults={}", fault_list(&o.fault_counts));
                     for f in &o.faults {
                         println!("  fault: {f}");
                     }
@@ -214,11 +231,12 @@ mod madsim_main {
             eprintln!(
                 "scenario={} seeds={} wall={wall:.1}s seeds_per_min={:.1} sim_per_wall={:.0}x \
                  reads_checked={reads} records_checked={records} runs_with_stale_copies={stale_runs} \
-                 scrubber_finds={scrubbed}",
+                 scrubber_finds={scrubbed} faults={}",
                 sc.name,
                 seeds.len(),
                 seeds.len() as f64 * 60.0 / wall.max(1e-9) / if determinism { 2.0 } else { 1.0 },
                 sim_ms as f64 / 1000.0 / wall.max(1e-9) * if determinism { 2.0 } else { 1.0 },
+                fault_list(&faults),
             );
         }
         if failed > 0 {

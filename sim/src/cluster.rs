@@ -306,13 +306,20 @@ impl Cluster {
             return;
         }
         self.handle.kill(s.id);
-        s.disk.crash(|| {
-            let r: u64 = madsim::rand::random();
-            r.is_multiple_of(2)
-                .then(|| (r >> 8) as f64 / (1u64 << 56) as f64)
-        });
+        let damage = s.disk.crash(
+            || {
+                let r: u64 = madsim::rand::random();
+                r.is_multiple_of(2)
+                    .then(|| (r >> 8) as f64 / (1u64 << 56) as f64)
+            },
+            || madsim::rand::random::<u64>().is_multiple_of(2),
+        );
         s.alive = false;
         let mut c = self.checks.lock().expect("checks");
+        c.fault("crash", 1);
+        c.fault("torn_write", damage.torn);
+        c.fault("lost_write", damage.lost);
+        c.fault("stale_meta", damage.stale_meta);
         c.leases.forget(&s.addr);
         c.versions.server_dropped(&s.addr, |_| false);
     }
@@ -326,13 +333,31 @@ impl Cluster {
         s.alive = true;
     }
 
+    /// Flips one bit of chunkserver `i`'s copy of `h`, and notes that this copy may now
+    /// fail its checksums. Returns false if there is no such byte.
+    pub fn flip_bit(&self, i: usize, h: u64, offset: usize, bit: u8) -> bool {
+        let s = &self.servers[i];
+        let flipped = s.disk.flip_bit(h, offset, bit);
+        if flipped {
+            let mut c = self.checks.lock().expect("checks");
+            c.fault("bit_flip", 1);
+            c.corrupted.insert((s.addr.clone(), h));
+        }
+        flipped
+    }
+
+    /// Counts faults of `kind` that happened, for the run's summary.
+    pub fn count_fault(&self, kind: &'static str, n: u64) {
+        self.checks.lock().expect("checks").fault(kind, n);
+    }
+
     /// Kills the master; its store keeps some prefix of its unsynced batches.
     pub fn kill_master(&mut self) {
         if !self.master_alive {
             return;
         }
         self.handle.kill(self.master_id);
-        self.master_store.crash(|n| {
+        let lost = self.master_store.crash(|n| {
             if n == 0 {
                 0
             } else {
@@ -340,6 +365,9 @@ impl Cluster {
             }
         });
         self.master_alive = false;
+        let mut c = self.checks.lock().expect("checks");
+        c.fault("master_crash", 1);
+        c.fault("log_tail_loss", u64::from(lost > 0));
     }
 
     pub fn restart_master(&mut self) {

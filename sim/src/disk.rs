@@ -1,7 +1,12 @@
 //! A simulated chunkserver disk (`ChunkStore`). It keeps what was written apart from
 //! what is durable and injects the disk faults of the fault model:
 //! - `crash`: unsynced writes are lost, and the last one may be torn (a prefix of it
-//!   reaches the durable data). The metadata is all-or-nothing, as the contract says.
+//!   reaches the durable data). A chunk's metadata record is all-or-nothing, as the
+//!   contract says, but an unsynced one may survive while the data it describes does not:
+//!   on real disks every chunk's metadata shares one log, which another chunk's sync (or
+//!   the store's own writeback) makes durable at any time.
+//! - a pause before each operation completes, seeded and usually zero, so a crash can
+//!   land between a write and its sync in every run, not only on slow disks.
 //! - `flip_bit`: silent corruption of stored bytes.
 //! - a capacity: a write that does not fit fails with `NoSpace` and changes nothing.
 //! - a delay per operation (a slow disk).
@@ -36,6 +41,17 @@ struct State {
     flips: u64,
 }
 
+/// What a crash did to a disk, counted only where it changed what was stored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CrashDamage {
+    /// Writes cut short: part of the last unsynced write reached the platter.
+    pub torn: u64,
+    /// Chunks whose unsynced data was lost (in part or whole).
+    pub lost: u64,
+    /// Chunks left with an unsynced metadata record over data it does not describe.
+    pub stale_meta: u64,
+}
+
 #[derive(Clone, Debug)]
 pub struct SimDisk(Arc<Mutex<State>>);
 
@@ -68,19 +84,46 @@ impl SimDisk {
     }
 
     /// Power loss: what was not synced is gone, except that the last unsynced write of a
-    /// chunk may have partly reached the platter (`tear` picks how much, per chunk).
-    pub fn crash(&self, mut tear: impl FnMut() -> Option<f64>) {
+    /// chunk may have partly reached the platter (`tear` picks how much, per chunk), and
+    /// an unsynced metadata record may have been made durable by another chunk's sync
+    /// (`keep_meta` says, per chunk).
+    pub fn crash(
+        &self,
+        mut tear: impl FnMut() -> Option<f64>,
+        mut keep_meta: impl FnMut() -> bool,
+    ) -> CrashDamage {
+        let mut damage = CrashDamage::default();
         let mut s = self.state();
-        let mut written = s.durable.clone();
-        let last: Vec<_> = s.last_write.drain().collect();
+        let mut after = s.durable.clone();
+        let mut handles: Vec<ChunkHandle> = s.written.keys().copied().collect();
+        handles.sort_unstable();
+        for h in handles {
+            let w = &s.written[&h];
+            let d = s.durable.get(&h);
+            if d.map(|d| &d.data) != Some(&w.data) {
+                damage.lost += 1;
+            }
+            if d.and_then(|d| d.meta.as_ref()) != w.meta.as_ref() && w.meta.is_some() && keep_meta()
+            {
+                let c = after.entry(h).or_default();
+                c.meta = w.meta.clone();
+                damage.stale_meta += u64::from(c.data != w.data);
+            }
+        }
+        let mut last: Vec<_> = s.last_write.drain().collect();
+        last.sort_unstable_by_key(|(h, _)| *h);
         for (h, (off, data)) in last {
-            if let (Some(frac), Some(c)) = (tear(), written.get_mut(&h)) {
+            if let (Some(frac), Some(c)) = (tear(), after.get_mut(&h)) {
                 let n = ((data.len() as f64) * frac) as usize;
                 let end = off as usize + n;
                 if c.data.len() < end {
                     c.data.resize(end, 0);
                 }
+                let before = c.data[off as usize..end].to_vec();
                 c.data[off as usize..end].copy_from_slice(&data[..n]);
+                if before != data[..n] {
+                    damage.torn += 1;
+                }
                 tracing::debug!(
                     chunk = h,
                     offset = off,
@@ -91,8 +134,9 @@ impl SimDisk {
                 // A torn write reached the platter: it is durable now, for better or worse.
             }
         }
-        s.durable = written.clone();
-        s.written = written;
+        s.durable = after.clone();
+        s.written = after;
+        damage
     }
 
     /// Loses everything on the disk (a replaced drive).
@@ -139,9 +183,18 @@ impl SimDisk {
     }
 }
 
-async fn after<T>(d: Duration, v: T) -> T {
-    if !d.is_zero() {
-        madsim::time::sleep(d).await;
+/// Completes a storage operation after the disk's delay, plus, one time in eight, a
+/// pause of up to 3 ms: long enough for a crash to land between a write and its sync,
+/// rare enough to leave the run's pace alone.
+pub(crate) async fn after<T>(d: Duration, v: T) -> T {
+    let r: u64 = madsim::rand::random();
+    let pause = if r.is_multiple_of(8) {
+        Duration::from_micros((r >> 8) % 3_000)
+    } else {
+        Duration::ZERO
+    };
+    if !(d + pause).is_zero() {
+        madsim::time::sleep(d + pause).await;
     }
     v
 }
@@ -227,14 +280,26 @@ impl ChunkStore for SimDisk {
     }
 
     fn sync(&mut self, h: ChunkHandle) -> impl Future<Output = Result<(), StoreError>> + Send {
-        let mut s = self.state();
-        match s.written.get(&h).cloned() {
-            Some(c) => s.durable.insert(h, c),
-            None => s.durable.remove(&h),
+        // A sync is where a real disk spends its time (flushing its cache), so here the
+        // pause comes first, often, and what was written becomes durable only at its end:
+        // a crash meanwhile finds the write and its metadata in flight.
+        let this = self.clone();
+        let r: u64 = madsim::rand::random();
+        let flush = if r.is_multiple_of(2) {
+            Duration::from_micros((r >> 8) % 2_000)
+        } else {
+            Duration::ZERO
         };
-        s.last_write.remove(&h);
-        drop(s);
-        after(self.delay(), Ok(()))
+        async move {
+            after(this.delay() + flush, ()).await;
+            let mut s = this.state();
+            match s.written.get(&h).cloned() {
+                Some(c) => s.durable.insert(h, c),
+                None => s.durable.remove(&h),
+            };
+            s.last_write.remove(&h);
+            Ok(())
+        }
     }
 
     fn delete(&mut self, h: ChunkHandle) -> impl Future<Output = Result<(), StoreError>> + Send {

@@ -24,6 +24,9 @@ pub struct FaultMix {
     pub slow_disks: bool,
     /// Packet loss and long latencies.
     pub lossy_net: bool,
+    /// Every chunkserver loses power at once (all replicas of every chunk): acknowledged
+    /// data must survive, since every replica synced it before the acknowledgement.
+    pub power_cuts: bool,
     pub beyond_claim: bool,
 }
 
@@ -37,6 +40,7 @@ impl FaultMix {
             || self.full_disks
             || self.slow_disks
             || self.lossy_net
+            || self.power_cuts
             || self.beyond_claim)
     }
 }
@@ -92,6 +96,7 @@ impl Scheduler {
         keep(&mut m.full_disks);
         keep(&mut m.slow_disks);
         keep(&mut m.lossy_net);
+        keep(&mut m.power_cuts);
         if m.is_empty() {
             m = mix;
         }
@@ -125,6 +130,7 @@ impl Scheduler {
             match self.impaired[i] {
                 Some(Impairment::Dead { until }) if until <= now => {
                     cluster.restart_server(i);
+                    cluster.count_fault("restart", 1);
                     self.impaired[i] = None;
                     self.note(cluster, format!("restart cs{i}"));
                 }
@@ -148,6 +154,7 @@ impl Scheduler {
             && until <= now
         {
             cluster.restart_master();
+            cluster.count_fault("restart", 1);
             self.master_down_until = None;
             self.note(cluster, "restart master".into());
         }
@@ -191,6 +198,10 @@ impl Scheduler {
         if m.beyond_claim && !self.wiped && now > 10_000 {
             options.push(8);
         }
+        // Rarer than the others: every copy of every chunk goes down with it.
+        if m.power_cuts && self.impaired.iter().all(Option::is_none) && rand().is_multiple_of(6) {
+            options.push(10);
+        }
         if options.is_empty() {
             return;
         }
@@ -202,17 +213,20 @@ impl Scheduler {
             }
             1 => {
                 cluster.isolate(cluster.servers[pick].id);
+                cluster.count_fault("partition", 1);
                 self.impaired[pick] = Some(Impairment::Isolated { until: now + span });
                 self.note(cluster, format!("isolate cs{pick} for {span}ms"));
             }
             2 => {
                 cluster.cut_from_master(pick);
+                cluster.count_fault("partition", 1);
                 self.impaired[pick] = Some(Impairment::CutFromMaster { until: now + span });
                 self.note(cluster, format!("cut cs{pick} from master for {span}ms"));
             }
             9 => {
                 let to_master = rand().is_multiple_of(2);
                 cluster.cut_one_way(pick, to_master);
+                cluster.count_fault("one_way", 1);
                 self.impaired[pick] = Some(Impairment::OneWay {
                     until: now + span,
                     to_master,
@@ -235,9 +249,7 @@ impl Scheduler {
                 let (h, len) = chunks[(rand() % chunks.len() as u64) as usize];
                 if len > 0 {
                     let off = (rand() % len as u64) as usize;
-                    cluster.servers[pick]
-                        .disk
-                        .flip_bit(h, off, (rand() % 8) as u8);
+                    cluster.flip_bit(pick, h, off, (rand() % 8) as u8);
                     self.impaired[pick] = Some(Impairment::Corrupted);
                     self.note(
                         cluster,
@@ -248,12 +260,13 @@ impl Scheduler {
             5 => {
                 let d = &cluster.servers[pick].disk;
                 d.set_capacity(d.used());
+                cluster.count_fault("full_disk", 1);
                 self.note(cluster, format!("fill the disk of cs{pick}"));
             }
             6 => {
-                cluster.servers[pick]
-                    .disk
-                    .set_delay(Duration::from_millis(rand() % 200));
+                let delay = Duration::from_millis(rand() % 200);
+                cluster.servers[pick].disk.set_delay(delay);
+                cluster.count_fault("slow_disk", u64::from(!delay.is_zero()));
                 self.note(cluster, format!("slow the disk of cs{pick}"));
             }
             7 => {
@@ -264,6 +277,7 @@ impl Scheduler {
                     c.packet_loss_rate = loss;
                     c.send_latency = Duration::from_millis(1)..max_latency;
                 });
+                cluster.count_fault("loss", u64::from(loss > 0.0));
                 self.note(cluster, format!("network loss {loss}"));
             }
             8 => {
@@ -272,10 +286,24 @@ impl Scheduler {
                 for i in 0..r.min(n) {
                     cluster.kill_server(i);
                     cluster.servers[i].disk.wipe();
+                    cluster.count_fault("wipe", 1);
                     self.impaired[i] = Some(Impairment::Dead { until: now + 3_000 });
                 }
                 self.wiped = true;
                 self.note(cluster, format!("wipe the disks of {r} chunkservers"));
+            }
+            10 => {
+                // Short: the point is the crash of every disk at once, not the outage.
+                let down = 500 + (rand() % 3_000) as i64;
+                for i in 0..n {
+                    cluster.kill_server(i);
+                    self.impaired[i] = Some(Impairment::Dead { until: now + down });
+                }
+                cluster.count_fault("power_cut", 1);
+                self.note(
+                    cluster,
+                    format!("power cut of every chunkserver for {down}ms"),
+                );
             }
             _ => unreachable!(),
         }

@@ -33,9 +33,11 @@ pub struct SimMetaStore(Arc<Mutex<State>>);
 
 impl SimMetaStore {
     /// Power loss: `keep` of the unsynced batches survive (the caller picks, by seed).
-    pub fn crash(&self, keep: impl FnOnce(usize) -> usize) {
+    /// Returns how many batches were lost.
+    pub fn crash(&self, keep: impl FnOnce(usize) -> usize) -> usize {
         let mut s = self.0.lock().expect("meta lock");
         let k = keep(s.unsynced.len()).min(s.unsynced.len());
+        let lost = s.unsynced.len() - k;
         let kept: Vec<Batch> = s.unsynced.drain(..).take(k).collect();
         for b in &kept {
             let mut durable = std::mem::take(&mut s.durable);
@@ -43,6 +45,7 @@ impl SimMetaStore {
             s.durable = durable;
         }
         s.written = s.durable.clone();
+        lost
     }
 }
 
@@ -51,14 +54,20 @@ impl MetaStore for SimMetaStore {
         let mut s = self.0.lock().expect("meta lock");
         apply(&mut s.written, &batch);
         s.unsynced.push(batch);
-        async { Ok(()) }
+        crate::disk::after(std::time::Duration::ZERO, Ok(()))
     }
 
     fn sync(&mut self) -> impl Future<Output = Result<(), StoreError>> + Send {
-        let mut s = self.0.lock().expect("meta lock");
-        s.durable = s.written.clone();
-        s.unsynced.clear();
-        async { Ok(()) }
+        // The batches become durable when the sync completes, after its pause: a crash
+        // during the pause loses what a real store may lose before fsync returns.
+        let this = self.0.clone();
+        async move {
+            crate::disk::after(std::time::Duration::ZERO, ()).await;
+            let mut s = this.lock().expect("meta lock");
+            s.durable = s.written.clone();
+            s.unsynced.clear();
+            Ok(())
+        }
     }
 
     fn scan(

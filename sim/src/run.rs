@@ -43,6 +43,8 @@ pub struct Outcome {
     pub scrub_found: usize,
     pub knobs: String,
     pub faults: Vec<String>,
+    /// How often each kind of fault actually happened in the run.
+    pub fault_counts: std::collections::BTreeMap<&'static str, u64>,
 }
 
 impl Outcome {
@@ -189,6 +191,7 @@ async fn world(sc: Scenario, seed: u64) -> Outcome {
         scrub_found: c.scrub_found.len(),
         knobs: format!("{knobs:?} faults={:?}", sched.mix()),
         faults: sched.log.clone(),
+        fault_counts: c.faults.clone(),
     }
 }
 
@@ -250,7 +253,8 @@ async fn silent_corruption(cluster: &Cluster, checks: &Shared) {
     let first = (rand() % n as u64) as usize;
     let mut flipped: Vec<(String, u64)> = Vec::new();
     for k in 0..victims {
-        let s = &cluster.servers[(first + k) % n];
+        let i = (first + k) % n;
+        let s = &cluster.servers[i];
         let chunks: Vec<(u64, usize)> = s.disk.chunks().into_iter().filter(|c| c.1 > 0).collect();
         for _ in 0..3.min(chunks.len()) {
             let (h, len) = chunks[(rand() % chunks.len() as u64) as usize];
@@ -260,7 +264,7 @@ async fn silent_corruption(cluster: &Cluster, checks: &Shared) {
                 continue;
             }
             let off = (rand() % len as u64) as usize;
-            if s.disk.flip_bit(h, off, (rand() % 8) as u8) {
+            if cluster.flip_bit(i, h, off, (rand() % 8) as u8) {
                 tracing::info!(
                     t = cluster.true_ms(),
                     "flip a bit of chunk {h} at {off} on {}",

@@ -305,8 +305,8 @@ enum CallCtx {
 struct PushBuffer {
     /// The length of the whole data.
     total: u64,
-    /// Pieces received, by offset, kept as they came off the network (no copy): a piece
-    /// sent again replaces the first.
+    /// Pieces received, by offset, kept as they came off the network (no copy), never
+    /// overlapping: of a piece sent again only what was missing is kept.
     pieces: std::collections::BTreeMap<u64, Bytes>,
     touched: Time,
 }
@@ -1440,9 +1440,38 @@ impl Chunkserver {
                 r.data_id
             )));
         }
-        debug_assert_eq!(end, r.offset + r.piece.len() as u64);
-        b.pieces.insert(r.offset, r.piece.clone());
+        // The buffer is counted at its data's length, so it holds no more than that: of a
+        // piece sent again or split differently, only the bytes not yet held are kept (as
+        // slices of the piece, uncopied). Keeping every piece whole would let pieces at
+        // overlapping offsets hold many times the counted bytes alive.
+        let mut at = r.offset;
+        let mut gaps = Vec::new();
+        let first = b
+            .pieces
+            .range(..=r.offset)
+            .next_back()
+            .map_or(r.offset, |(&s, _)| s);
+        for (&s, p) in b.pieces.range(first..end) {
+            if s > at {
+                gaps.push((at, s));
+            }
+            at = at.max(s + p.len() as u64);
+        }
+        if at < end {
+            gaps.push((at, end));
+        }
+        for (s, e) in gaps {
+            let piece = r
+                .piece
+                .slice((s - r.offset) as usize..(e - r.offset) as usize);
+            b.pieces.insert(s, piece);
+        }
         b.touched = self.now;
+        assert!(
+            b.pieces.values().map(|p| p.len() as u64).sum::<u64>() <= b.total,
+            "pushed data {:x} holds more than its length",
+            r.data_id
+        );
         Ok(())
     }
 

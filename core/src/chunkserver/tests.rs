@@ -1471,6 +1471,23 @@ fn pushed_pieces_sent_again_or_overlapping_assemble_once() {
 }
 
 #[test]
+fn overlapping_pieces_hold_no_more_than_the_data() {
+    let mut h = H::new();
+    h.create(1);
+    // Every suffix of 1000 bytes, each a piece of its own: kept whole, they would hold
+    // half a megabyte for 1000 counted bytes.
+    let data: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
+    for off in (0..1000).rev() {
+        push(&mut h, 9, off, 1000, &data[off as usize..], &[]);
+    }
+    let held: usize = h.cs.pushed[&9].pieces.values().map(|p| p.len()).sum();
+    assert_eq!(held, 1000);
+    assert_eq!(h.cs.pushed_bytes, 1000);
+    assert!(write_pushed(&mut h, 0, 9).error.is_none());
+    assert_eq!(&h.read(1, 0, 1000).unwrap()[..], &data[..]);
+}
+
+#[test]
 fn pushed_data_is_bounded_in_size_and_time() {
     let mut h = H::new();
     h.cs.cfg.push_buffer_bytes = 250_000;

@@ -55,6 +55,13 @@ pub async fn execute<S: ChunkStore>(store: &mut S, op: StoreOp) -> Result<StoreO
                 store.sync(handle).await?;
             }
             store.write(handle, offset, data).await?;
+            // The data is durable before the metadata that describes it is written: an
+            // unsynced metadata record may become durable at any moment (on real disks
+            // every chunk's metadata shares one log, which another chunk's sync flushes),
+            // and one describing data still in flight would, after a power cut, give
+            // checksums the bytes on disk fail, costing the whole copy, acknowledged bytes
+            // included, on every replica the cut reached.
+            store.sync_data(handle).await?;
             store.write_meta(meta).await?;
             store.sync(handle).await?;
             Ok(StoreOutput::Done)

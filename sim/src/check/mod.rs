@@ -4,6 +4,7 @@
 //! and fails the run.
 
 pub mod appends;
+pub mod corruption;
 pub mod history;
 pub mod leases;
 pub mod locations;
@@ -42,9 +43,21 @@ pub struct Checks {
     pub stale_seen: HashSet<(String, u64, u64)>,
     /// Records found by readers, for the run's summary.
     pub records_checked: u64,
+    /// How often each kind of fault actually happened (changed what a node saw).
+    pub faults: BTreeMap<&'static str, u64>,
+    /// (server, chunk) copies whose bytes the run corrupted on purpose (see
+    /// `corruption.rs`).
+    pub corrupted: HashSet<(String, u64)>,
 }
 
 impl Checks {
+    /// Counts `n` faults of `kind` that happened.
+    pub fn fault(&mut self, kind: &'static str, n: u64) {
+        if n > 0 {
+            *self.faults.entry(kind).or_default() += n;
+        }
+    }
+
     /// Records a violation; the same one seen again later is not repeated.
     pub fn violation(&mut self, true_ms: i64, what: String) {
         if self.violations.iter().any(|v| v.ends_with(&what)) {

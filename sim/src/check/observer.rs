@@ -146,13 +146,16 @@ impl Observer for SimObserver {
                 }
             }
         }
+        let mut found = Vec::new();
         for call in &effects.calls {
             if let cs::Outgoing::Master(tessera_core::pb::MasterRequest {
                 req: Some(tessera_core::pb::master_request::Req::ReportCorrupt(r)),
             }) = &call.req
-                && r.by_scrubber
             {
-                c.scrub_found.insert((self.node.clone(), r.handle));
+                if r.by_scrubber {
+                    c.scrub_found.insert((self.node.clone(), r.handle));
+                }
+                found.extend(super::corruption::check(&c.corrupted, &self.node, r.handle));
             }
         }
         tr.add_u64(effects.calls.len() as u64);
@@ -161,7 +164,6 @@ impl Observer for SimObserver {
             .leases()
             .map(|(h, until)| (h, self.clock.true_time(until.0 as i64)))
             .collect();
-        let mut found = Vec::new();
         if let Some(v) = c.leases.update(&self.node, t, leases) {
             found.push(v);
         }
