@@ -11,7 +11,7 @@ use crate::types::{ChunkHandle, LogSeq, Version};
 use super::chunks::ChunkTable;
 use super::namespace::{Namespace, Node};
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Meta {
     pub ns: Namespace,
     pub chunks: ChunkTable,
