@@ -424,6 +424,11 @@ impl<R: Runtime, T: Transport> Client<R, T> {
                 Err(e) if e.is_retryable() => {
                     // Every replica we knew failed: ask the master again, then give up.
                     info = self.locations(path, true).await?;
+                    if info.chunk_size != cs {
+                        // The path names another file now, laid out in other chunks:
+                        // place the position again.
+                        continue;
+                    }
                     self.read_piece(&info, idx, pos % cs, piece_end - pos)
                         .await?
                 }
@@ -489,7 +494,8 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         Err(last.expect("at least one replica tried"))
     }
 
-    /// The chunk size of the file at `path` (the cluster's).
+    /// The chunk size of the file at `path`: its own, fixed when it was created (the
+    /// master's default then, which may have changed since).
     pub async fn chunk_size(&self, path: &str) -> Result<u64, FsError> {
         Ok(self.locations(path, false).await?.chunk_size)
     }
@@ -505,7 +511,8 @@ impl<R: Runtime, T: Transport> Client<R, T> {
             let idx = pos / chunk_size;
             let piece_end = end.min((idx + 1) * chunk_size);
             let piece = data.slice((pos - offset) as usize..(piece_end - offset) as usize);
-            self.write_piece(path, idx, pos % chunk_size, piece).await?;
+            self.write_piece(path, idx, pos % chunk_size, piece, chunk_size)
+                .await?;
             pos = piece_end;
         }
         self.forget(path);
@@ -558,7 +565,11 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         let mut attempt = 1;
         loop {
             match self.record_append_once(path, index, data.clone()).await {
-                Ok(Appended::At { index: i, offset }) => {
+                Ok(Appended::At {
+                    index: i,
+                    offset,
+                    chunk_size,
+                }) => {
                     self.set_last_append_index(path, i);
                     let at = i * chunk_size + offset;
                     self.forget(path);
@@ -635,6 +646,7 @@ impl<R: Runtime, T: Transport> Client<R, T> {
                 Appended::At {
                     index: t.chunk_index,
                     offset: a.offset,
+                    chunk_size: t.chunk_size,
                 }
             }),
             other => Err(FsError::Internal(format!(
@@ -689,19 +701,22 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         Ok(t)
     }
 
+    /// Writes `data` at `off` in chunk `idx`, placed there by the file's chunk size
+    /// `chunk_size`.
     async fn write_piece(
         &self,
         path: &str,
         idx: u64,
         off: u64,
         data: Bytes,
+        chunk_size: u64,
     ) -> Result<(), FsError> {
         let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let mut wait = self.cfg.backoff;
         let mut attempt = 1;
         loop {
             let result = self
-                .write_piece_once(path, idx, off, data.clone(), seq)
+                .write_piece_once(path, idx, off, data.clone(), seq, chunk_size)
                 .await;
             match result {
                 Err(e) if e.is_retryable() && attempt < self.cfg.attempts => {
@@ -722,8 +737,20 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         off: u64,
         data: Bytes,
         seq: u64,
+        chunk_size: u64,
     ) -> Result<(), FsError> {
         let t = self.write_target(path, idx, false).await?;
+        if t.chunk_size != chunk_size {
+            // The path names another file than the one the write was placed in (it was
+            // replaced meanwhile), laid out in other chunks: writing here would put the
+            // bytes at the wrong offsets. Forget what is cached, so the caller's next
+            // attempt places the write again.
+            self.forget_all(path);
+            return Err(FsError::InvalidArgument(format!(
+                "{path}: chunk size changed from {chunk_size} to {} (the file was replaced)",
+                t.chunk_size
+            )));
+        }
         // The data goes first, to every replica along a chain; then the primary orders
         // the write, applies it and has the secondaries apply it, answering once all have.
         let result = async {
@@ -846,8 +873,16 @@ pub fn merge_fsck(all: &mut pb::FsckResponse, page: pb::FsckResponse) -> (String
 }
 
 enum Appended {
-    At { index: u64, offset: u64 },
-    Full { index: u64 },
+    /// Written at `offset` in chunk `index`, of a file with chunks of `chunk_size` (as
+    /// the master named it with the target).
+    At {
+        index: u64,
+        offset: u64,
+        chunk_size: u64,
+    },
+    Full {
+        index: u64,
+    },
 }
 
 fn unavailable(e: RpcError) -> FsError {

@@ -21,4 +21,4 @@ pub mod types;
 pub mod wire;
 
 pub use error::{FsError, RpcError, StoreError};
-pub use types::{BLOCK_SIZE, ChunkHandle, LogSeq, Time, Version};
+pub use types::{BLOCK_SIZE, ChunkHandle, LogSeq, MAX_CHUNK_SIZE, Time, Version};

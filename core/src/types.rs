@@ -14,8 +14,15 @@ pub const BLOCK_SIZE: u64 = 64 * 1024;
 /// Data a chunkserver assembles for a write starts on this memory boundary, so a store
 /// using direct I/O (which needs block-aligned buffers) can write it without a copy.
 pub const IO_ALIGN: usize = 4096;
-/// GFS's chunk size; the cluster's is configurable so tests can make chunks tiny.
+/// GFS's chunk size; the master's is configurable so tests can make chunks tiny. It is
+/// the size of new files' chunks: each file keeps the size it was created with.
 pub const DEFAULT_CHUNK_SIZE: u64 = 64 * 1024 * 1024;
+/// The largest chunk size any file may have. A chunkserver bounds everything it takes
+/// outside a lease by it (pushed data, a secondary's mutation, a clone's source), since
+/// it cannot know the size of the file a chunk belongs to: files made with bigger chunks
+/// before the master's default was lowered must keep working. The master keeps a file's
+/// size in 32 bits, so this must stay below 4 GiB.
+pub const MAX_CHUNK_SIZE: u64 = 1 << 30;
 
 /// A node's clock reading in milliseconds since an arbitrary epoch. State machines never
 /// read a clock: the driver passes `Time` in with every input.

@@ -15,10 +15,10 @@ use tessera_core::testkit::{MemChunkStore, MemMetaStore, MemNet, TestRuntime};
 
 const CHUNK: u64 = 256 * 1024;
 
-fn master_opts() -> master::MasterOptions {
+fn master_opts(chunk_size: u64) -> master::MasterOptions {
     master::MasterOptions {
         config: MasterConfig {
-            chunk_size: CHUNK,
+            chunk_size,
             lease_duration: Duration::from_secs(10),
             max_clock_skew: Duration::from_millis(500),
             heartbeat_timeout: Duration::from_secs(3),
@@ -32,8 +32,19 @@ fn master_opts() -> master::MasterOptions {
 }
 
 fn start_master(rt: &TestRuntime, net: &MemNet, store: &MemMetaStore) -> AbortHandle {
+    start_master_with(rt, net, store, CHUNK)
+}
+
+/// A master whose new files get chunks of `chunk_size`.
+fn start_master_with(
+    rt: &TestRuntime,
+    net: &MemNet,
+    store: &MemMetaStore,
+    chunk_size: u64,
+) -> AbortHandle {
     let (handle, reg) = AbortHandle::new_pair();
-    let fut = master::run(rt.clone(), net.clone(), store.clone(), master_opts(), Quiet);
+    let opts = master_opts(chunk_size);
+    let fut = master::run(rt.clone(), net.clone(), store.clone(), opts, Quiet);
     rt.spawn(async move {
         if let Ok(Err(e)) = Abortable::new(fut, reg).await {
             panic!("master stopped: {e}");
@@ -54,7 +65,6 @@ fn start_chunkserver(
             address: format!("cs{i}"),
             rack: format!("rack{}", i % 2),
             capacity_bytes: 1 << 30,
-            chunk_size: CHUNK,
             clone_piece: 64 * 1024,
             // Odd servers read everything from disk, so corruption put on their disks
             // meets reads; even ones serve recent writes from memory.
@@ -389,6 +399,88 @@ fn concurrent_record_appends_land_whole_and_at_least_once() {
             whole.len() as u64 > 2 * CHUNK,
             "the appends should fill several chunks"
         );
+    });
+}
+
+/// Files keep the chunk size they were written with when the master restarts with
+/// another: reads map offsets to the chunks the data went to, writes land where reads
+/// look, and record appends are padded at the file's own chunk ends. Only files created
+/// afterwards get the new size.
+#[test]
+fn a_file_keeps_its_chunk_size_across_a_master_restart_with_another() {
+    let rt = TestRuntime::new(13);
+    let net = MemNet::new(rt.clone());
+    let rt2 = rt.clone();
+    rt.block_on(async move {
+        let rt = rt2;
+        let meta = MemMetaStore::default();
+        let m = start_master(&rt, &net, &meta);
+        let (_disks, _servers) = start_chunkservers(&rt, &net, 3);
+        rt.sleep(Duration::from_secs(2)).await;
+        let mut cfg = ClientConfig::new("master");
+        cfg.rpc_timeout = Duration::from_secs(2);
+        cfg.attempts = 30;
+        let client = Client::new(rt.clone(), net.clone(), cfg.clone());
+        client.create("/old", 3).await.unwrap();
+        let content = data(CHUNK as usize * 3 + 1000, 1);
+        client.write("/old", 0, content.clone()).await.unwrap();
+        client.create("/log", 3).await.unwrap();
+        let record = |n: u8| data(CHUNK as usize / 5, n);
+        let mut acked = Vec::new();
+        for n in 0..3 {
+            acked.push((client.append_record("/log", &record(n)).await.unwrap(), n));
+        }
+
+        // The master comes back with chunks twice as big for new files.
+        m.abort();
+        net.kill("master");
+        meta.crash();
+        let _m = start_master_with(&rt, &net, &meta, 2 * CHUNK);
+        rt.sleep(Duration::from_secs(3)).await;
+        // A fresh client: nothing cached from before the restart.
+        let client = Client::new(rt.clone(), net.clone(), cfg);
+        assert_eq!(client.chunk_size("/old").await.unwrap(), CHUNK);
+        assert_eq!(
+            client.read("/old", 0, u64::MAX).await.unwrap(),
+            content,
+            "a file written before the restart reads back wrong"
+        );
+        // A write across one of the file's chunk boundaries (after the lease quiet period).
+        client
+            .write("/old", CHUNK - 5, Bytes::from_static(b"0123456789"))
+            .await
+            .unwrap();
+        let mut want = content.to_vec();
+        want[CHUNK as usize - 5..CHUNK as usize + 5].copy_from_slice(b"0123456789");
+        assert_eq!(
+            client.read("/old", 0, u64::MAX).await.unwrap(),
+            Bytes::from(want)
+        );
+        // Record appends go on filling the file's own chunks: one that does not fit in
+        // what is left of a chunk of the file's size moves on to the next.
+        for n in 3..12 {
+            acked.push((client.append_record("/log", &record(n)).await.unwrap(), n));
+        }
+        let records = client.read_records("/log").await.unwrap();
+        assert_eq!(records.len(), acked.len());
+        for (at, n) in &acked {
+            let r = records
+                .iter()
+                .find(|r| r.offset == *at)
+                .expect("record at its offset");
+            assert_eq!(r.payload, record(*n));
+            let end = at + (tessera_core::record::HEADER + r.payload.len()) as u64;
+            assert_eq!(at / CHUNK, (end - 1) / CHUNK, "a record straddles chunks");
+        }
+        assert!(client.stat("/log").await.unwrap().length > 2 * CHUNK);
+
+        // New files get the new size.
+        client.create("/new", 3).await.unwrap();
+        assert_eq!(client.chunk_size("/new").await.unwrap(), 2 * CHUNK);
+        let fresh = data(CHUNK as usize * 3, 2);
+        client.write("/new", 0, fresh.clone()).await.unwrap();
+        assert_eq!(client.read("/new", 0, u64::MAX).await.unwrap(), fresh);
+        assert_eq!(client.stat("/new").await.unwrap().chunk_count, 2);
     });
 }
 

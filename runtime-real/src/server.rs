@@ -67,8 +67,8 @@ pub struct Knobs {
     /// Config file (TOML) with any of the settings below; flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Bytes per chunk [default: 67108864 (64 MiB)]. Set on the master; chunkservers take
-    /// the master's from its heartbeat replies.
+    /// Bytes per chunk of new files [default: 67108864 (64 MiB)]. Set on the master; a file
+    /// keeps the size it was created with, so a change affects new files only.
     #[arg(long)]
     pub chunk_size: Option<u64>,
     /// Replicas per chunk for files created without a count [default: 3].
@@ -152,14 +152,17 @@ impl Knobs {
                 self.$field.or(file.$field).unwrap_or($default)
             };
         }
+        // The chunk size of new files; each file keeps the one it was created with.
         m.chunk_size = pick!(chunk_size, m.chunk_size);
-        if m.chunk_size < 4 * tessera_core::BLOCK_SIZE {
+        if m.chunk_size < 4 * tessera_core::BLOCK_SIZE
+            || m.chunk_size > tessera_core::MAX_CHUNK_SIZE
+        {
             return Err(format!(
-                "chunk size must be at least {} bytes",
-                4 * tessera_core::BLOCK_SIZE
+                "chunk size must be {} to {} bytes",
+                4 * tessera_core::BLOCK_SIZE,
+                tessera_core::MAX_CHUNK_SIZE
             ));
         }
-        c.chunk_size = m.chunk_size;
         m.default_replication = pick!(replication, m.default_replication).max(1);
         m.lease_duration = pick!(lease, m.lease_duration);
         m.max_clock_skew = pick!(max_clock_skew, m.max_clock_skew);

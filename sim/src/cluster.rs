@@ -3,6 +3,8 @@
 //! nodes, so a killed node restarts onto what it had made durable.
 
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use madsim::net::NetSim;
@@ -26,7 +28,12 @@ const PORT: u16 = 7000;
 /// leases are among the choices so rare paths get hit.
 #[derive(Clone, Debug)]
 pub struct Knobs {
+    /// The master's chunk size at the start, which the files made before any fault have.
     pub chunk_size: u64,
+    /// Non-zero: the chunk size a restarted master gives new files, every other restart
+    /// (the others go back to `chunk_size`). Files keep the size they were made with, so
+    /// the cluster then holds files of both sizes, as after an operator's change.
+    pub restart_chunk_size: u64,
     pub replication: u32,
     pub lease: Duration,
     pub max_clock_skew: Duration,
@@ -50,8 +57,10 @@ impl Knobs {
         let pick =
             |rng: &mut dyn FnMut() -> u64, xs: &[u64]| xs[(rng() % xs.len() as u64) as usize];
         let lease = Duration::from_millis(pick(rng, &[2_000, 5_000, 10_000, 60_000]));
-        Knobs {
-            chunk_size: pick(rng, &[64 << 10, 100 << 10, 256 << 10, 1 << 20]),
+        let sizes = [64 << 10, 100 << 10, 256 << 10, 1 << 20];
+        let mut k = Knobs {
+            chunk_size: pick(rng, &sizes),
+            restart_chunk_size: 0,
             replication: 3,
             lease,
             // Drift of up to 200 ppm over a 60 s lease is 12 ms; the bound leaves room.
@@ -68,7 +77,14 @@ impl Knobs {
             scrub_interval: Duration::from_millis(pick(rng, &[500, 2_000, 10_000])),
             scrub_idle: Duration::from_millis(pick(rng, &[1_000, 10_000])),
             clone_timeout: Duration::from_millis(pick(rng, &[5_000, 30_000])),
+        };
+        // Picked last, so the knobs above stay what they were for every seed. Half the
+        // seeds change the size across master restarts.
+        if rng().is_multiple_of(2) {
+            let others: Vec<u64> = sizes.into_iter().filter(|&s| s != k.chunk_size).collect();
+            k.restart_chunk_size = pick(rng, &others);
         }
+        k
     }
 }
 
@@ -95,6 +111,8 @@ pub struct Cluster {
     pub master_addr: String,
     pub master_store: SimMetaStore,
     pub master_alive: bool,
+    /// The chunk size the master node starts with (read at each restart).
+    pub master_chunk_size: Arc<AtomicU64>,
     pub servers: Vec<ServerNode>,
     pub clients: Vec<(NodeHandle, Clock)>,
     /// Racks in the cluster; client `i` sits in rack `i % racks`, as chunkservers do.
@@ -127,12 +145,14 @@ impl Cluster {
         let master_addr = format!("{}:{PORT}", ip(0, 1));
         let master_store = SimMetaStore::default();
         let master_clock = clock(&knobs);
+        let master_chunk_size = Arc::new(AtomicU64::new(knobs.chunk_size));
         let master_id = {
-            let (store, checks, knobs, addr) = (
+            let (store, checks, knobs, addr, chunk_size) = (
                 master_store.clone(),
                 checks.clone(),
                 knobs.clone(),
                 master_addr.clone(),
+                master_chunk_size.clone(),
             );
             handle
                 .create_node()
@@ -142,7 +162,7 @@ impl Cluster {
                     let rt = SimRuntime::new(start, master_clock);
                     let opts = master::MasterOptions {
                         config: MasterConfig {
-                            chunk_size: knobs.chunk_size,
+                            chunk_size: chunk_size.load(Ordering::Relaxed),
                             default_replication: knobs.replication as u8,
                             lease_duration: knobs.lease,
                             max_clock_skew: knobs.max_clock_skew,
@@ -202,7 +222,6 @@ impl Cluster {
                             address: addr2.clone(),
                             rack: rack.clone(),
                             capacity_bytes: knobs2.disk_capacity,
-                            chunk_size: knobs2.chunk_size,
                             clone_piece: 64 << 10,
                             scrub_interval: knobs2.scrub_interval,
                             scrub_idle: knobs2.scrub_idle,
@@ -269,6 +288,7 @@ impl Cluster {
             master_addr,
             master_store,
             master_alive: true,
+            master_chunk_size,
             servers,
             clients,
         }
@@ -370,8 +390,24 @@ impl Cluster {
         c.fault("log_tail_loss", u64::from(lost > 0));
     }
 
+    /// Restarts the master; with `restart_chunk_size` set, with the other chunk size.
     pub fn restart_master(&mut self) {
         if !self.master_alive {
+            let k = &self.knobs;
+            if k.restart_chunk_size != 0 {
+                let now = self.master_chunk_size.load(Ordering::Relaxed);
+                let next = if now == k.chunk_size {
+                    k.restart_chunk_size
+                } else {
+                    k.chunk_size
+                };
+                self.master_chunk_size.store(next, Ordering::Relaxed);
+                tracing::info!(
+                    t = self.true_ms(),
+                    chunk_size = next,
+                    "master restarts with another chunk size"
+                );
+            }
             self.handle.restart(self.master_id);
             self.master_alive = true;
         }

@@ -156,7 +156,10 @@ impl Scheduler {
             cluster.restart_master();
             cluster.count_fault("restart", 1);
             self.master_down_until = None;
-            self.note(cluster, "restart master".into());
+            let size = cluster
+                .master_chunk_size
+                .load(std::sync::atomic::Ordering::Relaxed);
+            self.note(cluster, format!("restart master (chunk size {size})"));
         }
     }
 

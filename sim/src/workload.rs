@@ -62,7 +62,9 @@ fn pattern(client: usize, seq: u64, len: u64) -> Bytes {
 
 pub struct ClientRun {
     pub id: usize,
-    /// The chunk size of the run, for checks that look at chunks.
+    /// The chunk size the run started with, for checks that look at chunks: that of
+    /// the shared files, made before any fault (a restarted master may give files made
+    /// later another, see `Knobs::restart_chunk_size`).
     pub chunk_size: u64,
     pub model: Model,
     pub ok: u64,

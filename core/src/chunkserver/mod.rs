@@ -23,7 +23,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::error::{FsError, RpcError, StoreError};
 use crate::pb::{self, chunk_request::Req, chunk_response::Resp, master_request::Req as MReq};
-use crate::types::{BLOCK_SIZE, ChunkHandle, DEFAULT_CHUNK_SIZE, Time, Version};
+use crate::types::{BLOCK_SIZE, ChunkHandle, MAX_CHUNK_SIZE, Time, Version};
 
 pub type RequestId = u64;
 pub type CallId = u64;
@@ -35,7 +35,6 @@ pub struct ChunkserverConfig {
     pub address: String,
     pub rack: String,
     pub capacity_bytes: u64,
-    pub chunk_size: u64,
     /// Largest piece read from a peer in one call while cloning.
     pub clone_piece: u64,
     /// The scrubber verifies one idle chunk this often (zero turns it off). It finds
@@ -60,7 +59,6 @@ impl Default for ChunkserverConfig {
             address: String::new(),
             rack: "default".into(),
             capacity_bytes: 1 << 40,
-            chunk_size: DEFAULT_CHUNK_SIZE,
             clone_piece: 4 << 20,
             scrub_interval: Duration::from_secs(10),
             scrub_idle: Duration::from_secs(60),
@@ -185,6 +183,10 @@ struct Chunk {
     lease_until: Option<Time>,
     /// When the current lease term began (grant or last extension), on this clock.
     lease_from: Time,
+    /// The chunk size of the chunk's file, from the lease grant: what a record append is
+    /// padded to and bounded by, and the end of the chunk for writes. Meaningful while
+    /// `lease_until` is set; only in memory, as the lease is (a restart ends both).
+    lease_chunk_size: u64,
     last_write: Time,
     /// The last mutation serial assigned (as primary) or applied (as secondary) at this
     /// version; a new version starts again from 0.
@@ -236,8 +238,17 @@ enum Pending {
         id: Option<RequestId>,
         h: ChunkHandle,
         meta: Option<pb::ChunkMeta>,
-        lease: Option<Time>,
+        lease: Option<LeaseGrant>,
     },
+}
+
+/// A lease this server is granted, taken once its new version is durable.
+#[derive(Debug)]
+struct LeaseGrant {
+    /// The lease's end on this server's clock.
+    until: Time,
+    /// The chunk size of the chunk's file (see `Chunk::lease_chunk_size`).
+    chunk_size: u64,
 }
 
 #[derive(Debug)]
@@ -458,6 +469,7 @@ impl Chunkserver {
                     meta,
                     lease_until: None,
                     lease_from: Time::ZERO,
+                    lease_chunk_size: 0,
                     last_write: Time::ZERO,
                     serial: 0,
                     writers: HashMap::new(),
@@ -829,7 +841,7 @@ impl Chunkserver {
             )));
         }
         let data = self.data_of(r.data_id, r.data)?;
-        self.check_range(r.offset, data.len())?;
+        check_range(r.offset, data.len(), self.lease_chunk_size(h))?;
         let c = self.chunks.get_mut(&h).expect("usable");
         let seen = c.writers.entry(r.client_id).or_insert(r.client_seq);
         if r.client_seq < *seen {
@@ -869,14 +881,16 @@ impl Chunkserver {
             )));
         }
         let record = self.data_of(r.data_id, r.data)?;
-        let max = self.cfg.chunk_size / 4;
+        // The size of this chunk's file, as the master said in the grant: the client
+        // cannot be trusted to say it, and the master's default for new files may differ.
+        let chunk_size = self.lease_chunk_size(h);
+        let max = chunk_size / 4;
         if record.is_empty() || record.len() as u64 > max {
             return Err(FsError::InvalidArgument(format!(
                 "a record must be 1 to {max} bytes, not {}",
                 record.len()
             )));
         }
-        let chunk_size = self.cfg.chunk_size;
         let c = self.chunks.get_mut(&h).expect("usable");
         let length = c.meta.length;
         let fits = length + record.len() as u64 <= chunk_size;
@@ -1012,7 +1026,8 @@ impl Chunkserver {
             return Ok(None);
         }
         let data = self.data_of(r.data_id, r.data)?;
-        self.check_range(r.offset, data.len())?;
+        // A secondary knows no chunk size (its primary checked the mutation against it).
+        check_range(r.offset, data.len(), MAX_CHUNK_SIZE)?;
         self.chunks.get_mut(&h).expect("usable").serial = r.serial;
         tracing::debug!(chunk = h, server = %self.cfg.address, serial = r.serial, offset = r.offset, len = data.len(), "applying mutation");
         self.apply_local(id, h, r.offset, data)
@@ -1055,15 +1070,15 @@ impl Chunkserver {
         }
     }
 
-    fn check_range(&self, offset: u64, len: usize) -> Result<u64, FsError> {
-        offset
-            .checked_add(len as u64)
-            .filter(|&e| e <= self.cfg.chunk_size)
-            .ok_or_else(|| {
-                FsError::InvalidArgument(format!(
-                    "write of {len} bytes at {offset} passes the chunk size"
-                ))
-            })
+    /// The chunk size the lease on `h` was granted with; the caller has checked that
+    /// this server holds the lease.
+    fn lease_chunk_size(&self, h: ChunkHandle) -> u64 {
+        let c = self.chunks.get(&h).expect("a leased chunk is held");
+        assert!(
+            c.lease_until.is_some() && c.lease_chunk_size > 0,
+            "chunk {h}: no lease, or one without a chunk size"
+        );
+        c.lease_chunk_size
     }
 
     /// Writes `data` at `offset` on this replica, durably; then replies (or forwards).
@@ -1074,7 +1089,8 @@ impl Chunkserver {
         offset: u64,
         data: Bytes,
     ) -> Result<Option<pb::ChunkResponse>, FsError> {
-        let end = self.check_range(offset, data.len())?;
+        // The primary's caller checked against the file's chunk size already.
+        let end = check_range(offset, data.len(), MAX_CHUNK_SIZE)?;
         let length = self.chunks.get(&h).expect("usable").meta.length;
         // A write past the end fills the gap with zeros, so the chunk has no holes.
         let (off, data) = if offset > length {
@@ -1218,7 +1234,20 @@ impl Chunkserver {
         // the queue or made durable. The master counts from when it gave up waiting or
         // got the answer, both later; so the holder's lease always ends first. (This
         // assumes a request reaches this server before its caller's deadline.)
-        let lease = (r.lease_ms > 0).then(|| arrived + Duration::from_millis(r.lease_ms));
+        let lease = if r.lease_ms > 0 {
+            if r.chunk_size == 0 || r.chunk_size > MAX_CHUNK_SIZE {
+                return Err(FsError::InvalidArgument(format!(
+                    "lease on chunk {h} with chunk size {}",
+                    r.chunk_size
+                )));
+            }
+            Some(LeaseGrant {
+                until: arrived + Duration::from_millis(r.lease_ms),
+                chunk_size: r.chunk_size,
+            })
+        } else {
+            None
+        };
         self.store(
             Pending::Commit {
                 id: Some(id),
@@ -1305,7 +1334,7 @@ impl Chunkserver {
                 );
             }
         };
-        if piece.chunk_length > self.cfg.chunk_size {
+        if piece.chunk_length > MAX_CHUNK_SIZE {
             return self.done(
                 h,
                 id,
@@ -1399,7 +1428,7 @@ impl Chunkserver {
         let end = r.offset.checked_add(r.piece.len() as u64);
         if r.data_id == 0
             || r.total == 0
-            || r.total > self.cfg.chunk_size
+            || r.total > MAX_CHUNK_SIZE
             || end.is_none_or(|e| e > r.total)
         {
             return Err(FsError::InvalidArgument(format!(
@@ -1691,6 +1720,7 @@ impl Chunkserver {
                             meta: meta.clone(),
                             lease_until: None,
                             lease_from: now,
+                            lease_chunk_size: 0,
                             last_write: Time::ZERO,
                             serial: 0,
                             writers: HashMap::new(),
@@ -1707,9 +1737,10 @@ impl Chunkserver {
                         if wrote {
                             c.last_write = now;
                         }
-                        if lease.is_some() {
-                            c.lease_until = lease;
+                        if let Some(l) = lease {
+                            c.lease_until = Some(l.until);
                             c.lease_from = now;
+                            c.lease_chunk_size = l.chunk_size;
                         }
                         self.corrupt.remove(&h);
                         if moved_on {
@@ -1932,14 +1963,6 @@ impl Chunkserver {
                 return;
             }
         };
-        if hb.chunk_size != 0 && hb.chunk_size != self.cfg.chunk_size {
-            tracing::info!(
-                from = self.cfg.chunk_size,
-                to = hb.chunk_size,
-                "taking the master's chunk size"
-            );
-            self.cfg.chunk_size = hb.chunk_size;
-        }
         let until = sent_at + Duration::from_millis(hb.lease_duration_ms);
         for h in hb.extended_leases {
             if let Some(c) = self.chunks.get_mut(&h)
@@ -1954,6 +1977,18 @@ impl Chunkserver {
             self.enqueue(d.handle, Job::Delete(d.version));
         }
     }
+}
+
+/// The end of a write of `len` bytes at `offset`, if it stays within `chunk_size`.
+fn check_range(offset: u64, len: usize, chunk_size: u64) -> Result<u64, FsError> {
+    offset
+        .checked_add(len as u64)
+        .filter(|&e| e <= chunk_size)
+        .ok_or_else(|| {
+            FsError::InvalidArgument(format!(
+                "write of {len} bytes at {offset} passes the chunk size {chunk_size}"
+            ))
+        })
 }
 
 /// What a write leaves in the blocks it touches, as read-cache entries on block

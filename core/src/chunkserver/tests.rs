@@ -82,6 +82,9 @@ impl Disk {
     }
 }
 
+/// The chunk size the tests' leases are granted with.
+const CHUNK: u64 = 1 << 20;
+
 struct H {
     cs: Chunkserver,
     disk: Disk,
@@ -98,7 +101,6 @@ impl H {
     fn named(address: &str) -> H {
         H::with(ChunkserverConfig {
             address: address.into(),
-            chunk_size: 1 << 20,
             ..Default::default()
         })
     }
@@ -107,7 +109,6 @@ impl H {
     fn uncached() -> H {
         H::with(ChunkserverConfig {
             address: "cs0".into(),
-            chunk_size: 1 << 20,
             read_cache_bytes: 0,
             ..Default::default()
         })
@@ -161,6 +162,7 @@ impl H {
             create: true,
             lease_ms: 60_000,
             valid_ms: 0,
+            chunk_size: CHUNK,
         }));
         assert!(r.error.is_none(), "{r:?}");
     }
@@ -328,7 +330,6 @@ fn a_failed_write_leaves_nothing_of_its_chunk_in_memory() {
 fn the_read_cache_keeps_to_its_budget_dropping_the_oldest() {
     let mut h = H::with(ChunkserverConfig {
         address: "cs0".into(),
-        chunk_size: 1 << 20,
         read_cache_bytes: 3 * BLOCK_SIZE,
         ..Default::default()
     });
@@ -388,6 +389,7 @@ fn versions_are_checked() {
         create: false,
         lease_ms: 5000,
         valid_ms: 0,
+        chunk_size: CHUNK,
     }));
     assert!(r.error.is_none());
     assert!(h.cs.is_primary(9, Time(4000)) && !h.cs.is_primary(9, Time(5001)));
@@ -406,6 +408,7 @@ fn versions_are_checked() {
         create: false,
         lease_ms: 0,
         valid_ms: 0,
+        chunk_size: 0,
     }));
     assert!(r.error.is_some(), "version went backwards");
     let r = h.req(R::Read(pb::ReadChunkRequest {
@@ -507,7 +510,6 @@ fn heartbeat_reports_and_deletes_on_command() {
                 }],
                 extended_leases: vec![],
                 lease_duration_ms: 1000,
-                chunk_size: 1 << 20,
             },
         )),
     };
@@ -521,11 +523,6 @@ fn heartbeat_reports_and_deletes_on_command() {
         h.cs.cache.bytes(),
         0,
         "a deleted chunk's data kept in memory"
-    );
-    assert_eq!(
-        h.cs.config().chunk_size,
-        1 << 20,
-        "the master's chunk size taken"
     );
 }
 
@@ -570,6 +567,7 @@ fn leases_extend_only_while_written() {
         create: true,
         lease_ms: 60_000,
         valid_ms: 0,
+        chunk_size: CHUNK,
     }));
     assert!(r.error.is_none());
     assert!(
@@ -592,6 +590,7 @@ fn lease_counts_from_arrival_not_from_processing() {
             create: true,
             lease_ms: 2_000,
             valid_ms: 0,
+            chunk_size: CHUNK,
         })),
     };
     let e = h.cs.handle(
@@ -647,6 +646,7 @@ fn a_mutation_that_overtook_its_predecessor_waits_for_it() {
         create: true,
         lease_ms: 0,
         valid_ms: 0,
+        chunk_size: 0,
     }));
     assert!(send_apply(&mut h, 3, 0, b"ccc").is_empty());
     assert!(send_apply(&mut h, 2, 0, b"bb").is_empty());
@@ -667,6 +667,7 @@ fn a_mutation_that_overtook_its_predecessor_waits_for_it() {
                 create: false,
                 lease_ms: 0,
                 valid_ms: 0,
+                chunk_size: 0,
             })),
         },
     });
@@ -751,6 +752,7 @@ fn secondary_never_applies_an_overtaken_mutation() {
         create: true,
         lease_ms: 0,
         valid_ms: 0,
+        chunk_size: 0,
     }));
     // Mutation 2 arrives first: it waits for 1, which is lost; after the hold it is
     // applied anyway (a gap is a failed mutation).
@@ -769,6 +771,7 @@ fn secondary_never_applies_an_overtaken_mutation() {
         create: false,
         lease_ms: 0,
         valid_ms: 0,
+        chunk_size: 0,
     }));
     let r = h.req(R::Apply(pb::ApplyMutationRequest {
         handle: 1,
@@ -790,6 +793,7 @@ fn only_the_primary_takes_client_writes_and_refuses_overtaken_ones() {
         create: true,
         lease_ms: 0,
         valid_ms: 0,
+        chunk_size: 0,
     }));
     let w = |seq| {
         R::Write(pb::WriteChunkRequest {
@@ -813,6 +817,7 @@ fn only_the_primary_takes_client_writes_and_refuses_overtaken_ones() {
         create: false,
         lease_ms: 60_000,
         valid_ms: 0,
+        chunk_size: CHUNK,
     }));
     assert!(h.req(w(5)).error.is_none());
     assert!(h.req(w(5)).error.is_none(), "a retry of the same write");
@@ -979,6 +984,7 @@ fn a_grant_applied_too_late_is_refused() {
             create: true,
             lease_ms: 0,
             valid_ms: 1_000,
+            chunk_size: 0,
         })),
     };
     let e = h.cs.handle(
@@ -1008,6 +1014,7 @@ fn a_delete_order_spares_a_copy_that_moved_on() {
         create: false,
         lease_ms: 0,
         valid_ms: 0,
+        chunk_size: 0,
     }));
     h.run(Input::Tick);
     let c = h.calls.pop().unwrap();
@@ -1021,7 +1028,6 @@ fn a_delete_order_spares_a_copy_that_moved_on() {
                 }],
                 extended_leases: vec![],
                 lease_duration_ms: 1000,
-                chunk_size: 0,
             },
         )),
     };
@@ -1098,6 +1104,58 @@ fn record_append_refuses_big_records_and_non_primaries() {
         append(&mut h, b"late"),
         Err(FsError::Unavailable(_))
     ));
+}
+
+/// A primary pads and bounds record appends by the chunk size its lease grant named (the
+/// size of the chunk's file), whatever size other files have: a file keeps its layout
+/// when the master's default for new files changes.
+#[test]
+fn record_append_pads_to_the_chunk_size_of_the_lease() {
+    let mut h = H::new();
+    let size: u64 = 256 << 10;
+    let grant = |handle, chunk_size| {
+        R::SetVersion(pb::SetVersionRequest {
+            handle,
+            version: 1,
+            create: true,
+            lease_ms: 60_000,
+            valid_ms: 0,
+            chunk_size,
+        })
+    };
+    let r = h.req(grant(1, size));
+    assert!(r.error.is_none(), "{r:?}");
+    assert!(matches!(
+        append(&mut h, &vec![1u8; size as usize / 4 + 1]),
+        Err(FsError::InvalidArgument(_))
+    ));
+    let rec = vec![7u8; 60_000];
+    for i in 0..4u64 {
+        let a = append(&mut h, &rec).unwrap();
+        assert_eq!((a.offset, a.chunk_full), (i * 60_000, false));
+    }
+    // 22,144 bytes of room left in a chunk of the file's size: padded.
+    assert!(append(&mut h, &rec).unwrap().chunk_full);
+    let all = h.read(1, 0, 2 << 20).unwrap();
+    assert_eq!(all.len() as u64, size, "padded to the file's chunk size");
+    assert!(all[240_000..].iter().all(|&b| b == 0));
+    // A write past the file's chunk size is refused as well.
+    assert!(matches!(
+        h.write(1, size - 1, b"xy")
+            .error
+            .as_ref()
+            .map(FsError::from_pb),
+        Some(FsError::InvalidArgument(_))
+    ));
+    // A lease must say its chunk size.
+    let r = h.req(grant(2, 0));
+    assert!(
+        matches!(
+            r.error.as_ref().map(FsError::from_pb),
+            Some(FsError::InvalidArgument(_))
+        ),
+        "{r:?}"
+    );
 }
 
 #[test]

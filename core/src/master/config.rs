@@ -6,8 +6,10 @@ use crate::types::DEFAULT_CHUNK_SIZE;
 
 #[derive(Clone, Debug)]
 pub struct MasterConfig {
-    /// Bytes per chunk. 64 MiB in production; tests make it tiny so chunk boundaries and
-    /// padding are hit often.
+    /// Bytes per chunk of new files: each file keeps the size it was created with (in its
+    /// create record), so changing this affects new files only. 64 MiB in production;
+    /// tests make it tiny so chunk boundaries and padding are hit often. At most
+    /// `MAX_CHUNK_SIZE`.
     pub chunk_size: u64,
     /// Replicas per chunk for files created without one.
     pub default_replication: u8,

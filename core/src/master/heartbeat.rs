@@ -216,7 +216,6 @@ impl Master {
                     .collect(),
                 extended_leases,
                 lease_duration_ms: millis(self.cfg.lease_duration),
-                chunk_size: self.cfg.chunk_size,
             }),
         );
     }

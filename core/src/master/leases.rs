@@ -35,6 +35,8 @@ pub struct Lease {
     /// this lease goes to all of them: a replica left out would miss writes yet keep the
     /// version, a stale copy nobody could tell from a good one.
     pub replicas: Vec<ServerIdx>,
+    /// The chunk size of the chunk's file, as the grant told the primary.
+    pub chunk_size: u64,
 }
 
 #[derive(Debug)]
@@ -50,6 +52,8 @@ struct Grant {
     waiters: Vec<(RequestId, LogSeq, u64)>,
     /// The `SetVersion` calls, held until the reservation is durable.
     unsent: Vec<(ServerIdx, CReq)>,
+    /// The chunk size of the chunk's file.
+    chunk_size: u64,
 }
 
 #[derive(Debug)]
@@ -146,12 +150,13 @@ impl Master {
         r: &pb::GetWriteTargetRequest,
     ) -> Result<bool, FsError> {
         let path = crate::path::normalize(&r.path)?;
-        let have = self
+        // A missing file is refused below, under its lock.
+        let (have, chunk_size) = self
             .meta
             .ns
             .file(&path)
-            .map(|f| f.chunks.len() as u64)
-            .unwrap_or(0);
+            .map(|f| (f.chunks.len() as u64, u64::from(f.chunk_size)))
+            .unwrap_or((0, self.cfg.chunk_size));
         // An append targets the last chunk, unless the appender found that one full and
         // asks for the next.
         let index = if r.append {
@@ -160,7 +165,7 @@ impl Master {
             r.chunk_index
         };
         let allocate = index >= have;
-        let max_chunks = u64::MAX / self.cfg.chunk_size.max(1);
+        let max_chunks = u64::MAX / chunk_size;
         if index >= max_chunks {
             return Err(FsError::InvalidArgument(format!(
                 "chunk index {index} too large"
@@ -181,7 +186,7 @@ impl Master {
         if !allocate {
             let h = f.chunks[index as usize];
             self.locks.release(&set);
-            self.write_target(id, h, after, index);
+            self.write_target(id, h, after, index, chunk_size);
             return Ok(true);
         }
         // Allocate every chunk up to the one asked for (a write past the end leaves a
@@ -203,19 +208,21 @@ impl Master {
         let (seq, h) = last.expect("at least one chunk allocated");
         after = seq;
         self.hold(seq, None, Some(set));
-        self.write_target(id, h, after, index);
+        self.write_target(id, h, after, index, chunk_size);
         Ok(true)
     }
 
     /// Replies with the lease holder of `h`, granting a lease first if none is valid.
     /// The reply also waits for log record `after`. `index` is the chunk's place in its
-    /// file, echoed to the client.
+    /// file, echoed to the client; `chunk_size` is the file's, for the grant and the
+    /// client.
     pub(super) fn write_target(
         &mut self,
         id: RequestId,
         h: ChunkHandle,
         after: LogSeq,
         index: u64,
+        chunk_size: u64,
     ) {
         if after > self.synced_seq {
             // The chunk's allocation is not durable yet. No chunkserver may hear of the
@@ -223,15 +230,23 @@ impl Master {
             self.deferred_targets
                 .entry(after)
                 .or_default()
-                .push((id, h, index));
+                .push((id, h, index, chunk_size));
             return;
         }
         let now = self.now;
         if let Some(g) = self.leases.granting.get_mut(&h) {
+            assert_eq!(
+                g.chunk_size, chunk_size,
+                "chunk {h} changed its file's chunk size"
+            );
             g.waiters.push((id, after, index));
             return;
         }
         if let Some(l) = self.leases.held.get(&h) {
+            assert_eq!(
+                l.chunk_size, chunk_size,
+                "chunk {h} changed its file's chunk size"
+            );
             if !l.void && now < l.expires && self.servers.is_alive(l.primary) {
                 let c = self
                     .meta
@@ -270,7 +285,7 @@ impl Master {
             }
             self.leases.held.remove(&h);
         }
-        if let Err(e) = self.start_grant(h) {
+        if let Err(e) = self.start_grant(h, chunk_size) {
             self.reply_err(id, e);
             return;
         }
@@ -304,14 +319,15 @@ impl Master {
             primary: addr(primary),
             secondaries: others.iter().map(|&s| addr(s)).collect(),
             lease_expires_in_ms: millis(expires.saturating_sub(self.now)),
-            chunk_size: self.cfg.chunk_size,
+            chunk_size: lease.chunk_size,
             chunk_index: index,
             primary_rack: rack(primary),
             secondary_racks: others.iter().map(|&s| rack(s)).collect(),
         }))
     }
 
-    fn start_grant(&mut self, h: ChunkHandle) -> Result<(), FsError> {
+    /// Starts granting a lease on `h`, a chunk of a file with chunks of `chunk_size`.
+    fn start_grant(&mut self, h: ChunkHandle, chunk_size: u64) -> Result<(), FsError> {
         if self.meta.chunks.get(h).is_none() {
             return Err(FsError::ChunkNotFound(format!("chunk {h}")));
         }
@@ -373,6 +389,8 @@ impl Master {
                     create,
                     lease_ms: if s == primary { lease_ms } else { 0 },
                     valid_ms: lease_ms,
+                    // The primary pads record appends to the file's chunk size.
+                    chunk_size: if s == primary { chunk_size } else { 0 },
                 });
                 (s, req)
             })
@@ -397,6 +415,7 @@ impl Master {
                 acked: Vec::new(),
                 waiters: Vec::new(),
                 unsent,
+                chunk_size,
             },
         );
         if seq <= self.synced_seq {
@@ -491,6 +510,7 @@ impl Master {
             expires: now + self.cfg.lease_duration,
             void: !primary_ok,
             replicas: g.acked.clone(),
+            chunk_size: g.chunk_size,
         };
         self.leases.held.insert(h, lease.clone());
         if g.acked.is_empty() {

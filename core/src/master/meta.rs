@@ -11,7 +11,7 @@ use crate::types::{ChunkHandle, LogSeq, Version};
 use super::chunks::ChunkTable;
 use super::namespace::{Namespace, Node};
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Meta {
     pub ns: Namespace,
     pub chunks: ChunkTable,
@@ -23,6 +23,13 @@ pub struct Meta {
     /// The highest version a grant reserved, where above the chunk's version (a grant
     /// out or failed). The next grant goes above it.
     pub reserved: HashMap<ChunkHandle, Version>,
+    /// The chunk size of files whose create record (or checkpoint entry) names none: the
+    /// master's configured default when it recovers. Records made before files kept
+    /// their own size have none; no cluster was deployed then, so this only serves old
+    /// development data directories, whose files were all written at the default of
+    /// their day (a master started with another one reads them wrong, as it always did).
+    /// Not persistent state itself: every record made now names the size.
+    pub default_chunk_size: u64,
 }
 
 /// What an applied record did beyond the state change, for the master to follow up.
@@ -33,13 +40,23 @@ pub struct Applied {
 }
 
 impl Meta {
-    pub fn new() -> Meta {
+    /// An empty state; `default_chunk_size` as on the field.
+    pub fn new(default_chunk_size: u64) -> Meta {
         Meta {
             ns: Namespace::new(),
             chunks: ChunkTable::default(),
             next_handle: 1,
             retired: BTreeMap::new(),
             reserved: HashMap::new(),
+            default_chunk_size,
+        }
+    }
+
+    /// A file's chunk size as a record or checkpoint entry gives it (0: none given).
+    fn chunk_size_or_default(&self, given: u64) -> u64 {
+        match given {
+            0 => self.default_chunk_size,
+            n => n,
         }
     }
 
@@ -54,7 +71,8 @@ impl Meta {
             Some(Op::Create(o)) => {
                 let r = u8::try_from(o.replication)
                     .map_err(|_| FsError::InvalidArgument("replication above 255".into()))?;
-                self.ns.create(&o.path, r, t)?
+                let chunk_size = self.chunk_size_or_default(o.chunk_size);
+                self.ns.create(&o.path, r, chunk_size, t)?
             }
             Some(Op::Rename(o)) => self.ns.rename(&o.src, &o.dst)?,
             Some(Op::Remove(o)) => {
@@ -159,6 +177,7 @@ impl Meta {
                     length: f.length,
                     replication: f.replication.into(),
                     chunks: f.chunks.to_vec(),
+                    chunk_size: f.chunk_size.into(),
                 },
             })
             .collect();
@@ -200,9 +219,10 @@ impl Meta {
 
     /// Rebuilds the state from a checkpoint, checking it for consistency: a checkpoint
     /// comes from disk, and a bad one must be an error, not a crash.
-    pub fn restore(cp: &pb::Checkpoint) -> Result<Meta, FsError> {
+    /// `default_chunk_size` as on the field.
+    pub fn restore(cp: &pb::Checkpoint, default_chunk_size: u64) -> Result<Meta, FsError> {
         let bad = |m: String| FsError::Internal(format!("corrupt checkpoint: {m}"));
-        let mut meta = Meta::new();
+        let mut meta = Meta::new(default_chunk_size);
         meta.next_handle = cp.next_handle.max(1);
         for c in &cp.chunks {
             if c.refcount == 0
@@ -225,7 +245,8 @@ impl Meta {
                 continue;
             }
             let r = u8::try_from(e.replication).map_err(|_| bad(e.path.clone()))?;
-            meta.ns.create(&e.path, r, e.mtime_ms)?;
+            let chunk_size = meta.chunk_size_or_default(e.chunk_size);
+            meta.ns.create(&e.path, r, chunk_size, e.mtime_ms)?;
             for &h in &e.chunks {
                 if meta.chunks.get(h).is_none() {
                     return Err(bad(format!("{} names unknown chunk {h}", e.path)));

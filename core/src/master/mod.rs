@@ -131,8 +131,9 @@ pub struct Master {
     repl: replication::Replication,
     gc: gc::Gc,
     checkpoint_seq: LogSeq,
-    /// Write-target requests waiting for their chunk's allocation to be durable.
-    deferred_targets: BTreeMap<LogSeq, Vec<(RequestId, u64, u64)>>,
+    /// Write-target requests waiting for their chunk's allocation to be durable:
+    /// (request, chunk, its index in the file, the file's chunk size).
+    deferred_targets: BTreeMap<LogSeq, Vec<(RequestId, u64, u64, u64)>>,
     /// When each retired copy's order was given (or the master started), for lifting it.
     retired_at: HashMap<(u64, ServerIdx), Time>,
     out: Effects,
@@ -141,10 +142,16 @@ pub struct Master {
 impl Master {
     /// A master with an empty namespace, as on a fresh cluster.
     pub fn new(cfg: MasterConfig, now: Time) -> Master {
-        Master::from_meta(cfg, now, Meta::new(), 0)
+        let meta = Meta::new(cfg.chunk_size);
+        Master::from_meta(cfg, now, meta, 0)
     }
 
     fn from_meta(cfg: MasterConfig, now: Time, meta: Meta, seq: LogSeq) -> Master {
+        assert!(
+            cfg.chunk_size > 0 && cfg.chunk_size <= crate::types::MAX_CHUNK_SIZE,
+            "chunk size {} out of range",
+            cfg.chunk_size
+        );
         let rng = Rng::new(cfg.rng_seed);
         let leases = leases::Leases::starting(now, &cfg, meta.next_handle);
         // Replica locations are not persisted: until heartbeats say otherwise, every chunk
@@ -186,8 +193,9 @@ impl Master {
         tail: impl IntoIterator<Item = (LogSeq, pb::LogRecord)>,
     ) -> Result<Master, FsError> {
         let (mut meta, mut seq) = match checkpoint {
-            Some(cp) => (Meta::restore(cp)?, cp.through_seq),
-            None => (Meta::new(), 0),
+            // Files from before each kept its own chunk size take the configured one.
+            Some(cp) => (Meta::restore(cp, cfg.chunk_size)?, cp.through_seq),
+            None => (Meta::new(cfg.chunk_size), 0),
         };
         let base = seq;
         for (s, rec) in tail {
@@ -332,8 +340,8 @@ impl Master {
         let later = self.deferred_targets.split_off(&(through + 1));
         let ready = std::mem::replace(&mut self.deferred_targets, later);
         for (seq, targets) in ready {
-            for (id, h, index) in targets {
-                self.write_target(id, h, seq, index);
+            for (id, h, index, chunk_size) in targets {
+                self.write_target(id, h, seq, index, chunk_size);
             }
         }
         if released {
@@ -496,7 +504,13 @@ impl Master {
             )));
         }
         let set = LockSet::on(&path, Mode::Write)?;
-        self.mutate(id, set, Op::Create(pb::CreateOp { path, replication }))
+        // The file keeps the chunk size of today's configuration for good.
+        let op = Op::Create(pb::CreateOp {
+            path,
+            replication,
+            chunk_size: self.cfg.chunk_size,
+        });
+        self.mutate(id, set, op)
     }
 
     fn on_rename(&mut self, id: RequestId, r: &pb::RenameRequest) -> Result<bool, FsError> {
@@ -602,7 +616,7 @@ impl Master {
         }
         Ok(pb::GetChunksResponse {
             file_length: f.length,
-            chunk_size: self.cfg.chunk_size,
+            chunk_size: f.chunk_size.into(),
             chunks,
         })
     }

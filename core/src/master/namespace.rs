@@ -12,12 +12,15 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::error::FsError;
 use crate::path;
-use crate::types::ChunkHandle;
+use crate::types::{ChunkHandle, MAX_CHUNK_SIZE};
 
 pub type DirId = u64;
 /// A table key: (parent directory, name).
 pub type Key = (DirId, Box<str>);
 pub const ROOT: DirId = 0;
+
+// A file's chunk size is kept in 32 bits.
+const _: () = assert!(MAX_CHUNK_SIZE <= u32::MAX as u64);
 
 /// The prefix of a name that a delete gives a file or directory; see `gc.rs`.
 pub const DELETED_PREFIX: &str = ".tessera-deleted-";
@@ -49,6 +52,11 @@ pub struct FileMeta {
     pub length: u64,
     pub mtime_ms: u64,
     pub replication: u8,
+    /// Bytes per chunk, fixed at create: chunk i holds the file's bytes from
+    /// i * chunk_size on, so the size a file was written with must outlive any change to
+    /// the master's default. 32 bits (`MAX_CHUNK_SIZE` is below 4 GiB) fit in the padding
+    /// after `replication`, so a file costs no more than before.
+    pub chunk_size: u32,
 }
 
 #[derive(Clone, Debug)]
@@ -172,17 +180,32 @@ impl Namespace {
         Ok(())
     }
 
-    pub fn create(&mut self, path: &str, replication: u8, mtime_ms: u64) -> Result<(), FsError> {
+    pub fn create(
+        &mut self,
+        path: &str,
+        replication: u8,
+        chunk_size: u64,
+        mtime_ms: u64,
+    ) -> Result<(), FsError> {
         if replication == 0 {
             return Err(FsError::InvalidArgument(
                 "replication must be at least 1".into(),
             ));
         }
+        let chunk_size = u32::try_from(chunk_size)
+            .ok()
+            .filter(|&c| c > 0 && u64::from(c) <= MAX_CHUNK_SIZE)
+            .ok_or_else(|| {
+                FsError::InvalidArgument(format!(
+                    "chunk size {chunk_size} not within 1 to {MAX_CHUNK_SIZE}"
+                ))
+            })?;
         let meta = FileMeta {
             chunks: Box::new([]),
             length: 0,
             mtime_ms,
             replication,
+            chunk_size,
         };
         self.insert_new(path, Node::File(meta))
     }
@@ -479,14 +502,17 @@ mod tests {
         let mut ns = Namespace::new();
         ns.mkdir("/a", 1).unwrap();
         ns.mkdir("/a/b", 1).unwrap();
-        ns.create("/a/b/f", 3, 2).unwrap();
+        ns.create("/a/b/f", 3, 1024, 2).unwrap();
         assert_eq!(
-            ns.create("/a/b/f", 3, 2),
+            ns.create("/a/b/f", 3, 1024, 2),
             Err(FsError::AlreadyExists("/a/b/f".into()))
         );
-        assert!(matches!(ns.create("/x/f", 3, 2), Err(FsError::NotFound(_))));
         assert!(matches!(
-            ns.create("/a/b/f/g", 3, 2),
+            ns.create("/x/f", 3, 1024, 2),
+            Err(FsError::NotFound(_))
+        ));
+        assert!(matches!(
+            ns.create("/a/b/f/g", 3, 1024, 2),
             Err(FsError::NotADirectory(_))
         ));
         ns.add_chunk("/a/b/f", 7).unwrap();
@@ -503,7 +529,7 @@ mod tests {
     fn walk_lists_parents_first() {
         let mut ns = Namespace::new();
         ns.mkdir("/a", 1).unwrap();
-        ns.create("/a/f", 1, 1).unwrap();
+        ns.create("/a/f", 1, 1024, 1).unwrap();
         ns.mkdir("/b", 1).unwrap();
         let paths: Vec<_> = ns.walk().into_iter().map(|(p, _)| p).collect();
         let pos = |p: &str| paths.iter().position(|x| x == p).unwrap();
@@ -554,7 +580,7 @@ mod tests {
             let mut ns = Namespace::new();
             for (comps, dir) in &paths {
                 let p = format!("/{}", comps.iter().map(|&i| NAMES[i]).collect::<Vec<_>>().join("/"));
-                let _ = if *dir { ns.mkdir(&p, 1) } else { ns.create(&p, 1, 1) };
+                let _ = if *dir { ns.mkdir(&p, 1) } else { ns.create(&p, 1, 1024, 1) };
             }
             for top in ["/", "/a", "/b"] {
                 if ns.dir_id(top).is_err() {
@@ -575,7 +601,7 @@ mod tests {
             ns.mkdir(d, 1).unwrap();
         }
         for f in ["/a/b/f", "/a/b/g", "/a/z", "/c/h"] {
-            ns.create(f, 1, 1).unwrap();
+            ns.create(f, 1, 1024, 1).unwrap();
         }
         let (first, more) = ns.walk_page("/", "", 3).unwrap();
         let first: Vec<_> = first.into_iter().map(|(p, _)| p).collect();

@@ -874,6 +874,118 @@ fn checkpoint_is_emitted_and_restores() {
     assert_eq!(m.meta().fingerprint(), h.m.meta().fingerprint());
 }
 
+/// A write target for chunk `idx` of `path`, and the chunk sizes the lease grants it
+/// took told their primaries (none if a lease was already out).
+fn target_and_grants(h: &mut H, path: &str, idx: u64) -> (pb::WriteTarget, Vec<u64>) {
+    let (id, mut e) = h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+        path: path.into(),
+        chunk_index: idx,
+        append: false,
+    }));
+    e.replies.extend(h.sync().replies);
+    let grants = h
+        .calls
+        .iter()
+        .filter_map(|c| match &c.req.req {
+            Some(CReq::SetVersion(s)) if s.lease_ms > 0 => Some(s.chunk_size),
+            _ => None,
+        })
+        .collect();
+    e.replies.extend(h.answer_calls(&[]).replies);
+    match reply_for(&e, id).expect("write target reply").resp {
+        Some(Resp::WriteTarget(t)) => (t, grants),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The chunk size the master answers `path`'s locations with.
+fn located_chunk_size(h: &mut H, path: &str) -> u64 {
+    match h
+        .call(MReq::GetChunks(pb::GetChunksRequest {
+            path: path.into(),
+            first_index: 0,
+            count: 0,
+        }))
+        .resp
+    {
+        Some(Resp::GetChunks(c)) => c.chunk_size,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn recovered(m: Master, now: Time) -> H {
+    H {
+        m,
+        now,
+        next_id: 1,
+        log: vec![],
+        calls: vec![],
+    }
+}
+
+/// A file's chunk size is part of its metadata: a master restarted with another default
+/// (from its log, or from a checkpoint) still answers with the size the file was written
+/// with, in locations, write targets and lease grants alike; new files get the new one.
+#[test]
+fn a_file_keeps_its_chunk_size_when_the_default_changes() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    h.call(create("/a"));
+    let (t, grants) = target_and_grants(&mut h, "/a", 0);
+    assert_eq!((t.chunk_size, grants), (1024, vec![1024]));
+
+    // Recovered from the log, with chunks of 4096 for new files.
+    let mut c = cfg();
+    c.chunk_size = 4096;
+    let m = Master::recover(c.clone(), Time(1000), None, h.log.clone()).unwrap();
+    let mut h = recovered(m, Time(1000));
+    cluster(&mut h, 3, 3);
+    assert_eq!(located_chunk_size(&mut h, "/a"), 1024);
+    // A new chunk of the old file (no quiet period: it did not exist before the restart).
+    let (t, grants) = target_and_grants(&mut h, "/a", 1);
+    assert_eq!((t.chunk_size, grants), (1024, vec![1024]));
+    h.call(create("/b"));
+    assert_eq!(located_chunk_size(&mut h, "/b"), 4096);
+    let (t, grants) = target_and_grants(&mut h, "/b", 0);
+    assert_eq!((t.chunk_size, grants), (4096, vec![4096]));
+    // A target under a lease already out says the same.
+    let (t, grants) = target_and_grants(&mut h, "/a", 1);
+    assert_eq!((t.chunk_size, grants), (1024, vec![]));
+
+    // Recovered from a checkpoint alone, with yet another default.
+    let cp = h.m.meta().checkpoint(h.m.last_seq());
+    c.chunk_size = 8192;
+    let m = Master::recover(c, Time(2000), Some(&cp), vec![]).unwrap();
+    assert_eq!(m.meta().fingerprint(), h.m.meta().fingerprint());
+    let mut h = recovered(m, Time(2000));
+    assert_eq!(located_chunk_size(&mut h, "/a"), 1024);
+    assert_eq!(located_chunk_size(&mut h, "/b"), 4096);
+    h.call(create("/c"));
+    assert_eq!(located_chunk_size(&mut h, "/c"), 8192);
+}
+
+/// A create record from before files kept their chunk size names none: such a file takes
+/// the configured default at recovery.
+#[test]
+fn a_create_record_without_a_chunk_size_takes_the_default() {
+    let log = vec![(
+        1,
+        pb::LogRecord {
+            time_ms: 0,
+            op: Some(Op::Create(pb::CreateOp {
+                path: "/old".into(),
+                replication: 3,
+                chunk_size: 0,
+            })),
+        },
+    )];
+    let mut c = cfg();
+    c.chunk_size = 2048;
+    let m = Master::recover(c, Time(0), None, log).unwrap();
+    let mut h = recovered(m, Time(0));
+    assert_eq!(located_chunk_size(&mut h, "/old"), 2048);
+}
+
 #[test]
 fn recovery_rejects_gaps_and_bad_records() {
     let mut h = H::new();
