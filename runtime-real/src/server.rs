@@ -47,6 +47,8 @@ pub struct FileSettings {
     #[serde(default, with = "opt_duration")]
     pub scrub_idle: Option<Duration>,
     pub read_cache: Option<u64>,
+    pub max_queued: Option<usize>,
+    pub max_queued_per_chunk: Option<usize>,
 }
 
 mod opt_duration {
@@ -124,6 +126,14 @@ pub struct Knobs {
     /// [default: 1073741824 (1 GiB)].
     #[arg(long, value_name = "BYTES")]
     pub read_cache: Option<u64>,
+    /// Requests that may wait at once: on the master for path locks, on a chunkserver
+    /// behind other work on chunks; past it a request is refused as busy and the client
+    /// retries [default: 10000 on the master, 65536 on a chunkserver].
+    #[arg(long)]
+    pub max_queued: Option<usize>,
+    /// Requests that may wait behind others on one chunk [default: 1024].
+    #[arg(long)]
+    pub max_queued_per_chunk: Option<usize>,
 }
 
 /// Flags over the config file over the defaults.
@@ -177,6 +187,9 @@ impl Knobs {
         c.scrub_interval = pick!(scrub_interval, c.scrub_interval);
         c.scrub_idle = pick!(scrub_idle, c.scrub_idle);
         c.read_cache_bytes = pick!(read_cache, c.read_cache_bytes);
+        m.max_queued = pick!(max_queued, m.max_queued).max(1);
+        c.max_queued = pick!(max_queued, c.max_queued).max(1);
+        c.max_queued_per_chunk = pick!(max_queued_per_chunk, c.max_queued_per_chunk).max(1);
         let heartbeat = pick!(heartbeat, Duration::from_secs(1));
         if heartbeat * 2 > m.heartbeat_timeout {
             return Err("--dead-after must be at least twice --heartbeat".into());

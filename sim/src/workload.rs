@@ -162,14 +162,16 @@ pub async fn run(
         let files: Vec<String> = run.model.files.keys().cloned().collect();
         let roll = rand() % 1000;
         if files.is_empty() || (files.len() < w.max_files && roll < 150) {
-            let path = format!("{dir}/f{seq}");
+            let path = format!("{dir}/{}", name(seq));
             create(&client, &mut run, &path).await;
         } else {
             let path = files[(rand() % files.len() as u64) as usize].clone();
             if roll < 150 + w.delete_permille {
                 delete(&client, &mut run, &path).await;
+            } else if roll < 170 + w.delete_permille {
+                reserved(&client, &mut run, &path, seq, &checks, start).await;
             } else if roll < 200 + w.delete_permille {
-                let to = format!("{dir}/r{seq}");
+                let to = format!("{dir}/{}", name(seq));
                 rename(&client, &mut run, &path, &to).await;
             } else if roll < 600 || w.no_reads {
                 write(&client, &mut run, &path, seq, &w).await;
@@ -179,6 +181,56 @@ pub async fn run(
         }
     }
     run
+}
+
+/// A file name of some kind, unique by `seq`: plain, with spaces, dots, punctuation,
+/// other scripts, the longest a component may be, or containing (not starting with) the
+/// prefix deleted entries get. Every one of them is the user's to use.
+fn name(seq: u64) -> String {
+    let n = match rand() % 8 {
+        0 => format!("a name with spaces {seq}"),
+        1 => format!(".hidden.{seq}."),
+        2 => format!("#%&*?[]{{}}'\"$!~{seq}"),
+        3 => format!("файл-日本語-{seq}"),
+        4 => format!("x.tessera-deleted-{seq}"),
+        5 => {
+            let tag = format!("-{seq}");
+            let fill = "l".repeat(tessera_core::path::MAX_NAME - tag.len());
+            format!("{fill}{tag}")
+        }
+        _ => format!("f{seq}"),
+    };
+    assert!(n.len() <= tessera_core::path::MAX_NAME);
+    n
+}
+
+/// Tries to give `path` a name only deletes may give, or to create one: both must be
+/// refused as invalid, leaving the file where it was. A rename that went through would
+/// make the garbage collector take a live file for a deleted one.
+async fn reserved(
+    client: &C,
+    run: &mut ClientRun,
+    path: &str,
+    seq: u64,
+    checks: &Shared,
+    start: madsim::time::Instant,
+) {
+    let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
+    let to = format!("{dir}/{}1-{seq}", tessera_core::master::DELETED_PREFIX);
+    let (what, result) = if rand().is_multiple_of(2) {
+        ("rename to", client.rename(path, &to).await)
+    } else {
+        ("create of", client.create(&to, 0).await)
+    };
+    match result {
+        Err(FsError::InvalidArgument(_)) => run.ok += 1,
+        Err(_) => run.errors += 1,
+        Ok(()) => violation(
+            checks,
+            start,
+            format!("{what} the reserved name {to} was accepted"),
+        ),
+    }
 }
 
 async fn create(client: &C, run: &mut ClientRun, path: &str) {

@@ -51,6 +51,11 @@ pub struct ChunkserverConfig {
     pub apply_hold: Duration,
     /// Memory for recently written data, so reading it back needs no disk (zero: none).
     pub read_cache_bytes: u64,
+    /// Requests that may wait behind others on one chunk, and on all chunks together;
+    /// past either a request is refused as busy (the client retries), so a flood of
+    /// requests cannot grow the queues without bound.
+    pub max_queued_per_chunk: usize,
+    pub max_queued: usize,
 }
 
 impl Default for ChunkserverConfig {
@@ -66,6 +71,8 @@ impl Default for ChunkserverConfig {
             push_buffer_ttl: Duration::from_secs(60),
             apply_hold: Duration::from_secs(1),
             read_cache_bytes: 1 << 30,
+            max_queued_per_chunk: 1024,
+            max_queued: 65_536,
         }
     }
 }
@@ -365,6 +372,8 @@ pub struct Chunkserver {
     /// Copies that failed a checksum: never served, deleted on the master's word.
     corrupt: HashSet<ChunkHandle>,
     queues: HashMap<ChunkHandle, VecDeque<Job>>,
+    /// `Job::Request`s in `queues`, counted against `max_queued`.
+    queued_requests: usize,
     busy: HashSet<ChunkHandle>,
     pending: HashMap<OpId, Pending>,
     calls: HashMap<CallId, CallCtx>,
@@ -425,6 +434,7 @@ impl Chunkserver {
             chunks: HashMap::new(),
             corrupt: HashSet::new(),
             queues: HashMap::new(),
+            queued_requests: 0,
             busy: HashSet::new(),
             pending: HashMap::new(),
             calls: HashMap::new(),
@@ -538,7 +548,18 @@ impl Chunkserver {
                         Req::Append(r) => r.handle,
                         Req::Push(_) => unreachable!("handled above"),
                     };
-                    self.enqueue(h, Job::Request(id, r, arrived.min(self.now)));
+                    let waiting = self.queues.get(&h).map_or(0, VecDeque::len);
+                    if waiting >= self.cfg.max_queued_per_chunk
+                        || self.queued_requests >= self.cfg.max_queued
+                    {
+                        let e = FsError::Unavailable(format!(
+                            "{} busy: {waiting} requests wait on chunk {h}, {} in all",
+                            self.cfg.address, self.queued_requests
+                        ));
+                        self.out.replies.push((id, err(e)));
+                    } else {
+                        self.enqueue(h, Job::Request(id, r, arrived.min(self.now)));
+                    }
                 }
             },
             Input::CallResult { id, result } => self.on_call_result(id, result),
@@ -591,6 +612,7 @@ impl Chunkserver {
     // ---- per-chunk queues -------------------------------------------------------------
 
     fn enqueue(&mut self, h: ChunkHandle, job: Job) {
+        self.queued_requests += usize::from(matches!(job, Job::Request(..)));
         self.queues.entry(h).or_default().push_back(job);
         self.run_next(h);
     }
@@ -605,6 +627,9 @@ impl Chunkserver {
                 self.queues.remove(&h);
                 return;
             };
+            if matches!(job, Job::Request(..)) {
+                self.queued_requests -= 1;
+            }
             self.busy.insert(h);
             match job {
                 Job::Request(id, req, arrived) => self.start(id, req, arrived),

@@ -195,6 +195,68 @@ impl H {
 }
 
 #[test]
+fn requests_waiting_on_chunks_are_bounded() {
+    let mut h = H::uncached();
+    h.cs.cfg.max_queued_per_chunk = 3;
+    h.cs.cfg.max_queued = 5;
+    h.create(1);
+    h.create(2);
+    assert!(h.write(1, 0, &[7; 100]).error.is_none());
+    assert!(h.write(2, 0, &[8; 100]).error.is_none());
+    // Reads arrive while the disk holds on to every operation: the first of each chunk
+    // runs, the rest wait, up to the bounds.
+    let mut stuck = Vec::new();
+    let mut send = |h: &mut H, handle: u64, id: RequestId| {
+        let e = h.cs.handle(
+            h.now,
+            Input::Request {
+                id,
+                arrived: h.now,
+                req: pb::ChunkRequest {
+                    req: Some(R::Read(pb::ReadChunkRequest {
+                        handle,
+                        version: 1,
+                        offset: 0,
+                        length: 10,
+                    })),
+                },
+            },
+        );
+        stuck.extend(e.store);
+        e.replies
+    };
+    let busy = |r: &[(RequestId, pb::ChunkResponse)]| {
+        matches!(
+            r.first().and_then(|(_, r)| r.error.as_ref()).map(FsError::from_pb),
+            Some(FsError::Unavailable(m)) if m.contains("busy")
+        )
+    };
+    for id in 100..104 {
+        assert!(send(&mut h, 1, id).is_empty(), "request {id} answered");
+    }
+    assert!(
+        busy(&send(&mut h, 1, 104)),
+        "a fifth request on one chunk waited"
+    );
+    for id in 105..108 {
+        assert!(send(&mut h, 2, id).is_empty(), "request {id} answered");
+    }
+    // Chunk 2 has room, but five requests wait in all.
+    assert!(busy(&send(&mut h, 2, 108)), "past the server's bound");
+    // The disk answers: everything that waited is served, and room is made.
+    let mut replies = Vec::new();
+    while let Some((id, op)) = stuck.pop() {
+        let result = h.disk.exec(op);
+        let e = h.cs.handle(h.now, Input::StoreDone { id, result });
+        replies.extend(e.replies);
+        stuck.extend(e.store);
+    }
+    assert_eq!(replies.len(), 7);
+    assert!(replies.iter().all(|(_, r)| r.error.is_none()));
+    assert_eq!(&h.read(1, 0, 3).unwrap()[..], &[7, 7, 7]);
+}
+
+#[test]
 fn write_then_read_across_blocks() {
     let mut h = H::new();
     h.create(7);

@@ -36,6 +36,10 @@ pub struct MasterConfig {
     pub checkpoint_every: u64,
     /// Seed for the master's tie-breaking choices (placement, primaries).
     pub rng_seed: u64,
+    /// Requests that may wait for path locks at once; past it a request is refused as
+    /// busy (the client retries), so a flood on one path cannot grow the queue, and the
+    /// work each lock release does, without bound.
+    pub max_queued: usize,
 }
 
 impl Default for MasterConfig {
@@ -55,6 +59,7 @@ impl Default for MasterConfig {
             clone_timeout: Duration::from_secs(300),
             checkpoint_every: 100_000,
             rng_seed: 0,
+            max_queued: 10_000,
         }
     }
 }

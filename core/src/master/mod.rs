@@ -244,7 +244,17 @@ impl Master {
         match input {
             Input::Request { id, req } => {
                 if !self.on_request(id, &req) {
-                    self.queued.push_back((id, req));
+                    if self.queued.len() >= self.cfg.max_queued {
+                        self.reply_err(
+                            id,
+                            FsError::Unavailable(format!(
+                                "master busy: {} requests wait for locks",
+                                self.queued.len()
+                            )),
+                        );
+                    } else {
+                        self.queued.push_back((id, req));
+                    }
                 }
             }
             Input::CallResult { id, result } => self.on_call_result(id, result),

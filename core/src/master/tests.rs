@@ -372,6 +372,30 @@ fn names_kept_for_deleted_entries_are_refused() {
 }
 
 #[test]
+fn requests_waiting_for_locks_are_bounded() {
+    let mut h = H::with(MasterConfig {
+        max_queued: 2,
+        ..cfg()
+    });
+    // The create holds the path's write lock until its record is durable.
+    let (c, _) = h.send(create("/f"));
+    let (a, _) = h.send(stat("/f"));
+    let (b, _) = h.send(stat("/f"));
+    let (refused, e) = h.send(stat("/f"));
+    match reply_for(&e, refused).and_then(|r| r.error) {
+        Some(e) => {
+            assert!(matches!(FsError::from_pb(&e), FsError::Unavailable(m) if m.contains("busy")))
+        }
+        None => panic!("a third waiting request was queued"),
+    }
+    let e = h.sync();
+    for id in [c, a, b] {
+        assert!(reply_for(&e, id).is_some_and(|r| is_ok(&r)), "request {id}");
+    }
+    assert!(h.m.is_quiescent());
+}
+
+#[test]
 fn mkdir_parents() {
     let mut h = H::new();
     assert!(is_ok(&h.call(MReq::Mkdir(pb::MkdirRequest {
