@@ -36,6 +36,12 @@ echo "== scenarios over $SEEDS seeds: $SCENARIOS"
 for s in $SCENARIOS; do
   "$RUNNER" run "$s" --seeds "$SEEDS"
 done
+echo "== regression seeds (scripts/regressions.txt)"
+grep -v '^#' scripts/regressions.txt | while read -r scenario seed _; do
+  if [ -n "$scenario" ]; then
+    "$RUNNER" run "$scenario" --seed "$seed"
+  fi
+done
 echo "== determinism: each scenario's first 3 seeds run twice, traces compared"
 for s in $SCENARIOS; do
   "$RUNNER" run "$s" --seeds 3 --first 1000 --check-determinism
