@@ -27,9 +27,12 @@ use crate::types::Time;
 pub struct ClientConfig {
     pub master: String,
     pub rpc_timeout: Duration,
-    /// Attempts for an operation that fails in a retryable way.
-    pub attempts: u32,
-    /// First back-off between attempts; doubles each time.
+    /// How long an operation that fails in a retryable way (master or servers not
+    /// answering, a lease settling, no replica known yet) keeps trying, from its start.
+    /// The default rides out a master restart and the lease period after it (writes to
+    /// existing chunks wait that out); zero tries once.
+    pub retry_for: Duration,
+    /// First back-off between attempts; doubles each time, up to `MAX_BACKOFF`.
     pub backoff: Duration,
     pub location_ttl: Duration,
     /// The client's rack, for ordering the data push by network distance ("" if unknown).
@@ -47,7 +50,7 @@ impl ClientConfig {
         ClientConfig {
             master: master.into(),
             rpc_timeout: Duration::from_secs(10),
-            attempts: 8,
+            retry_for: Duration::from_secs(90),
             backoff: Duration::from_millis(100),
             location_ttl: Duration::from_secs(60),
             rack: String::new(),
@@ -89,6 +92,38 @@ type TargetCache = HashMap<(String, u64), (pb::WriteTarget, Time)>;
 
 /// The write-target cache key for record appends (a file's last chunk).
 const APPEND: u64 = u64::MAX;
+
+/// The longest wait between two attempts.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// The attempts of one operation: waits that double from the configured back-off, for as
+/// long as `retry_for` allows since the operation began. The one retry loop every
+/// operation shares.
+struct Retry {
+    until: Time,
+    wait: Duration,
+    waited: u32,
+}
+
+impl Retry {
+    /// Waits before the next attempt; false once the operation's time is up (the caller
+    /// then gives up with the last error).
+    async fn pause<R: Runtime>(&mut self, rt: &R, what: &str, error: &FsError) -> bool {
+        if rt.now() + self.wait > self.until {
+            return false;
+        }
+        self.waited += 1;
+        // Said once, a few seconds in, so a person at a terminal knows why nothing happens.
+        if self.waited == 5 {
+            tracing::warn!(error = %error, "{what}: still trying");
+        } else {
+            tracing::debug!(attempt = self.waited, error = %error, "{what} failed; retrying");
+        }
+        rt.sleep(self.wait).await;
+        self.wait = (self.wait * 2).min(MAX_BACKOFF);
+        true
+    }
+}
 
 impl<R: Runtime, T: Transport> Client<R, T> {
     pub fn new(rt: R, transport: T, cfg: ClientConfig) -> Self {
@@ -133,22 +168,28 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         }
     }
 
+    fn retry(&self) -> Retry {
+        Retry {
+            until: self.rt.now() + self.cfg.retry_for,
+            wait: self.cfg.backoff,
+            waited: 0,
+        }
+    }
+
     /// Calls the master, retrying while the failure is `Unavailable` (unreachable master,
     /// lease settling). A retried mutation may have been applied the first time; such an
     /// outcome (e.g. `AlreadyExists` after a lost reply) is the caller's to judge.
     async fn master(&self, req: Req) -> Result<Resp, FsError> {
-        let mut wait = self.cfg.backoff;
-        let mut attempt = 1;
+        let mut retry = self.retry();
         loop {
             match self.master_once(&req).await {
-                Err(FsError::Unavailable(m)) if attempt < self.cfg.attempts => {
-                    tracing::debug!(attempt, error = %m, "master unavailable; retrying");
+                Err(e @ FsError::Unavailable(_)) => {
+                    if !retry.pause(&self.rt, "master call", &e).await {
+                        return Err(e);
+                    }
                 }
                 other => return other,
             }
-            attempt += 1;
-            self.rt.sleep(wait).await;
-            wait = (wait * 2).min(Duration::from_secs(5));
         }
     }
 
@@ -415,22 +456,23 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         let end = offset.saturating_add(len).min(info.file_length);
         let mut out = BytesMut::new();
         let mut pos = offset;
+        let mut retry = self.retry();
         while pos < end {
             let cs = info.chunk_size;
             let idx = pos / cs;
             let piece_end = end.min((idx + 1) * cs);
             let data = match self.read_piece(&info, idx, pos % cs, piece_end - pos).await {
                 Ok(d) => d,
+                // Every replica known failed, or none is known yet (the master may still
+                // be learning locations after a restart): wait, ask the master again and
+                // place the position anew (the path may name another file by now, laid
+                // out in other chunks).
                 Err(e) if e.is_retryable() => {
-                    // Every replica we knew failed: ask the master again, then give up.
-                    info = self.locations(path, true).await?;
-                    if info.chunk_size != cs {
-                        // The path names another file now, laid out in other chunks:
-                        // place the position again.
-                        continue;
+                    if !retry.pause(&self.rt, "read", &e).await {
+                        return Err(e);
                     }
-                    self.read_piece(&info, idx, pos % cs, piece_end - pos)
-                        .await?
+                    info = self.locations(path, true).await?;
+                    continue;
                 }
                 Err(e) => return Err(e),
             };
@@ -561,8 +603,7 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         // Start at the chunk the last append here went to; the master moves us on to the
         // file's last chunk if there are more.
         let mut index = self.last_append_index(path);
-        let mut wait = self.cfg.backoff;
-        let mut attempt = 1;
+        let mut retry = self.retry();
         loop {
             match self.record_append_once(path, index, data.clone()).await {
                 Ok(Appended::At {
@@ -585,14 +626,13 @@ impl<R: Runtime, T: Transport> Client<R, T> {
                     index = i + 1;
                     continue;
                 }
-                Err(e) if e.is_retryable() && attempt < self.cfg.attempts => {
-                    tracing::debug!(path, chunk_index = index, attempt, error = %e, "record append failed; retrying");
+                Err(e) if e.is_retryable() => {
+                    if !retry.pause(&self.rt, "record append", &e).await {
+                        return Err(e);
+                    }
                 }
                 Err(e) => return Err(e),
             }
-            attempt += 1;
-            self.rt.sleep(wait).await;
-            wait = (wait * 2).min(Duration::from_secs(5));
         }
     }
 
@@ -712,21 +752,19 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         chunk_size: u64,
     ) -> Result<(), FsError> {
         let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        let mut wait = self.cfg.backoff;
-        let mut attempt = 1;
+        let mut retry = self.retry();
         loop {
             let result = self
                 .write_piece_once(path, idx, off, data.clone(), seq, chunk_size)
                 .await;
             match result {
-                Err(e) if e.is_retryable() && attempt < self.cfg.attempts => {
-                    tracing::debug!(path, chunk_index = idx, attempt, error = %e, "write failed; retrying");
+                Err(e) if e.is_retryable() => {
+                    if !retry.pause(&self.rt, "write", &e).await {
+                        return Err(e);
+                    }
                 }
                 other => return other,
             }
-            attempt += 1;
-            self.rt.sleep(wait).await;
-            wait = (wait * 2).min(Duration::from_secs(5));
         }
     }
 

@@ -120,7 +120,7 @@ fn cluster_survives_chunkserver_loss_master_crash_and_corruption() {
 
         let mut cfg = ClientConfig::new("master");
         cfg.rpc_timeout = Duration::from_secs(2);
-        cfg.attempts = 30;
+        cfg.retry_for = Duration::from_secs(60);
         let client = Client::new(rt.clone(), net.clone(), cfg);
         client.mkdir("/data", false).await.unwrap();
         client.create("/data/f", 3).await.unwrap();
@@ -301,7 +301,7 @@ fn a_chunk_stuck_on_disk_holds_up_no_other_chunk() {
         rt.sleep(Duration::from_secs(2)).await;
         let mut cfg = ClientConfig::new("master");
         cfg.rpc_timeout = Duration::from_secs(10);
-        cfg.attempts = 1;
+        cfg.retry_for = Duration::ZERO;
         let client = Client::new(rt.clone(), net.clone(), cfg);
         client.create("/a", 3).await.unwrap();
         client.create("/b", 3).await.unwrap();
@@ -352,7 +352,7 @@ fn concurrent_record_appends_land_whole_and_at_least_once() {
         rt.sleep(Duration::from_secs(2)).await;
         let mut cfg = ClientConfig::new("master");
         cfg.rpc_timeout = Duration::from_secs(2);
-        cfg.attempts = 30;
+        cfg.retry_for = Duration::from_secs(60);
         let first = Client::new(rt.clone(), net.clone(), cfg.clone());
         first.create("/log", 3).await.unwrap();
         // Four appenders, 40 records each, sizes up to a fifth of a chunk, so chunks fill
@@ -419,7 +419,7 @@ fn a_file_keeps_its_chunk_size_across_a_master_restart_with_another() {
         rt.sleep(Duration::from_secs(2)).await;
         let mut cfg = ClientConfig::new("master");
         cfg.rpc_timeout = Duration::from_secs(2);
-        cfg.attempts = 30;
+        cfg.retry_for = Duration::from_secs(60);
         let client = Client::new(rt.clone(), net.clone(), cfg.clone());
         client.create("/old", 3).await.unwrap();
         let content = data(CHUNK as usize * 3 + 1000, 1);
@@ -481,6 +481,59 @@ fn a_file_keeps_its_chunk_size_across_a_master_restart_with_another() {
         client.write("/new", 0, fresh.clone()).await.unwrap();
         assert_eq!(client.read("/new", 0, u64::MAX).await.unwrap(), fresh);
         assert_eq!(client.stat("/new").await.unwrap().chunk_count, 2);
+    });
+}
+
+#[test]
+fn a_client_with_the_default_retries_rides_out_a_master_restart() {
+    let rt = TestRuntime::new(17);
+    let net = MemNet::new(rt.clone());
+    let rt2 = rt.clone();
+    rt.block_on(async move {
+        let rt = rt2;
+        let meta = MemMetaStore::default();
+        let m = start_master(&rt, &net, &meta);
+        let (_disks, _servers) = start_chunkservers(&rt, &net, 3);
+        rt.sleep(Duration::from_secs(2)).await;
+        // The library's defaults, as the command line uses them.
+        let cfg = ClientConfig::new("master");
+        let writer = Client::new(rt.clone(), net.clone(), cfg.clone());
+        writer.create("/f", 3).await.unwrap();
+        let content = data(CHUNK as usize * 2 + 100, 3);
+        writer.write("/f", 0, content.clone()).await.unwrap();
+
+        // The master is down for 30 s; meanwhile fresh clients read, stat and write.
+        m.abort();
+        net.kill("master");
+        let reader = Client::new(rt.clone(), net.clone(), cfg.clone());
+        let stat = Client::new(rt.clone(), net.clone(), cfg.clone());
+        let writer = Client::new(rt.clone(), net.clone(), cfg);
+        use futures::channel::oneshot;
+        let (rtx, r) = oneshot::channel();
+        let (stx, s) = oneshot::channel();
+        let (wtx, w) = oneshot::channel();
+        rt.spawn(async move {
+            let _ = rtx.send(reader.read("/f", 0, u64::MAX).await);
+        });
+        rt.spawn(async move {
+            let _ = stx.send(stat.stat("/f").await);
+        });
+        rt.spawn(async move {
+            let done = writer
+                .write("/f", 10, Bytes::from_static(b"written meanwhile"))
+                .await;
+            let _ = wtx.send(done);
+        });
+        rt.sleep(Duration::from_secs(30)).await;
+        // It comes back knowing no locations: the first reads find no replica listed
+        // until the chunkservers have reported, and writes wait out the lease period.
+        let _m = start_master(&rt, &net, &meta);
+        assert_eq!(r.await.unwrap().expect("the read gave up"), content);
+        assert_eq!(
+            s.await.unwrap().expect("the stat gave up").length,
+            content.len() as u64
+        );
+        w.await.unwrap().expect("the write gave up");
     });
 }
 

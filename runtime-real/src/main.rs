@@ -258,7 +258,6 @@ fn main() -> ExitCode {
 fn client(master: &str) -> Client<TokioRuntime, GrpcTransport> {
     let mut cfg = ClientConfig::new(master);
     cfg.rpc_timeout = Duration::from_secs(10);
-    cfg.attempts = 6;
     Client::new(TokioRuntime, GrpcTransport::new(), cfg)
 }
 

@@ -310,7 +310,9 @@ impl Cluster {
         let rt = SimRuntime::new(self.start, self.clients[i].1);
         let mut cfg = ClientConfig::new(self.master_addr.clone());
         cfg.rpc_timeout = self.knobs.rpc_timeout;
-        cfg.attempts = 6;
+        // About as long as six attempts used to take: long enough to ride out most
+        // faults, short enough that clients also see failures and must judge them.
+        cfg.retry_for = self.knobs.rpc_timeout * 2 + Duration::from_secs(3);
         cfg.backoff = Duration::from_millis(100);
         cfg.location_ttl = ttl;
         cfg.rack = format!("rack{}", i % self.racks);
