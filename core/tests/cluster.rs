@@ -498,6 +498,19 @@ fn concurrent_plain_appends_each_land_whole() {
                 bytes.len()
             );
         }
+        // An appender that reserved its region and died leaves zeros there (across a
+        // chunk boundary, where no chunk was ever allocated); later appends go after it.
+        let hole = first.reserve_append("/log", CHUNK + 10).await.unwrap();
+        assert_eq!(hole, total);
+        let at = first
+            .append("/log", Bytes::from_static(b"after"))
+            .await
+            .unwrap();
+        assert_eq!(at, total + CHUNK + 10);
+        let tail = first.read("/log", total, u64::MAX).await.unwrap();
+        assert_eq!(tail.len() as u64, CHUNK + 15);
+        assert!(tail[..CHUNK as usize + 10].iter().all(|&b| b == 0));
+        assert_eq!(&tail[CHUNK as usize + 10..], b"after");
     });
 }
 
