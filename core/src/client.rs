@@ -125,6 +125,22 @@ impl Retry {
     }
 }
 
+/// The suffix of the name a put writes under until the file is complete (followed by a
+/// random number of the put's own).
+pub const COPYING: &str = "._COPYING_";
+
+/// Why a [`Client::put_with`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PutError<E> {
+    /// A step of the put's own failed: `AlreadyExists` if the path exists, or another put
+    /// to it finished first.
+    #[error(transparent)]
+    Fs(FsError),
+    /// The caller's writing of the data failed.
+    #[error("{0}")]
+    Write(E),
+}
+
 impl<R: Runtime, T: Transport> Client<R, T> {
     pub fn new(rt: R, transport: T, cfg: ClientConfig) -> Self {
         let id = rt.random_u64();
@@ -565,13 +581,95 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         .await
     }
 
-    /// Appends `data` at the file's current end, as a plain write: not atomic, and two
-    /// writers appending at once may overwrite each other. Concurrent appenders use
-    /// [`Client::record_append`].
+    /// Appends `data` at the file's end, as a plain write, and returns where it went. The
+    /// master picks the offset ([`Client::reserve_append`]), so concurrent appends each
+    /// land whole, in some order, never over one another. An append that fails, or
+    /// whose reservation had to be asked for again (a lost reply), may leave a region
+    /// of its length that reads as zeros. Do not mix with record appends on one file:
+    /// a record append may land inside a region reserved and not yet written.
     pub async fn append(&self, path: &str, data: Bytes) -> Result<u64, FsError> {
-        let at = self.stat(path).await?.length;
-        self.write(path, at, data).await?;
+        let at = self.reserve_append(path, data.len() as u64).await?;
+        if !data.is_empty() {
+            self.write(path, at, data).await?;
+        }
         Ok(at)
+    }
+
+    /// Reserves `length` bytes at the end of `path` for this client to write, and returns
+    /// where they start (see [`Client::append`]). The master extends the file over the
+    /// region before it answers, so a region is never given out twice, and a region
+    /// nobody writes reads as zeros. A length of 0 reserves nothing and returns the
+    /// file's length.
+    pub async fn reserve_append(&self, path: &str, length: u64) -> Result<u64, FsError> {
+        self.forget(path);
+        match self
+            .master(Req::ReserveAppend(pb::ReserveAppendRequest {
+                path: path.into(),
+                length,
+            }))
+            .await?
+        {
+            Resp::ReserveAppend(r) => Ok(r.offset),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Creates the file `path`, its bytes written by `write`, whole or not at all. The
+    /// data is written under a temporary name of this put's own (`path` + [`COPYING`] +
+    /// a random number), which `write` is given, and renamed to `path` once `write`
+    /// succeeds. The rename fails if `path` exists, so of two puts to one path at once
+    /// at most one succeeds, and that one leaves its own bytes there; the other fails
+    /// with `AlreadyExists` and removes what it wrote, as any failed put does. (A put
+    /// whose rename was applied but whose reply was lost fails with its file in place.)
+    pub async fn put_with<E, F, Fut>(
+        &self,
+        path: &str,
+        replication: u32,
+        write: F,
+    ) -> Result<(), PutError<E>>
+    where
+        F: FnOnce(String) -> Fut,
+        Fut: std::future::Future<Output = Result<(), E>>,
+    {
+        match self.stat(path).await {
+            Ok(_) => return Err(PutError::Fs(FsError::AlreadyExists(path.to_string()))),
+            Err(FsError::NotFound(_)) => {}
+            Err(e) => return Err(PutError::Fs(e)),
+        }
+        // A name shared by every put to `path` would let one put delete or write into
+        // another's file mid-copy, and rename the mixture into place as its own.
+        let tmp = format!("{path}{COPYING}.{:016x}", self.rt.random_u64());
+        match self.create(&tmp, replication).await {
+            // Nobody else uses this name: it exists because our first attempt made it
+            // and its reply was lost.
+            Ok(()) | Err(FsError::AlreadyExists(_)) => {}
+            Err(e) => return Err(PutError::Fs(e)),
+        }
+        let result = match write(tmp.clone()).await {
+            Ok(()) => self.rename(&tmp, path).await.map_err(PutError::Fs),
+            Err(e) => Err(PutError::Write(e)),
+        };
+        if result.is_err() {
+            match self.delete(&tmp, false).await {
+                Ok(()) | Err(FsError::NotFound(_)) => {}
+                Err(e) => {
+                    tracing::warn!(path = %tmp, error = %e, "a failed put could not remove its file")
+                }
+            }
+        }
+        result
+    }
+
+    /// [`Client::put_with`] of `data`.
+    pub async fn put(&self, path: &str, replication: u32, data: Bytes) -> Result<(), FsError> {
+        let c = self.clone();
+        self.put_with(path, replication, |tmp| async move {
+            c.write(&tmp, 0, data).await
+        })
+        .await
+        .map_err(|e| match e {
+            PutError::Fs(e) | PutError::Write(e) => e,
+        })
     }
 
     /// The largest payload [`Client::append_record`] takes for a file with chunks of

@@ -569,3 +569,154 @@ fn same_seed_same_run() {
     }
     assert_eq!(run(3), run(3));
 }
+
+/// A master and three chunkservers, and a client config patient through start-up.
+async fn small_cluster(rt: &TestRuntime, net: &MemNet) -> (ClientConfig, Vec<AbortHandle>) {
+    let meta = MemMetaStore::default();
+    let mut nodes = vec![start_master(rt, net, &meta)];
+    nodes.extend(start_chunkservers(rt, net, 3).1);
+    rt.sleep(Duration::from_secs(2)).await;
+    let mut cfg = ClientConfig::new("master");
+    cfg.rpc_timeout = Duration::from_secs(2);
+    cfg.retry_for = Duration::from_secs(60);
+    (cfg, nodes)
+}
+
+/// Runs `work` on a fresh client of its own, as a task; the receiver gets its result.
+fn spawn_client<T: Send + 'static, F: std::future::Future<Output = T> + Send + 'static>(
+    rt: &TestRuntime,
+    net: &MemNet,
+    cfg: &ClientConfig,
+    work: impl FnOnce(Client<TestRuntime, MemNet>) -> F,
+) -> futures::channel::oneshot::Receiver<T> {
+    let client = Client::new(rt.clone(), net.clone(), cfg.clone());
+    let (tx, rx) = futures::channel::oneshot::channel();
+    let fut = work(client);
+    rt.spawn(async move {
+        let _ = tx.send(fut.await);
+    });
+    rx
+}
+
+#[test]
+fn concurrent_plain_appends_each_land_whole() {
+    let rt = TestRuntime::new(13);
+    let net = MemNet::new(rt.clone());
+    let rt2 = rt.clone();
+    rt.block_on(async move {
+        let rt = rt2;
+        let (cfg, _nodes) = small_cluster(&rt, &net).await;
+        let first = Client::new(rt.clone(), net.clone(), cfg.clone());
+        first.create("/log", 3).await.unwrap();
+        // Three appenders, five appends each, sizes across chunk boundaries.
+        let mut tasks = Vec::new();
+        for w in 0..3u8 {
+            tasks.push(spawn_client(&rt, &net, &cfg, move |client| async move {
+                let mut mine = Vec::new();
+                for n in 0..5u8 {
+                    let len = 1 + (w as usize * 7919 + n as usize * 104_729) % (CHUNK as usize);
+                    let bytes = data(len, w.wrapping_mul(50).wrapping_add(n) | 1);
+                    let at = client.append("/log", bytes.clone()).await.unwrap();
+                    mine.push((at, bytes));
+                }
+                mine
+            }));
+        }
+        let mut acked = Vec::new();
+        for t in tasks {
+            acked.extend(t.await.expect("appender finished"));
+        }
+        // An empty append changes nothing.
+        let total: u64 = acked.iter().map(|(_, b)| b.len() as u64).sum();
+        assert_eq!(first.append("/log", Bytes::new()).await.unwrap(), total);
+        let whole = first.read("/log", 0, u64::MAX).await.unwrap();
+        assert_eq!(
+            whole.len() as u64,
+            total,
+            "the file is exactly the appends, end to end"
+        );
+        for (at, bytes) in &acked {
+            let at = *at as usize;
+            assert!(
+                whole[at..at + bytes.len()] == bytes[..],
+                "the append of {} bytes at {at} was overwritten",
+                bytes.len()
+            );
+        }
+        // An appender that reserved its region and died leaves zeros there (across a
+        // chunk boundary, where no chunk was ever allocated); later appends go after it.
+        let hole = first.reserve_append("/log", CHUNK + 10).await.unwrap();
+        assert_eq!(hole, total);
+        let at = first
+            .append("/log", Bytes::from_static(b"after"))
+            .await
+            .unwrap();
+        assert_eq!(at, total + CHUNK + 10);
+        let tail = first.read("/log", total, u64::MAX).await.unwrap();
+        assert_eq!(tail.len() as u64, CHUNK + 15);
+        assert!(tail[..CHUNK as usize + 10].iter().all(|&b| b == 0));
+        assert_eq!(&tail[CHUNK as usize + 10..], b"after");
+    });
+}
+
+#[test]
+fn of_two_puts_to_one_path_a_successful_one_leaves_its_bytes() {
+    let rt = TestRuntime::new(17);
+    let net = MemNet::new(rt.clone());
+    let rt2 = rt.clone();
+    rt.block_on(async move {
+        let rt = rt2;
+        let (cfg, _nodes) = small_cluster(&rt, &net).await;
+        let first = Client::new(rt.clone(), net.clone(), cfg.clone());
+        first.mkdir("/d", false).await.unwrap();
+        // The second put starts a little later each round, so it meets the first at
+        // every step: its stat, create, writes and rename.
+        for (round, delay) in [0u64, 1, 2, 3, 4, 6, 8, 11, 15, 20, 30, 45]
+            .iter()
+            .enumerate()
+        {
+            let path = format!("/d/p{round}");
+            let mut tasks = Vec::new();
+            for w in 0..2u8 {
+                let (path, rt2) = (path.clone(), rt.clone());
+                let wait = Duration::from_millis(delay * u64::from(w));
+                let bytes = data(CHUNK as usize + 1000 * round + 7 * w as usize, w + 1);
+                tasks.push(spawn_client(&rt, &net, &cfg, move |client| async move {
+                    rt2.sleep(wait).await;
+                    let r = client.put(&path, 3, bytes.clone()).await;
+                    (r, bytes)
+                }));
+            }
+            let mut winners = 0;
+            for t in tasks {
+                let (r, bytes) = t.await.expect("put finished");
+                match r {
+                    Ok(()) => {
+                        winners += 1;
+                        let got = first.read(&path, 0, u64::MAX).await.unwrap();
+                        assert!(
+                            got == bytes,
+                            "round {round}: a put said it succeeded, but {path} holds other bytes"
+                        );
+                    }
+                    Err(e) => assert!(
+                        matches!(e, tessera_core::error::FsError::AlreadyExists(_)),
+                        "round {round}: the losing put failed with {e}, not AlreadyExists"
+                    ),
+                }
+            }
+            assert_eq!(winners, 1, "round {round}: exactly one put succeeds");
+            // Nothing is left behind: no temporary files.
+            let names: Vec<String> = first
+                .list("/d", false)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|e| e.path)
+                .collect();
+            let mut want: Vec<String> = (0..=round).map(|i| format!("/d/p{i}")).collect();
+            want.sort();
+            assert_eq!(names, want, "round {round}");
+        }
+    });
+}

@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 use tessera::rt::TokioRuntime;
 use tessera::server::{self, Knobs};
 use tessera::transport::GrpcTransport;
-use tessera_core::client::{Client, ClientConfig};
+use tessera_core::client::{Client, ClientConfig, PutError};
 use tessera_core::error::FsError;
 
 /// Servers and the client move data in buffers of several MiB. glibc's malloc serves
@@ -25,8 +25,6 @@ const DEV_MASTER: &str = "127.0.0.1:7070";
 /// Bytes written per call by put and append (each call is pushed, committed and synced
 /// on every replica, so larger calls mean fewer syncs per byte).
 const PIECE: usize = 16 << 20;
-/// The suffix of the name a put writes under until the file is complete.
-const COPYING: &str = "._COPYING_";
 /// Chunks put and get move at once.
 const PARALLEL: usize = 4;
 /// Bytes per read call, and reads in flight when writing to stdout.
@@ -116,7 +114,11 @@ enum Cmd {
         m: MasterAddr,
     },
     /// Copy a local file (or - for stdin) into Tessera. The file appears when complete
-    /// (it is written as PATH._COPYING_ and renamed); a failed put leaves nothing.
+    /// (it is written as PATH._COPYING_.<random> and renamed); a failed put leaves
+    /// nothing (a put that is killed leaves that file, for `rm` to remove).
+    ///
+    /// Of two puts to one path at once, at most one succeeds, and the file then holds
+    /// its bytes; the other fails with "already exists" and leaves nothing.
     Put {
         local: String,
         path: String,
@@ -162,6 +164,12 @@ enum Cmd {
         m: MasterAddr,
     },
     /// Append a local file (or - for stdin) to the end of a file, creating it if needed.
+    ///
+    /// The master gives each append its place at the end: concurrent appends each land
+    /// whole, in some order; an append that fails may leave a region of zeros of its
+    /// length; do not mix with record appends on one file. A regular file is one
+    /// append; from stdin each 16 MiB piece is an append of its own and lands whole
+    /// (another appender's data may come between pieces).
     Append {
         local: String,
         path: String,
@@ -354,41 +362,29 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             // Written under a temporary name and renamed when complete, so the file
             // appears whole or not at all; a failed put removes what it wrote.
             let c = client(&m.master);
-            match c.stat(&path).await {
-                Ok(_) => return Err(format!("{path}: already exists")),
-                Err(FsError::NotFound(_)) => {}
-                Err(e) => return Err(say(e, &path)),
-            }
-            let tmp = format!("{path}{COPYING}");
-            // Left over by a put that was killed: ours to replace.
-            match c.delete(&tmp, false).await {
-                Ok(()) | Err(FsError::NotFound(_)) => {}
-                Err(e) => return Err(say(e, &tmp)),
-            }
-            c.create(&tmp, replication)
-                .await
-                .map_err(|e| say(e, &path))?;
-            match copy_in(&c, &local, &tmp, 0).await {
-                Ok(()) => c.rename(&tmp, &path).await.map_err(|e| say(e, &path)),
-                Err(e) => {
-                    if let Err(d) = c.delete(&tmp, false).await {
-                        eprintln!("tessera: could not remove {tmp}: {d}");
-                    }
-                    Err(e)
-                }
-            }
+            c.put_with(&path, replication, |tmp| {
+                let (c, local) = (&c, &local);
+                async move { copy_in(c, local, &tmp, Dest::At(0)).await }
+            })
+            .await
+            .map_err(|e| match e {
+                PutError::Fs(FsError::AlreadyExists(_)) => format!("{path}: already exists"),
+                PutError::Fs(e) => say(e, &path),
+                PutError::Write(e) => e,
+            })
         }
         Cmd::Append { local, path, m } => {
             let c = client(&m.master);
-            let at = match c.stat(&path).await {
-                Ok(s) => s.length,
-                Err(FsError::NotFound(_)) => {
-                    c.create(&path, 0).await.map_err(|e| say(e, &path))?;
-                    0
-                }
+            match c.stat(&path).await {
+                Ok(_) => {}
+                Err(FsError::NotFound(_)) => match c.create(&path, 0).await {
+                    // Another appender made it first.
+                    Ok(()) | Err(FsError::AlreadyExists(_)) => {}
+                    Err(e) => return Err(say(e, &path)),
+                },
                 Err(e) => return Err(say(e, &path)),
-            };
-            copy_in(&c, &local, &path, at).await
+            }
+            copy_in(&c, &local, &path, Dest::Append).await
         }
         Cmd::Get { path, local, m } => copy_out(&client(&m.master), &path, &local).await,
         Cmd::Admin {
@@ -503,19 +499,37 @@ where
     first
 }
 
-/// Writes `local` (or stdin) into `path` from offset `at`. A regular file is written a
-/// chunk per task, several chunks at once (each chunk's replicas are a pipeline of their
-/// own, so this keeps the disks and the network busy); stdin in order.
-async fn copy_in(c: &Tessera, local: &str, path: &str, at: u64) -> Result<(), String> {
+/// Where `copy_in` writes.
+#[derive(Clone, Copy)]
+enum Dest {
+    /// From this offset on.
+    At(u64),
+    /// At the file's end, in a region the master reserves: the whole length of a regular
+    /// file at once, a stream's pieces one by one.
+    Append,
+}
+
+/// Writes `local` (or stdin) into `path`. A regular file is written a chunk per task,
+/// several chunks at once (each chunk's replicas are a pipeline of their own, so this
+/// keeps the disks and the network busy); stdin in order.
+async fn copy_in(c: &Tessera, local: &str, path: &str, dest: Dest) -> Result<(), String> {
     if local == "-" {
-        return copy_in_stream(c, Box::new(std::io::stdin()), local, path, at, None).await;
+        return copy_in_stream(c, Box::new(std::io::stdin()), local, path, dest, None).await;
     }
     let f = std::fs::File::open(local).map_err(|e| format!("{local}: {e}"))?;
     let meta = f.metadata().map_err(|e| format!("{local}: {e}"))?;
     if !meta.is_file() {
-        return copy_in_stream(c, Box::new(f), local, path, at, None).await;
+        return copy_in_stream(c, Box::new(f), local, path, dest, None).await;
     }
     let len = meta.len();
+    let at = match dest {
+        Dest::At(at) => at,
+        Dest::Append if len == 0 => return Ok(()),
+        Dest::Append => c
+            .reserve_append(path, len)
+            .await
+            .map_err(|e| say(e, path))?,
+    };
     let chunk = c.chunk_size(path).await.map_err(|e| say(e, path))?;
     let progress = bar(Some(len));
     drop(f);
@@ -563,17 +577,18 @@ async fn copy_in(c: &Tessera, local: &str, path: &str, at: u64) -> Result<(), St
     done
 }
 
-/// Writes a stream into `path` from offset `at`, in pieces, in order.
+/// Writes a stream into `path`, in pieces, in order: from an offset on, or each piece
+/// appended on its own (the length is not known ahead).
 async fn copy_in_stream(
     c: &Tessera,
     mut input: Box<dyn Read + Send>,
     local: &str,
     path: &str,
-    at: u64,
+    dest: Dest,
     len: Option<u64>,
 ) -> Result<(), String> {
     let progress = bar(len);
-    let mut off = at;
+    let mut done = 0;
     let mut buf = vec![0u8; PIECE];
     loop {
         let mut n = 0;
@@ -588,12 +603,15 @@ async fn copy_in_stream(
         if n == 0 {
             break;
         }
-        c.write(path, off, Bytes::copy_from_slice(&buf[..n]))
-            .await
-            .map_err(|e| say(e, path))?;
-        off += n as u64;
+        let piece = Bytes::copy_from_slice(&buf[..n]);
+        match dest {
+            Dest::At(at) => c.write(path, at + done, piece).await.map(|_| ()),
+            Dest::Append => c.append(path, piece).await.map(|_| ()),
+        }
+        .map_err(|e| say(e, path))?;
+        done += n as u64;
         if let Some(b) = &progress {
-            b.set_position(off - at);
+            b.set_position(done);
         }
         if n < PIECE {
             break;

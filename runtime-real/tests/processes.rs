@@ -786,3 +786,105 @@ fn a_full_disk_fails_writes_cleanly_and_loses_nothing() {
     c.ok(&["get", "/a", got.to_str().unwrap()]);
     assert!(same(&got, &want_a));
 }
+
+/// Runs `tessera` with `args` and `stdin`, without waiting for it.
+fn spawn_cli(c: &Cluster, args: &[&str], stdin: Stdio) -> Child {
+    Command::new(BIN)
+        .args(args)
+        .env("TESSERA_MASTER", &c.master_addr)
+        .stdin(stdin)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run tessera")
+}
+
+#[test]
+fn racing_puts_and_appends_keep_what_they_promise() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path();
+    let c = Cluster::start(root, 3);
+    report_until(&c, Duration::from_secs(20), "3 live servers", |r| {
+        field(r, "live chunkservers") == 3
+    });
+    c.ok(&["mkdir", "/race"]);
+    for round in 0..3u64 {
+        // Two puts of different files to one path at once: one exits 0 and the path
+        // holds its bytes; the other says the path already exists; nothing is left over.
+        let (a, b) = (
+            root.join(format!("a{round}")),
+            root.join(format!("b{round}")),
+        );
+        let want = [
+            random_file(&a, CHUNK + MIB + 11, 2 * round + 1),
+            random_file(&b, CHUNK + 2 * MIB + 7, 2 * round + 2),
+        ];
+        let path = format!("/race/p{round}");
+        let puts: Vec<Child> = [&a, &b]
+            .iter()
+            .map(|l| spawn_cli(&c, &["put", l.to_str().unwrap(), &path], Stdio::null()))
+            .collect();
+        let outs: Vec<Output> = puts
+            .into_iter()
+            .map(|p| p.wait_with_output().expect("put finished"))
+            .collect();
+        let won: Vec<usize> = (0..2).filter(|&i| outs[i].status.success()).collect();
+        assert_eq!(
+            won.len(),
+            1,
+            "round {round}: exactly one put succeeds; stderr: {:?}",
+            outs.iter()
+                .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+                .collect::<Vec<_>>()
+        );
+        let lost = String::from_utf8_lossy(&outs[1 - won[0]].stderr).into_owned();
+        assert!(
+            lost.contains("already exists"),
+            "round {round}: the losing put says why: {lost}"
+        );
+        let got = root.join(format!("got{round}"));
+        c.ok(&["get", &path, got.to_str().unwrap()]);
+        assert!(
+            same(&got, &want[won[0]]),
+            "round {round}: the put that succeeded left other bytes at {path}"
+        );
+        let ls = String::from_utf8(c.ok(&["ls", "/race"]).stdout).unwrap();
+        assert!(!ls.contains("_COPYING_"), "round {round}: left over:\n{ls}");
+
+        // Two appends of 1 MiB at once (to a file neither has made yet): both exit 0 and
+        // both land whole, one after the other. Every other round one reads stdin.
+        let log = format!("/race/log{round}");
+        let parts = [
+            random_file(&a, MIB, 10 + round),
+            random_file(&b, MIB, 20 + round),
+        ];
+        let appends: Vec<Child> = [&a, &b]
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                if i == 1 && round % 2 == 1 {
+                    let f = std::fs::File::open(l).expect("local file");
+                    spawn_cli(&c, &["append", "-", &log], Stdio::from(f))
+                } else {
+                    spawn_cli(&c, &["append", l.to_str().unwrap(), &log], Stdio::null())
+                }
+            })
+            .collect();
+        for p in appends {
+            let out = p.wait_with_output().expect("append finished");
+            assert!(
+                out.status.success(),
+                "round {round}: append failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        c.ok(&["get", &log, got.to_str().unwrap()]);
+        let ab = [parts[0].clone(), parts[1].clone()].concat();
+        let ba = [parts[1].clone(), parts[0].clone()].concat();
+        assert!(
+            same(&got, &ab) || same(&got, &ba),
+            "round {round}: {log} is not both appends whole ({} bytes)",
+            std::fs::metadata(&got).map(|m| m.len()).unwrap_or(0)
+        );
+    }
+}

@@ -5,6 +5,9 @@
 //!   renames, deletes.
 //! - `Shared`: every client writes the same few files at once, some writes overlapping
 //!   anywhere, some inside the client's own stripe; reads are judged by the history model.
+//!   Beside them, clients plain-append to the same few files (every acknowledged append
+//!   must be there, at its offset) and put to and delete the same few paths (a put that
+//!   succeeded holds its bytes until a delete may have come).
 //! - `Appends`: every client record-appends to the same few files and reads them back,
 //!   judged by the append model.
 
@@ -89,11 +92,33 @@ pub fn shared_paths(w: &Workload) -> Vec<String> {
     }
 }
 
+/// The files shared workloads plain-append to; created by [`setup`].
+pub fn plain_append_paths(w: &Workload) -> Vec<String> {
+    match w.kind {
+        Kind::Shared { files } => (0..files).map(|i| format!("/shared/a{i}")).collect(),
+        _ => vec![],
+    }
+}
+
+/// The paths shared workloads put to and delete (they start absent).
+pub fn put_paths(w: &Workload) -> Vec<String> {
+    match w.kind {
+        Kind::Shared { files } => (0..files).map(|i| format!("/shared/p{i}")).collect(),
+        _ => vec![],
+    }
+}
+
 /// Creates the shared files and registers their models.
 pub async fn setup(client: &C, w: &Workload, checks: &Shared) {
     let paths = shared_paths(w);
     if paths.is_empty() {
         return;
+    }
+    {
+        let mut c = checks.lock().expect("checks");
+        for p in put_paths(w) {
+            c.puts.insert(p, Default::default());
+        }
     }
     while !matches!(
         client.mkdir("/shared", true).await,
@@ -101,7 +126,8 @@ pub async fn setup(client: &C, w: &Workload, checks: &Shared) {
     ) {
         madsim::time::sleep(Duration::from_millis(500)).await;
     }
-    for p in &paths {
+    let appended = plain_append_paths(w);
+    for p in paths.iter().chain(&appended) {
         while !matches!(
             client.create(p, 0).await,
             Ok(()) | Err(FsError::AlreadyExists(_))
@@ -110,6 +136,9 @@ pub async fn setup(client: &C, w: &Workload, checks: &Shared) {
         }
         let mut c = checks.lock().expect("checks");
         match w.kind {
+            Kind::Shared { .. } if appended.contains(p) => {
+                c.plain_appends.insert(p.clone(), Default::default());
+            }
             Kind::Shared { .. } => {
                 c.histories.insert(p.clone(), Default::default());
             }
@@ -419,7 +448,7 @@ pub async fn verify_all(
                 format!("after healing, no progress writing {path}: {e}"),
             ),
         }
-        verify_replicas(client, path, Kind::Private, run, checks, start).await;
+        verify_replicas(client, path, Judge::Model, run, checks, start).await;
     }
 }
 
@@ -510,12 +539,30 @@ async fn shared_run(
     start: madsim::time::Instant,
 ) {
     let paths = shared_paths(w);
+    let (appended, put) = (plain_append_paths(w), put_paths(w));
     // Each client also has a stripe of every file to itself (disjoint writes).
     let stripe = (w.max_file / 8).max(1);
     for seq in 0..w.ops as u64 {
         madsim::time::sleep(w.think).await;
         let path = pick(&paths);
-        if rand() % 1000 < 550 {
+        let roll = rand() % 1000;
+        if roll >= 700 {
+            // Plain appends and puts to the same few files and paths.
+            match roll {
+                700..800 => {
+                    let path = pick(&appended);
+                    plain_append(client, run, &path, seq, w.max_write, checks, start).await;
+                }
+                800..840 => {
+                    read_plain_appends(client, run, &pick(&appended), checks, start, "").await;
+                }
+                840..920 => put_one(client, run, &pick(&put), seq, w, checks, start).await,
+                920..960 => delete_put(client, run, &pick(&put), checks, start).await,
+                _ => {
+                    read_put(client, run, &pick(&put), checks, start, "").await;
+                }
+            }
+        } else if roll < 400 {
             let (off, len) = if rand().is_multiple_of(2) {
                 let off = rand() % (w.max_file - 1);
                 (off, (1 + rand() % w.max_write).min(w.max_file - off))
@@ -552,6 +599,159 @@ async fn shared_run(
             read_shared(client, run, &path, off, len, checks, start, "").await;
         }
     }
+}
+
+// ---- plain appends and puts to shared files ---------------------------------------------
+
+#[allow(clippy::too_many_arguments)]
+async fn plain_append(
+    client: &C,
+    run: &mut ClientRun,
+    path: &str,
+    seq: u64,
+    max: u64,
+    checks: &Shared,
+    start: madsim::time::Instant,
+) -> bool {
+    let data = pattern(run.id, seq, 1 + rand() % max);
+    match client.append(path, data.clone()).await {
+        Ok(at) => {
+            run.ok += 1;
+            let mut c = checks.lock().expect("checks");
+            c.writes_acked += 1;
+            c.plain_appends
+                .get_mut(path)
+                .expect("plain append file")
+                .acked(at, data, now_ms(start));
+            true
+        }
+        Err(_) => {
+            run.errors += 1;
+            false
+        }
+    }
+}
+
+async fn read_plain_appends(
+    client: &C,
+    run: &mut ClientRun,
+    path: &str,
+    checks: &Shared,
+    start: madsim::time::Instant,
+    when: &str,
+) -> bool {
+    let rs = now_ms(start);
+    let got = match client.read(path, 0, u64::MAX).await {
+        Ok(g) => g,
+        Err(_) => {
+            run.errors += 1;
+            return false;
+        }
+    };
+    run.ok += 1;
+    let verdict = {
+        let mut c = checks.lock().expect("checks");
+        c.reads_checked += 1;
+        c.plain_appends[path].check(&got, 0, u64::MAX, rs)
+    };
+    if let Err(e) = verdict {
+        violation(checks, start, format!("{when}{path}: {e}"));
+    }
+    true
+}
+
+async fn put_one(
+    client: &C,
+    run: &mut ClientRun,
+    path: &str,
+    seq: u64,
+    w: &Workload,
+    checks: &Shared,
+    start: madsim::time::Instant,
+) {
+    let data = pattern(run.id, seq, 1 + rand() % w.max_write);
+    let n = checks
+        .lock()
+        .expect("checks")
+        .puts
+        .get_mut(path)
+        .expect("put path")
+        .begin_put(now_ms(start), data.clone());
+    let ok = client.put(path, 0, data).await.is_ok();
+    if ok {
+        run.ok += 1;
+        checks.lock().expect("checks").writes_acked += 1;
+    } else {
+        run.errors += 1;
+    }
+    checks
+        .lock()
+        .expect("checks")
+        .puts
+        .get_mut(path)
+        .expect("put path")
+        .end(n, now_ms(start), ok);
+}
+
+async fn delete_put(
+    client: &C,
+    run: &mut ClientRun,
+    path: &str,
+    checks: &Shared,
+    start: madsim::time::Instant,
+) {
+    let n = checks
+        .lock()
+        .expect("checks")
+        .puts
+        .get_mut(path)
+        .expect("put path")
+        .begin_delete(now_ms(start));
+    let ok = client.delete(path, false).await.is_ok();
+    if ok {
+        run.ok += 1;
+    } else {
+        run.errors += 1;
+    }
+    checks
+        .lock()
+        .expect("checks")
+        .puts
+        .get_mut(path)
+        .expect("put path")
+        .end(n, now_ms(start), ok);
+}
+
+/// Reads a put path whole and judges it; false if the read failed (other than the path
+/// not being there, which is judged).
+async fn read_put(
+    client: &C,
+    run: &mut ClientRun,
+    path: &str,
+    checks: &Shared,
+    start: madsim::time::Instant,
+    when: &str,
+) -> bool {
+    let rs = now_ms(start);
+    let got = match client.read(path, 0, u64::MAX).await {
+        Ok(g) => Some(g),
+        Err(FsError::NotFound(_)) => None,
+        Err(_) => {
+            run.errors += 1;
+            return false;
+        }
+    };
+    let re = now_ms(start);
+    run.ok += 1;
+    let verdict = {
+        let mut c = checks.lock().expect("checks");
+        c.reads_checked += 1;
+        c.puts[path].check_read(rs, re, got.as_deref())
+    };
+    if let Err(e) = verdict {
+        violation(checks, start, format!("{when}{path}: {e}"));
+    }
+    true
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -763,7 +963,102 @@ pub async fn verify_shared(
         if !progressed {
             violation(checks, start, format!("{when}no progress writing {path}"));
         }
-        verify_replicas(client, path, w.kind, run, checks, start).await;
+        let judge = match w.kind {
+            Kind::Shared { .. } => Judge::History,
+            _ => Judge::Records,
+        };
+        verify_replicas(client, path, judge, run, checks, start).await;
+    }
+    for (n, path) in plain_append_paths(w).iter().enumerate() {
+        verify_plain_appends(client, run, path, n, checks, start).await;
+    }
+    for (n, path) in put_paths(w).iter().enumerate() {
+        verify_puts(client, run, path, n, checks, start).await;
+    }
+}
+
+/// After healing, a plain-append file: it reads back with every acknowledged append in
+/// place, a fresh append succeeds, and every replica holds every acknowledged append.
+async fn verify_plain_appends(
+    client: &C,
+    run: &mut ClientRun,
+    path: &str,
+    n: usize,
+    checks: &Shared,
+    start: madsim::time::Instant,
+) {
+    let when = "after healing, ";
+    let give_up = madsim::time::Instant::now() + Duration::from_secs(120);
+    while !read_plain_appends(client, run, path, checks, start, when).await {
+        if madsim::time::Instant::now() >= give_up {
+            violation(checks, start, format!("{when}{path} cannot be read"));
+            break;
+        }
+        madsim::time::sleep(Duration::from_secs(1)).await;
+    }
+    let seq = 3_000_000 + (run.id * 100 + n) as u64;
+    let give_up = madsim::time::Instant::now() + Duration::from_secs(120);
+    while !plain_append(client, run, path, seq, 100, checks, start).await {
+        if madsim::time::Instant::now() >= give_up {
+            violation(
+                checks,
+                start,
+                format!("{when}no progress appending to {path}"),
+            );
+            break;
+        }
+        madsim::time::sleep(Duration::from_secs(1)).await;
+    }
+    // The fresh append is judged too.
+    read_plain_appends(client, run, path, checks, start, when).await;
+    verify_replicas(client, path, Judge::PlainAppends, run, checks, start).await;
+}
+
+/// After healing, a put path: what it holds is judged, and a put to a fresh path beside
+/// it succeeds and reads back exactly.
+async fn verify_puts(
+    client: &C,
+    run: &mut ClientRun,
+    path: &str,
+    n: usize,
+    checks: &Shared,
+    start: madsim::time::Instant,
+) {
+    let when = "after healing, ";
+    let give_up = madsim::time::Instant::now() + Duration::from_secs(120);
+    while !read_put(client, run, path, checks, start, when).await {
+        if madsim::time::Instant::now() >= give_up {
+            violation(checks, start, format!("{when}{path} cannot be read"));
+            break;
+        }
+        madsim::time::sleep(Duration::from_secs(1)).await;
+    }
+    let data = pattern(run.id, 4_000_000 + n as u64, 100);
+    let give_up = madsim::time::Instant::now() + Duration::from_secs(120);
+    // A fresh name each attempt: a failed put may still have put its file in place.
+    for attempt in 0.. {
+        let fresh = format!("{path}.after{}.{attempt}", run.id);
+        if client.put(&fresh, 0, data.clone()).await.is_ok() {
+            match patiently(|| client.read(&fresh, 0, u64::MAX)).await {
+                Ok(got) if got == data => {}
+                Ok(_) => violation(
+                    checks,
+                    start,
+                    format!("{when}{fresh}: a fresh put did not read back"),
+                ),
+                Err(e) => violation(
+                    checks,
+                    start,
+                    format!("{when}{fresh}: read after put failed: {e}"),
+                ),
+            }
+            break;
+        }
+        if madsim::time::Instant::now() >= give_up {
+            violation(checks, start, format!("{when}no progress putting {path}"));
+            break;
+        }
+        madsim::time::sleep(Duration::from_secs(1)).await;
     }
 }
 
@@ -828,6 +1123,19 @@ async fn read_replica(
     }
 }
 
+/// Which model judges a file's replicas.
+#[derive(Clone, Copy, Debug)]
+pub enum Judge {
+    /// A client's private file ([`FileModel`]).
+    Model,
+    /// A file many clients write ([`crate::check::history`]).
+    History,
+    /// A file written by record append ([`crate::check::appends`]).
+    Records,
+    /// A file written by plain append ([`crate::check::plain_appends`]).
+    PlainAppends,
+}
+
 /// Judges every replica of every chunk of `path` on its own: each must hold what the
 /// file's model allows (GFS's consistency is about *all* replicas, not the one a reader
 /// happened to pick). The bytes past a replica's end read as zeros, as a reader sees
@@ -835,7 +1143,7 @@ async fn read_replica(
 pub async fn verify_replicas(
     client: &C,
     path: &str,
-    kind: Kind,
+    judge: Judge,
     run: &mut ClientRun,
     checks: &Shared,
     start: madsim::time::Instant,
@@ -866,16 +1174,19 @@ pub async fn verify_replicas(
             let verdict = {
                 let mut ch = checks.lock().expect("checks");
                 ch.reads_checked += 1;
-                match kind {
-                    Kind::Private => run
+                match judge {
+                    Judge::Model => run
                         .model
                         .files
                         .get(path)
                         .map_or(Ok(()), |f| f.check_read(base, d.len() as u64, &d)),
-                    Kind::Shared { .. } => {
+                    Judge::History => {
                         ch.histories[path].check_read(rs, rs, base, d.len() as u64, &d)
                     }
-                    Kind::Appends { .. } => ch.appends[path]
+                    Judge::PlainAppends => ch.plain_appends[path]
+                        .check(&d, base, base + d.len() as u64, rs)
+                        .map(|_| ()),
+                    Judge::Records => ch.appends[path]
                         .check(
                             &d,
                             base,

@@ -11,6 +11,7 @@
 //!   step and all before it; the driver writes it after those records.
 
 mod admin;
+mod append;
 mod chunks;
 mod config;
 mod gc;
@@ -399,6 +400,7 @@ impl Master {
             Req::GetChunks(r) => self.on_get_chunks(id, r),
             Req::GetWriteTarget(r) => self.on_get_write_target(id, r),
             Req::ExtendFile(r) => self.on_extend_file(id, r),
+            Req::ReserveAppend(r) => self.on_reserve_append(id, r),
             Req::Heartbeat(r) => {
                 self.on_heartbeat(id, r);
                 Ok(true)

@@ -410,6 +410,110 @@ fn mkdir_parents() {
     assert!(h.m.is_quiescent());
 }
 
+fn reserve(p: &str, length: u64) -> MReq {
+    MReq::ReserveAppend(pb::ReserveAppendRequest {
+        path: p.into(),
+        length,
+    })
+}
+
+/// The offset a reservation's reply gives, or its error.
+fn reserved_at(r: &pb::MasterResponse) -> Result<u64, FsError> {
+    match r {
+        pb::MasterResponse { error: Some(e), .. } => Err(FsError::from_pb(e)),
+        pb::MasterResponse {
+            resp: Some(Resp::ReserveAppend(a)),
+            ..
+        } => Ok(a.offset),
+        other => panic!("reservation reply {other:?}"),
+    }
+}
+
+fn length_of(h: &mut H, p: &str) -> u64 {
+    match h.call(stat(p)).resp {
+        Some(Resp::Stat(s)) => s.length,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn appends_at_once_get_disjoint_regions_each_held_until_durable() {
+    let mut h = H::new();
+    assert!(is_ok(&h.call(create("/f"))));
+    // Two appenders ask at once, before anything is durable.
+    let (a, ea) = h.send(reserve("/f", 100));
+    let (b, eb) = h.send(reserve("/f", 5000));
+    assert_eq!(ea.log.len(), 1, "the first reservation logs the new length");
+    assert!(
+        reply_for(&ea, a).is_none(),
+        "a reservation was answered before its record was durable"
+    );
+    assert!(
+        eb.log.is_empty() && reply_for(&eb, b).is_none(),
+        "the second reservation must wait for the first's lock"
+    );
+    // The first record becomes durable: the first answer leaves, and the second
+    // reservation runs, logging its own record, whose answer waits in turn.
+    let e = h.sync_once();
+    assert_eq!(reserved_at(&reply_for(&e, a).unwrap()), Ok(0));
+    assert_eq!(e.log.len(), 1, "the second reservation logs its length");
+    assert!(reply_for(&e, b).is_none());
+    let e = h.sync_once();
+    assert_eq!(reserved_at(&reply_for(&e, b).unwrap()), Ok(100));
+    assert_eq!(length_of(&mut h, "/f"), 5100);
+    // The regions survive a restart: the next append starts after both.
+    let m = Master::recover(cfg(), Time(0), None, h.log.clone()).unwrap();
+    assert_eq!(m.meta().ns.file("/f").unwrap().length, 5100);
+    assert_eq!(reserved_at(&h.call(reserve("/f", 1))), Ok(5100));
+    // An empty append reserves nothing and logs nothing; it answers the length.
+    let (id, e) = h.send(reserve("/f", 0));
+    assert!(e.log.is_empty());
+    assert_eq!(reserved_at(&reply_for(&e, id).unwrap()), Ok(5101));
+    assert!(h.m.is_quiescent());
+}
+
+#[test]
+fn a_reservation_needs_a_file_and_room() {
+    let mut h = H::new();
+    assert!(is_ok(&h.call(mkdir("/d"))));
+    assert!(is_ok(&h.call(create("/f"))));
+    assert!(matches!(
+        reserved_at(&h.call(reserve("/nope", 1))),
+        Err(FsError::NotFound(_))
+    ));
+    assert!(matches!(
+        reserved_at(&h.call(reserve("/d", 1))),
+        Err(FsError::IsADirectory(_))
+    ));
+    assert!(matches!(
+        reserved_at(&h.call(reserve("relative", 1))),
+        Err(FsError::InvalidArgument(_))
+    ));
+    // The largest file the chunk size allows (chunk indexes stay below
+    // u64::MAX / chunk_size), exactly; a byte more is refused, as is a sum past u64.
+    let most = (u64::MAX / 1024) * 1024;
+    assert!(matches!(
+        reserved_at(&h.call(reserve("/f", most + 1))),
+        Err(FsError::InvalidArgument(_))
+    ));
+    assert_eq!(reserved_at(&h.call(reserve("/f", 10))), Ok(0));
+    assert!(matches!(
+        reserved_at(&h.call(reserve("/f", u64::MAX))),
+        Err(FsError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        reserved_at(&h.call(reserve("/f", most - 9))),
+        Err(FsError::InvalidArgument(_))
+    ));
+    assert_eq!(reserved_at(&h.call(reserve("/f", most - 10))), Ok(10));
+    assert_eq!(length_of(&mut h, "/f"), most);
+    // Refusals log nothing and keep no lock.
+    let before = h.m.last_seq();
+    assert!(reserved_at(&h.call(reserve("/f", 1))).is_err());
+    assert_eq!(h.m.last_seq(), before);
+    assert!(h.m.is_quiescent());
+}
+
 fn cluster(h: &mut H, n: usize, racks: usize) {
     for i in 0..n {
         h.heartbeat(&format!("cs{i}"), &format!("rack{}", i % racks), &[]);

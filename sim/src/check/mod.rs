@@ -10,6 +10,8 @@ pub mod leases;
 pub mod locations;
 pub mod model;
 pub mod observer;
+pub mod plain_appends;
+pub mod puts;
 pub mod references;
 pub mod replication;
 pub mod trace;
@@ -34,6 +36,10 @@ pub struct Checks {
     pub histories: BTreeMap<String, history::History>,
     /// Files written by record append, by path.
     pub appends: BTreeMap<String, appends::AppendLog>,
+    /// Files written by plain append, by path.
+    pub plain_appends: BTreeMap<String, plain_appends::PlainAppends>,
+    /// Paths several clients put to and delete, by path.
+    pub puts: BTreeMap<String, puts::PutLog>,
     /// Every byte chunkservers stored, kept only in runs that judge record appends.
     pub stored: Option<appends::Stored>,
     /// (server, chunk) copies the scrubber reported corrupt.
