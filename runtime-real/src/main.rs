@@ -47,6 +47,11 @@ struct MasterAddr {
     /// The master to talk to.
     #[arg(long, env = "TESSERA_MASTER", default_value = DEV_MASTER)]
     master: String,
+    /// How long a command keeps trying while the master or chunkservers do not answer:
+    /// a master restart takes a few seconds, and writes to files that existed before it
+    /// wait out the lease period after it (0s tries once).
+    #[arg(long, env = "TESSERA_RETRY_FOR", default_value = "90s", value_parser = humantime::parse_duration)]
+    retry_for: Duration,
 }
 
 #[derive(Subcommand)]
@@ -263,20 +268,52 @@ fn main() -> ExitCode {
     }
 }
 
-fn client(master: &str) -> Client<TokioRuntime, GrpcTransport> {
-    let mut cfg = ClientConfig::new(master);
+/// The master a file command talks to and how long it keeps trying, for its error
+/// messages (one command, one master).
+static TALKING_TO: std::sync::OnceLock<MasterAddr> = std::sync::OnceLock::new();
+
+fn client(m: &MasterAddr) -> Client<TokioRuntime, GrpcTransport> {
+    let _ = TALKING_TO.set(m.clone());
+    let mut cfg = ClientConfig::new(&m.master);
     cfg.rpc_timeout = Duration::from_secs(10);
+    cfg.retry_for = m.retry_for;
     Client::new(TokioRuntime, GrpcTransport::new(), cfg)
 }
 
-/// Errors as a user should read them.
+/// Errors as a user should read them, with a hint that fits: an unreachable master on
+/// this machine's dev address most likely means no dev cluster runs; one elsewhere, or
+/// a chunkserver, is a cluster in trouble, not a missing one.
 fn say(e: FsError, what: &str) -> String {
+    let (master, patience) = match TALKING_TO.get() {
+        Some(m) => (m.master.as_str(), humantime::format_duration(m.retry_for)),
+        None => (
+            DEV_MASTER,
+            humantime::format_duration(Duration::from_secs(90)),
+        ),
+    };
     match e {
-        FsError::Unavailable(m) if m.contains("cannot reach") || m.contains("deadline") => {
+        FsError::Unavailable(m)
+            if m.contains(&format!("cannot reach {master}"))
+                || m.contains(&format!("calling {master}")) =>
+        {
+            if master == DEV_MASTER {
+                format!(
+                    "{what}: no master answers at {master} ({m}, for {patience}); is the dev cluster running? (`tessera dev` or ./scripts/dev.sh starts it; --master or TESSERA_MASTER names another)"
+                )
+            } else {
+                format!(
+                    "{what}: the master at {master} did not answer for {patience} ({m}); is it running, and is that its address? (--retry-for waits longer)"
+                )
+            }
+        }
+        FsError::Unavailable(m) if m.contains("deadline") || m.contains("cannot reach") => {
             format!(
-                "{what}: the master or a chunkserver is not answering ({m}); is the cluster running? (tessera dev)"
+                "{what}: a server did not answer for {patience} ({m}); `tessera admin report` shows which servers are down (--retry-for waits longer)"
             )
         }
+        FsError::Unavailable(m) if m.contains("no live replica") => format!(
+            "{what}: {m} after {patience}: every server holding it is down or has not reported since the master started; `tessera admin fsck {what}` shows where its copies are"
+        ),
         e => format!("{what}: {e}"),
     }
 }
@@ -302,7 +339,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             knobs,
         } => tessera::dev::run(dir, chunkservers, port, &knobs).await,
         Cmd::Ls { path, deleted, m } => {
-            let c = client(&m.master);
+            let c = client(&m);
             let st = c.stat(&path).await.map_err(|e| say(e, &path))?;
             let print = |entries: Vec<tessera_core::pb::FileInfo>| {
                 let mut out = std::io::stdout().lock();
@@ -325,23 +362,20 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             }
             Ok(())
         }
-        Cmd::Mkdir { path, parents, m } => client(&m.master)
+        Cmd::Mkdir { path, parents, m } => client(&m)
             .mkdir(&path, parents)
             .await
             .map_err(|e| say(e, &path)),
-        Cmd::Rm { path, recursive, m } => client(&m.master)
+        Cmd::Rm { path, recursive, m } => client(&m)
             .delete(&path, recursive)
             .await
             .map_err(|e| say(e, &path)),
-        Cmd::Mv { src, dst, m } => client(&m.master)
+        Cmd::Mv { src, dst, m } => client(&m)
             .rename(&src, &dst)
             .await
             .map_err(|e| say(e, &src)),
         Cmd::Stat { path, m } => {
-            let s = client(&m.master)
-                .stat(&path)
-                .await
-                .map_err(|e| say(e, &path))?;
+            let s = client(&m).stat(&path).await.map_err(|e| say(e, &path))?;
             println!(
                 "path: {}\ntype: {}\nlength: {}\nreplication: {}\nchunks: {}\nmodified_ms: {}",
                 s.path,
@@ -361,7 +395,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
         } => {
             // Written under a temporary name and renamed when complete, so the file
             // appears whole or not at all; a failed put removes what it wrote.
-            let c = client(&m.master);
+            let c = client(&m);
             c.put_with(&path, replication, |tmp| {
                 let (c, local) = (&c, &local);
                 async move { copy_in(c, local, &tmp, Dest::At(0)).await }
@@ -374,7 +408,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             })
         }
         Cmd::Append { local, path, m } => {
-            let c = client(&m.master);
+            let c = client(&m);
             match c.stat(&path).await {
                 Ok(_) => {}
                 Err(FsError::NotFound(_)) => match c.create(&path, 0).await {
@@ -386,15 +420,12 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             }
             copy_in(&c, &local, &path, Dest::Append).await
         }
-        Cmd::Get { path, local, m } => copy_out(&client(&m.master), &path, &local).await,
+        Cmd::Get { path, local, m } => copy_out(&client(&m), &path, &local).await,
         Cmd::Admin {
             cmd: AdminCmd::Report,
             m,
         } => {
-            let r = client(&m.master)
-                .report()
-                .await
-                .map_err(|e| say(e, "report"))?;
+            let r = client(&m).report().await.map_err(|e| say(e, "report"))?;
             print!("{}", tessera::admin::report_text(&r));
             Ok(())
         }
@@ -404,7 +435,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
         } => {
             // Each page's files printed as it arrives, the totals last.
             let (mut listed, mut last) = (false, String::new());
-            let r = client(&m.master)
+            let r = client(&m)
                 .fsck_pages(&path, list, |files| {
                     listed |= !files.is_empty();
                     print!("{}", tessera::admin::fsck_files_text(&files, &mut last));
@@ -420,7 +451,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             }
             Ok(())
         }
-        Cmd::Cat { path, m } => copy_out(&client(&m.master), &path, "-").await,
+        Cmd::Cat { path, m } => copy_out(&client(&m), &path, "-").await,
     }
 }
 
