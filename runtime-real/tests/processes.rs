@@ -652,6 +652,7 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
                 handle: 12345,
                 version: 9,
                 source: "127.0.0.1:1".into(),
+                ..Default::default()
             }),
         ] {
             let body = pb::ChunkRequest { req: Some(req) }.encode_to_vec();
