@@ -2041,6 +2041,14 @@ impl Chunkserver {
                 error: None,
                 resp: Some(pb::master_response::Resp::Heartbeat(hb)),
             })) => hb,
+            Ok(Reply::Master(pb::MasterResponse { error: Some(e), .. }))
+                if e.code == pb::ErrorCode::InvalidArgument as i32 =>
+            {
+                // The master will not have this server (another cluster's, or its address
+                // taken by another server): only an operator can fix that.
+                tracing::error!(server = %self.cfg.address, error = %e.message, "the master refuses this server");
+                return;
+            }
             Ok(other) => {
                 tracing::warn!(reply = ?other, "heartbeat refused");
                 return;
