@@ -272,17 +272,15 @@ impl Master {
     }
 
     /// A server's disk was replaced (another id at its address): nothing the master knew
-    /// of the old one's copies holds, and the new one reports what it has afresh. Its
-    /// replicas went when it was declared dead; the orders against its copies go now, or
-    /// one would delete a copy the new disk took since (a clone) at the same version.
+    /// of the old one's copies holds, and the new one reports what it has afresh. The
+    /// orders against the old copies go, or one would delete a copy the new disk took
+    /// since (a clone) at the same version; so do replicas listed on it since it was
+    /// declared dead (a clone to it that finished after).
     fn forget_server(&mut self, idx: ServerIdx) {
         self.gc.pending_deletes.0.remove(&idx);
+        self.gc.deleting.remove(&idx);
         self.retired_at.retain(|&(_, s), _| s != idx);
-        assert_eq!(
-            self.servers.get(idx).replicas,
-            0,
-            "a dead server's replicas were dropped"
-        );
+        self.drop_replicas_where(idx, |_| true);
     }
 
     pub(super) fn on_report_corrupt(&mut self, id: RequestId, r: &pb::ReportCorruptRequest) {
