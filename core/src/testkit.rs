@@ -312,6 +312,7 @@ impl MemChunkStore {
         }
     }
 
+    /// The chunks on the disk (not the server's identity record).
     pub fn handles(&self) -> Vec<ChunkHandle> {
         let mut v: Vec<_> = self
             .0
@@ -320,6 +321,7 @@ impl MemChunkStore {
             .written
             .keys()
             .copied()
+            .filter(|&h| h != crate::chunkserver::IDENTITY_HANDLE)
             .collect();
         v.sort_unstable();
         v

@@ -59,10 +59,22 @@ fn start_chunkserver(
     store: &MemChunkStore,
     i: usize,
 ) -> AbortHandle {
+    start_chunkserver_at(rt, net, store, &format!("cs{i}"), "master", i)
+}
+
+/// Chunkserver `i`, at `address`, heartbeating to the master at `master`.
+fn start_chunkserver_at(
+    rt: &TestRuntime,
+    net: &MemNet,
+    store: &MemChunkStore,
+    address: &str,
+    master: &str,
+    i: usize,
+) -> AbortHandle {
     let (handle, reg) = AbortHandle::new_pair();
     let opts = chunkserver::ChunkserverOptions {
         config: ChunkserverConfig {
-            address: format!("cs{i}"),
+            address: address.into(),
             rack: format!("rack{}", i % 2),
             capacity_bytes: 1 << 30,
             clone_piece: 64 * 1024,
@@ -71,7 +83,7 @@ fn start_chunkserver(
             read_cache_bytes: if i.is_multiple_of(2) { 64 << 20 } else { 0 },
             ..ChunkserverConfig::default()
         },
-        master: "master".into(),
+        master: master.into(),
         heartbeat_interval: Duration::from_secs(1),
         call_timeout: Duration::from_secs(2),
     };
@@ -718,5 +730,104 @@ fn of_two_puts_to_one_path_a_successful_one_leaves_its_bytes() {
             want.sort();
             assert_eq!(names, want, "round {round}");
         }
+    });
+}
+
+/// A short stand-in for a chunk's bytes, so a failed comparison prints readably.
+fn digest(data: Option<Vec<u8>>) -> Option<(usize, u64)> {
+    data.map(|d| {
+        let sum = d.iter().fold(0u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        (d.len(), sum)
+    })
+}
+
+/// Two clusters on one network. A chunkserver of cluster A, restarted with B's master in
+/// its configuration (an operator's slip), is refused by B: B registers nothing, orders
+/// nothing, and A's copies on it stay whole. Its chunk handles collide with B's (both
+/// clusters number chunks from 1), and one of them is unknown to B: a master that took the
+/// server in would order that copy deleted as an orphan.
+#[test]
+fn a_chunkserver_pointed_at_another_clusters_master_is_refused() {
+    let rt = TestRuntime::new(11);
+    let net = MemNet::new(rt.clone());
+    let rt2 = rt.clone();
+    rt.block_on(async move {
+        let rt = rt2;
+        let start = |listen: &str, seed: u64, store: &MemMetaStore| {
+            let (handle, reg) = AbortHandle::new_pair();
+            let mut opts = master_opts(CHUNK);
+            opts.listen = listen.into();
+            // Two clusters' masters differ in their seeds, as the binary's do (it seeds
+            // from the OS): the cluster id is drawn from it.
+            opts.config.rng_seed = seed;
+            let fut = master::run(rt.clone(), net.clone(), store.clone(), opts, Quiet);
+            rt.spawn(async move {
+                if let Ok(Err(e)) = Abortable::new(fut, reg).await {
+                    panic!("master stopped: {e}");
+                }
+            });
+            handle
+        };
+        let (meta_a, meta_b) = (MemMetaStore::default(), MemMetaStore::default());
+        let _ma = start("ma", 1, &meta_a);
+        let _mb = start("mb", 2, &meta_b);
+        let disks_a: Vec<MemChunkStore> = (0..3).map(|_| MemChunkStore::default()).collect();
+        let disks_b: Vec<MemChunkStore> = (0..3).map(|_| MemChunkStore::default()).collect();
+        let mut servers_a: Vec<AbortHandle> = (0..3)
+            .map(|i| start_chunkserver_at(&rt, &net, &disks_a[i], &format!("a{i}"), "ma", i))
+            .collect();
+        let _servers_b: Vec<AbortHandle> = (0..3)
+            .map(|i| start_chunkserver_at(&rt, &net, &disks_b[i], &format!("b{i}"), "mb", i))
+            .collect();
+        rt.sleep(Duration::from_secs(2)).await;
+        let client = |m: &str| {
+            let mut cfg = ClientConfig::new(m);
+            cfg.rpc_timeout = Duration::from_secs(2);
+            cfg.retry_for = Duration::from_secs(60);
+            Client::new(rt.clone(), net.clone(), cfg)
+        };
+        let (ca, cb) = (client("ma"), client("mb"));
+        let content_a = data(CHUNK as usize * 2, 1);
+        ca.create("/a", 3).await.unwrap();
+        ca.write("/a", 0, content_a.clone()).await.unwrap();
+        let content_b = data(CHUNK as usize / 2, 2);
+        cb.create("/b", 3).await.unwrap();
+        cb.write("/b", 0, content_b.clone()).await.unwrap();
+        let a0_before: Vec<_> = disks_a[0]
+            .handles()
+            .into_iter()
+            .map(|h| (h, digest(disks_a[0].data(h))))
+            .collect();
+        assert_eq!(a0_before.len(), 2);
+
+        // a0 restarts with B's master in its configuration, long enough for B to have
+        // taken it in, re-replicated, trimmed and collected, were it going to.
+        servers_a[0].abort();
+        net.kill("a0");
+        servers_a[0] = start_chunkserver_at(&rt, &net, &disks_a[0], "a0", "mb", 0);
+        rt.sleep(Duration::from_secs(60)).await;
+        let report = cb.report().await.unwrap();
+        let listed: Vec<&str> = report.servers.iter().map(|s| s.address.as_str()).collect();
+        assert_eq!(listed, vec!["b0", "b1", "b2"], "B took in a server of A");
+        assert_eq!((report.missing, report.under_replicated), (0, 0));
+        assert_eq!(cb.read("/b", 0, u64::MAX).await.unwrap(), content_b);
+        let a0_after: Vec<_> = disks_a[0]
+            .handles()
+            .into_iter()
+            .map(|h| (h, digest(disks_a[0].data(h))))
+            .collect();
+        assert_eq!(a0_after, a0_before, "A's copies on a0 were changed");
+
+        // Back with its own master, a0 is a member as before.
+        servers_a[0].abort();
+        net.kill("a0");
+        servers_a[0] = start_chunkserver_at(&rt, &net, &disks_a[0], "a0", "ma", 0);
+        rt.sleep(Duration::from_secs(5)).await;
+        let report = ca.report().await.unwrap();
+        assert_eq!(report.servers.iter().filter(|s| s.alive).count(), 3);
+        assert_eq!((report.missing, report.under_replicated), (0, 0));
+        assert_eq!(ca.read("/a", 0, u64::MAX).await.unwrap(), content_a);
     });
 }

@@ -30,6 +30,7 @@ pub fn report_text(r: &pb::ClusterReport) -> String {
     let live: Vec<_> = r.servers.iter().filter(|s| s.alive).collect();
     let capacity: u64 = live.iter().map(|s| s.capacity_bytes).sum();
     let used: u64 = live.iter().map(|s| s.used_bytes).sum();
+    let _ = writeln!(out, "cluster: {:016x}", r.cluster_id);
     let _ = writeln!(out, "live chunkservers: {}", live.len());
     let _ = writeln!(out, "dead chunkservers: {}", r.servers.len() - live.len());
     let _ = writeln!(out, "capacity: {}", HumanBytes(capacity));
@@ -59,14 +60,15 @@ pub fn report_text(r: &pb::ClusterReport) -> String {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "{:<24} {:<10} {:<5} {:>12} {:>12} {:>6} {:>8} {:>10} {:>6}",
-        "SERVER", "RACK", "STATE", "CAPACITY", "USED", "USE%", "CHUNKS", "HEARD", "CLONES"
+        "{:<24} {:<16} {:<10} {:<5} {:>12} {:>12} {:>6} {:>8} {:>10} {:>6}",
+        "SERVER", "ID", "RACK", "STATE", "CAPACITY", "USED", "USE%", "CHUNKS", "HEARD", "CLONES"
     );
     for s in &r.servers {
         let _ = writeln!(
             out,
-            "{:<24} {:<10} {:<5} {:>12} {:>12} {:>6} {:>8} {:>10} {:>6}",
+            "{:<24} {:<16} {:<10} {:<5} {:>12} {:>12} {:>6} {:>8} {:>10} {:>6}",
             s.address,
+            format!("{:016x}", s.server_id),
             s.rack,
             if s.alive { "live" } else { "dead" },
             HumanBytes(s.capacity_bytes).to_string(),
@@ -194,6 +196,7 @@ mod tests {
             chunks,
             last_heartbeat_ms_ago: if alive { 400 } else { 61_000 },
             clones_in_flight: u32::from(alive),
+            server_id: 0x5e5_0000 + chunks,
         }
     }
 
@@ -214,6 +217,7 @@ mod tests {
             chunk_size: 64 << 20,
             troubled: vec![9, 4, 5],
             deleting: 1,
+            cluster_id: 0xc1a5_7e55_a11c_e000,
         };
         insta::assert_snapshot!(report_text(&r));
     }

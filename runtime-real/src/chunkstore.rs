@@ -473,6 +473,7 @@ mod tests {
             length: data.len() as u64,
             checksums: tessera_core::chunkserver::checksum::blocks(data),
             writing: None,
+            ..Default::default()
         }
     }
 

@@ -109,6 +109,14 @@ impl Cluster {
         self.servers[i].1 = Some(child);
     }
 
+    /// Starts server `i` with `master` in its configuration instead of its own
+    /// cluster's (an operator's slip).
+    fn start_server_against(&mut self, i: usize, master: &str) {
+        let own = std::mem::replace(&mut self.master_addr, master.to_string());
+        self.start_server(i);
+        self.master_addr = own;
+    }
+
     fn kill_master(&mut self) {
         if let Some(mut c) = self.master.take() {
             let _ = c.kill(); // SIGKILL
@@ -692,6 +700,7 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
                 handle: 12345,
                 version: 9,
                 source: "127.0.0.1:1".into(),
+                ..Default::default()
             }),
         ] {
             let body = pb::ChunkRequest { req: Some(req) }.encode_to_vec();
@@ -927,4 +936,103 @@ fn racing_puts_and_appends_keep_what_they_promise() {
             std::fs::metadata(&got).map(|m| m.len()).unwrap_or(0)
         );
     }
+}
+
+/// The chunk files in a chunkserver's data directory, with their sizes.
+fn chunk_files(dir: &Path) -> Vec<(String, u64)> {
+    let mut v: Vec<(String, u64)> = std::fs::read_dir(dir.join("chunks"))
+        .expect("chunk directory")
+        .map(|e| e.expect("entry"))
+        .map(|e| {
+            let len = e.metadata().expect("metadata").len();
+            (e.file_name().to_string_lossy().into_owned(), len)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Two clusters on one machine; a chunkserver of A restarted with B's master in its
+/// configuration. B refuses it (and registers nothing), the server keeps every copy of
+/// A's it had, and back with its own master it serves A's file as before. Both ids show
+/// in the report.
+#[test]
+fn a_chunkserver_of_one_cluster_is_refused_by_another_clusters_master() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (ra, rb) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir_all(&ra).unwrap();
+    std::fs::create_dir_all(&rb).unwrap();
+    let mut a = Cluster::start(&ra, 3);
+    let b = Cluster::start(&rb, 3);
+    for c in [&a, &b] {
+        report_until(c, Duration::from_secs(20), "3 live servers", |r| {
+            field(r, "live chunkservers") == 3
+        });
+    }
+    // A's file has two chunks, B's one: both clusters number chunks from 1, so A's
+    // second one is unknown to B (an orphan there), its first one B's own chunk's twin.
+    let want_a = random_file(&ra.join("in"), 2 * CHUNK, 3);
+    a.ok(&["put", ra.join("in").to_str().unwrap(), "/a"]);
+    let want_b = random_file(&rb.join("in"), MIB, 4);
+    b.ok(&["put", rb.join("in").to_str().unwrap(), "/b"]);
+    let cs0 = ra.join("cs0");
+    let before = chunk_files(&cs0);
+    assert_eq!(before.len(), 2, "{before:?}");
+    let report_a = String::from_utf8(a.ok(&["admin", "report"]).stdout).unwrap();
+    let report_b = String::from_utf8(b.ok(&["admin", "report"]).stdout).unwrap();
+    let cluster = |r: &str| {
+        r.lines()
+            .find(|l| l.starts_with("cluster: "))
+            .map(str::to_owned)
+    };
+    assert_ne!(
+        cluster(&report_a),
+        cluster(&report_b),
+        "{report_a}\n{report_b}"
+    );
+
+    a.kill_server(0);
+    let master_b = b.master_addr.clone();
+    a.start_server_against(0, &master_b);
+    // Long enough for B to have taken it in, ordered its orphan deleted and trimmed
+    // the twin beyond the goal, were it going to (heartbeats every 200 ms, garbage
+    // collected after 2 s).
+    std::thread::sleep(Duration::from_secs(6));
+    let report = String::from_utf8(b.ok(&["admin", "report"]).stdout).unwrap();
+    assert!(
+        !report.contains(&a.servers[0].0),
+        "B took in A's server:\n{report}"
+    );
+    assert_eq!(field(&report, "live chunkservers"), 3, "{report}");
+    assert_eq!(
+        chunk_files(&cs0),
+        before,
+        "A's copies on the server changed"
+    );
+    let log = std::fs::read_to_string(ra.join("cs0.log")).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("ERROR") && l.contains("wrong cluster")),
+        "no error logged:\n{log}"
+    );
+    let out = rb.join("out");
+    b.ok(&["get", "/b", out.to_str().unwrap()]);
+    assert!(same(&out, &want_b));
+
+    // Back with its own master, a member as before, its copies serving A's file.
+    a.kill_server(0);
+    a.start_server(0);
+    a.kill_server(1);
+    a.kill_server(2);
+    let out = ra.join("out");
+    let got = a.eventually(
+        &["get", "/a", out.to_str().unwrap()],
+        Duration::from_secs(20),
+    );
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    assert!(same(&out, &want_a));
 }

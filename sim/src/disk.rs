@@ -166,12 +166,14 @@ impl SimDisk {
         hit
     }
 
-    /// Chunks on this disk with their data length (written view).
+    /// Chunks on this disk with their data length (written view); not the server's
+    /// identity record.
     pub fn chunks(&self) -> Vec<(ChunkHandle, usize)> {
         let mut v: Vec<_> = self
             .state()
             .written
             .iter()
+            .filter(|(h, _)| **h != tessera_core::chunkserver::IDENTITY_HANDLE)
             .map(|(h, c)| (*h, c.data.len()))
             .collect();
         v.sort_unstable();

@@ -29,6 +29,10 @@ pub type RequestId = u64;
 pub type CallId = u64;
 pub type OpId = u64;
 
+/// The metadata record of this handle names no chunk (the master hands out handles from
+/// 1): it holds the server's identity (`pb::ChunkMeta::server_id`, `cluster_id`).
+pub const IDENTITY_HANDLE: ChunkHandle = 0;
+
 #[derive(Clone, Debug)]
 pub struct ChunkserverConfig {
     /// The address other nodes reach this server at; also its identity to the master.
@@ -247,6 +251,10 @@ enum Pending {
         meta: Option<pb::ChunkMeta>,
         lease: Option<LeaseGrant>,
     },
+    /// The cluster id of the first master that answered, being made durable.
+    Join {
+        cluster_id: u64,
+    },
 }
 
 /// A lease this server is granted, taken once its new version is durable.
@@ -400,6 +408,13 @@ pub struct Chunkserver {
     started: bool,
     /// Free space on the disk, as the store last told the driver.
     disk_available: Option<u64>,
+    /// This server's identity, as stored under `IDENTITY_HANDLE` (0: none).
+    server_id: u64,
+    /// The cluster this server belongs to: it acts on no master of another (0: none yet,
+    /// until the first master's heartbeat reply is durable here).
+    cluster_id: u64,
+    /// A cluster id is being stored (`Pending::Join`).
+    joining: bool,
     next_id: u64,
     out: Effects,
 }
@@ -448,10 +463,18 @@ impl Chunkserver {
             fills: HashMap::new(),
             started: false,
             disk_available: None,
+            server_id: 0,
+            cluster_id: 0,
+            joining: false,
             next_id: 1,
             out: Effects::default(),
         };
         for mut meta in metas {
+            if meta.handle == IDENTITY_HANDLE {
+                cs.server_id = meta.server_id;
+                cs.cluster_id = meta.cluster_id;
+                continue;
+            }
             let h = meta.handle;
             // The length is not checked against the chunk size: that is the master's, and
             // arrives with the first heartbeat reply.
@@ -491,6 +514,44 @@ impl Chunkserver {
 
     pub fn config(&self) -> &ChunkserverConfig {
         &self.cfg
+    }
+
+    /// This server's id (0: its store has none).
+    pub fn server_id(&self) -> u64 {
+        self.server_id
+    }
+
+    /// The cluster this server joined (0: none yet).
+    pub fn cluster_id(&self) -> u64 {
+        self.cluster_id
+    }
+
+    /// Why a message from a master of cluster `theirs` must be ignored, if it must. A
+    /// server acts only on its own cluster's master: any other (a master this server was
+    /// pointed at by mistake, or one forging orders) could have it change versions or
+    /// delete the copies its own cluster's files need. 0 on either side is a master or
+    /// server from before clusters had ids; a server that has an id holds every master
+    /// to it.
+    fn foreign_master(&self, theirs: u64) -> Option<FsError> {
+        if cfg!(feature = "plant-no-identity-check") || theirs == self.cluster_id {
+            return None;
+        }
+        Some(if self.cluster_id == 0 {
+            // Not joined yet: the first heartbeat reply brings the id, and calls wait for
+            // it (the master only calls servers that heartbeat).
+            FsError::Unavailable(format!("{} has not joined a cluster yet", self.cfg.address))
+        } else {
+            tracing::error!(
+                server = %self.cfg.address,
+                ours = self.cluster_id,
+                theirs,
+                "refusing orders from a master of another cluster"
+            );
+            FsError::InvalidArgument(format!(
+                "wrong cluster: {} belongs to cluster {:016x}, not {theirs:016x}",
+                self.cfg.address, self.cluster_id
+            ))
+        })
     }
 
     /// The disk's free space (`ChunkStore::available_bytes`), for the next heartbeat.
@@ -538,6 +599,16 @@ impl Chunkserver {
                     .push((id, err(FsError::InvalidArgument("empty request".into())))),
                 Some(Req::Push(p)) => self.on_push(id, p),
                 Some(r) => {
+                    let master = match &r {
+                        Req::SetVersion(r) => Some(r.cluster_id),
+                        Req::Clone(r) => Some(r.cluster_id),
+                        Req::RevokeLease(r) => Some(r.cluster_id),
+                        _ => None,
+                    };
+                    if let Some(e) = master.and_then(|c| self.foreign_master(c)) {
+                        self.out.replies.push((id, err(e)));
+                        return std::mem::take(&mut self.out);
+                    }
                     let h = match &r {
                         Req::Read(r) => r.handle,
                         Req::Write(r) => r.handle,
@@ -845,6 +916,8 @@ impl Chunkserver {
                 address: self.cfg.address.clone(),
                 handle: h,
                 by_scrubber,
+                server_id: self.server_id,
+                cluster_id: self.cluster_id,
             })),
         };
         self.call(Dest::Master, Outgoing::Master(req), CallCtx::ReportCorrupt);
@@ -1252,6 +1325,7 @@ impl Chunkserver {
                 length: 0,
                 checksums: vec![],
                 writing: None,
+                ..Default::default()
             },
             None => return Err(FsError::ChunkNotFound(format!("chunk {h}"))),
         };
@@ -1388,6 +1462,7 @@ impl Chunkserver {
             length: data.len() as u64,
             checksums: checksum::blocks(&data),
             writing: None,
+            ..Default::default()
         };
         self.store(
             Pending::Commit {
@@ -1709,6 +1784,15 @@ impl Chunkserver {
             return;
         };
         match (p, result) {
+            (Pending::Join { cluster_id }, result) => {
+                self.joining = false;
+                match result {
+                    Ok(StoreOutput::Done) => self.cluster_id = cluster_id,
+                    // The next heartbeat reply tries again.
+                    Ok(out) => panic!("storage answered {out:?} to storing the cluster id"),
+                    Err(e) => tracing::warn!(error = %e, "storing the cluster id failed"),
+                }
+            }
             (
                 Pending::Read {
                     id,
@@ -1789,6 +1873,7 @@ impl Chunkserver {
                         (Some(id), h)
                     }
                     Pending::Commit { id, h, .. } => (id, h),
+                    Pending::Join { .. } => unreachable!("matched above"),
                     Pending::Scrub { h, .. } | Pending::Repair { h, .. } => (None, h),
                 };
                 tracing::warn!(chunk = h, error = %e, "storage operation failed");
@@ -1964,6 +2049,8 @@ impl Chunkserver {
                 used_bytes,
                 chunks,
                 lease_extensions,
+                server_id: self.server_id,
+                cluster_id: self.cluster_id,
             })),
         };
         self.call(
@@ -1979,6 +2066,14 @@ impl Chunkserver {
                 error: None,
                 resp: Some(pb::master_response::Resp::Heartbeat(hb)),
             })) => hb,
+            Ok(Reply::Master(pb::MasterResponse { error: Some(e), .. }))
+                if e.code == pb::ErrorCode::InvalidArgument as i32 =>
+            {
+                // The master will not have this server (another cluster's, or its address
+                // taken by another server): only an operator can fix that.
+                tracing::error!(server = %self.cfg.address, error = %e.message, "the master refuses this server");
+                return;
+            }
             Ok(other) => {
                 tracing::warn!(reply = ?other, "heartbeat refused");
                 return;
@@ -1988,6 +2083,39 @@ impl Chunkserver {
                 return;
             }
         };
+        if hb.cluster_id != self.cluster_id && !cfg!(feature = "plant-no-identity-check") {
+            if self.cluster_id != 0 {
+                tracing::error!(
+                    server = %self.cfg.address,
+                    ours = self.cluster_id,
+                    theirs = hb.cluster_id,
+                    "ignoring a heartbeat reply from a master of another cluster"
+                );
+                return;
+            }
+            // First contact: the id is stored for good before anything this master says
+            // is acted on, and this reply's orders wait for the next one.
+            if !self.joining {
+                tracing::info!(server = %self.cfg.address, cluster_id = hb.cluster_id, "joining the cluster");
+                self.joining = true;
+                let meta = pb::ChunkMeta {
+                    handle: IDENTITY_HANDLE,
+                    server_id: self.server_id,
+                    cluster_id: hb.cluster_id,
+                    ..Default::default()
+                };
+                self.store(
+                    Pending::Join {
+                        cluster_id: hb.cluster_id,
+                    },
+                    StoreOp::WriteMeta {
+                        handle: IDENTITY_HANDLE,
+                        meta,
+                    },
+                );
+            }
+            return;
+        }
         let until = sent_at + Duration::from_millis(hb.lease_duration_ms);
         for h in hb.extended_leases {
             if let Some(c) = self.chunks.get_mut(&h)

@@ -163,6 +163,7 @@ impl H {
             lease_ms: 60_000,
             valid_ms: 0,
             chunk_size: CHUNK,
+            ..Default::default()
         }));
         assert!(r.error.is_none(), "{r:?}");
     }
@@ -452,6 +453,7 @@ fn versions_are_checked() {
         lease_ms: 5000,
         valid_ms: 0,
         chunk_size: CHUNK,
+        ..Default::default()
     }));
     assert!(r.error.is_none());
     assert!(h.cs.is_primary(9, Time(4000)) && !h.cs.is_primary(9, Time(5001)));
@@ -471,6 +473,7 @@ fn versions_are_checked() {
         lease_ms: 0,
         valid_ms: 0,
         chunk_size: 0,
+        ..Default::default()
     }));
     assert!(r.error.is_some(), "version went backwards");
     let r = h.req(R::Read(pb::ReadChunkRequest {
@@ -518,6 +521,7 @@ fn clone_copies_in_pieces_and_verifies_length() {
                 handle: 5,
                 version: 1,
                 source: "cs0".into(),
+                ..Default::default()
             })),
         },
     });
@@ -572,6 +576,7 @@ fn heartbeat_reports_and_deletes_on_command() {
                 }],
                 extended_leases: vec![],
                 lease_duration_ms: 1000,
+                ..Default::default()
             },
         )),
     };
@@ -596,6 +601,7 @@ fn recovery_flags_inconsistent_metadata() {
         length: 10,
         checksums: vec![0],
         writing: None,
+        ..Default::default()
     };
     let bad = pb::ChunkMeta {
         handle: 2,
@@ -603,6 +609,7 @@ fn recovery_flags_inconsistent_metadata() {
         length: 100_000,
         checksums: vec![0],
         writing: None,
+        ..Default::default()
     };
     let cs = Chunkserver::recover(ChunkserverConfig::default(), Time(0), vec![good, bad]);
     assert_eq!(cs.chunks().map(|c| c.0).collect::<Vec<_>>(), vec![1]);
@@ -630,6 +637,7 @@ fn leases_extend_only_while_written() {
         lease_ms: 60_000,
         valid_ms: 0,
         chunk_size: CHUNK,
+        ..Default::default()
     }));
     assert!(r.error.is_none());
     assert!(
@@ -653,6 +661,7 @@ fn lease_counts_from_arrival_not_from_processing() {
             lease_ms: 2_000,
             valid_ms: 0,
             chunk_size: CHUNK,
+            ..Default::default()
         })),
     };
     let e = h.cs.handle(
@@ -709,6 +718,7 @@ fn a_mutation_that_overtook_its_predecessor_waits_for_it() {
         lease_ms: 0,
         valid_ms: 0,
         chunk_size: 0,
+        ..Default::default()
     }));
     assert!(send_apply(&mut h, 3, 0, b"ccc").is_empty());
     assert!(send_apply(&mut h, 2, 0, b"bb").is_empty());
@@ -730,6 +740,7 @@ fn a_mutation_that_overtook_its_predecessor_waits_for_it() {
                 lease_ms: 0,
                 valid_ms: 0,
                 chunk_size: 0,
+                ..Default::default()
             })),
         },
     });
@@ -815,6 +826,7 @@ fn secondary_never_applies_an_overtaken_mutation() {
         lease_ms: 0,
         valid_ms: 0,
         chunk_size: 0,
+        ..Default::default()
     }));
     // Mutation 2 arrives first: it waits for 1, which is lost; after the hold it is
     // applied anyway (a gap is a failed mutation).
@@ -834,6 +846,7 @@ fn secondary_never_applies_an_overtaken_mutation() {
         lease_ms: 0,
         valid_ms: 0,
         chunk_size: 0,
+        ..Default::default()
     }));
     let r = h.req(R::Apply(pb::ApplyMutationRequest {
         handle: 1,
@@ -856,6 +869,7 @@ fn only_the_primary_takes_client_writes_and_refuses_overtaken_ones() {
         lease_ms: 0,
         valid_ms: 0,
         chunk_size: 0,
+        ..Default::default()
     }));
     let w = |seq| {
         R::Write(pb::WriteChunkRequest {
@@ -880,6 +894,7 @@ fn only_the_primary_takes_client_writes_and_refuses_overtaken_ones() {
         lease_ms: 60_000,
         valid_ms: 0,
         chunk_size: CHUNK,
+        ..Default::default()
     }));
     assert!(h.req(w(5)).error.is_none());
     assert!(h.req(w(5)).error.is_none(), "a retry of the same write");
@@ -1047,6 +1062,7 @@ fn a_grant_applied_too_late_is_refused() {
             lease_ms: 0,
             valid_ms: 1_000,
             chunk_size: 0,
+            ..Default::default()
         })),
     };
     let e = h.cs.handle(
@@ -1077,6 +1093,7 @@ fn a_delete_order_spares_a_copy_that_moved_on() {
         lease_ms: 0,
         valid_ms: 0,
         chunk_size: 0,
+        ..Default::default()
     }));
     h.run(Input::Tick);
     let c = h.calls.pop().unwrap();
@@ -1090,6 +1107,7 @@ fn a_delete_order_spares_a_copy_that_moved_on() {
                 }],
                 extended_leases: vec![],
                 lease_duration_ms: 1000,
+                ..Default::default()
             },
         )),
     };
@@ -1183,6 +1201,7 @@ fn record_append_pads_to_the_chunk_size_of_the_lease() {
             lease_ms: 60_000,
             valid_ms: 0,
             chunk_size,
+            ..Default::default()
         })
     };
     let r = h.req(grant(1, size));
@@ -1652,4 +1671,169 @@ fn heartbeat_capacity_is_capped_by_the_disk_free_space() {
     assert_eq!(capacity(&mut h, Some(u64::MAX)), (quota, 0));
     // A nearly full disk: what the chunks use plus what is left.
     assert_eq!(capacity(&mut h, Some(5000)), (5000, 0));
+}
+
+// ---- cluster identity --------------------------------------------------------------------
+
+const OURS: u64 = 0xA11CE;
+const THEIRS: u64 = 0xB0B;
+
+/// A server whose store holds its identity: server id 42, and `cluster` (0: none yet).
+fn with_identity(cluster: u64) -> H {
+    let mut h = H::new();
+    let identity = pb::ChunkMeta {
+        handle: IDENTITY_HANDLE,
+        server_id: 42,
+        cluster_id: cluster,
+        ..Default::default()
+    };
+    h.disk.meta.insert(IDENTITY_HANDLE, identity.clone());
+    h.cs = Chunkserver::recover(h.cs.cfg.clone(), Time(0), vec![identity]);
+    h
+}
+
+impl H {
+    /// Sends a heartbeat and feeds it `reply`; returns the heartbeat.
+    fn heartbeat_with(&mut self, reply: pb::HeartbeatResponse) -> pb::HeartbeatRequest {
+        self.run(Input::Tick);
+        let at = self
+            .calls
+            .iter()
+            .position(|c| {
+                matches!(
+                    c.req,
+                    Outgoing::Master(pb::MasterRequest {
+                        req: Some(MReq::Heartbeat(_))
+                    })
+                )
+            })
+            .expect("a heartbeat");
+        let c = self.calls.remove(at);
+        let Outgoing::Master(pb::MasterRequest {
+            req: Some(MReq::Heartbeat(hb)),
+        }) = c.req
+        else {
+            unreachable!()
+        };
+        let resp = pb::MasterResponse {
+            error: None,
+            resp: Some(pb::master_response::Resp::Heartbeat(reply)),
+        };
+        self.run(Input::CallResult {
+            id: c.id,
+            result: Ok(Reply::Master(resp)),
+        });
+        hb
+    }
+
+    fn set_version(&mut self, cluster_id: u64, h: u64, version: u64) -> pb::ChunkResponse {
+        self.req(R::SetVersion(pb::SetVersionRequest {
+            handle: h,
+            version,
+            create: true,
+            lease_ms: 60_000,
+            chunk_size: CHUNK,
+            cluster_id,
+            ..Default::default()
+        }))
+    }
+}
+
+fn delete_order(cluster_id: u64, h: u64) -> pb::HeartbeatResponse {
+    pb::HeartbeatResponse {
+        delete_chunks: vec![pb::ChunkVersion {
+            handle: h,
+            version: u64::MAX,
+        }],
+        lease_duration_ms: 1000,
+        cluster_id,
+        ..Default::default()
+    }
+}
+
+/// The first master's reply gives the server its cluster, stored durably before any of
+/// that master's orders is acted on; a restart keeps it, and heartbeats carry both ids.
+#[test]
+fn first_contact_stores_the_cluster_id_durably() {
+    let mut h = with_identity(0);
+    assert!(h.set_version(0, 1, 1).error.is_none());
+    let hb = h.heartbeat_with(delete_order(OURS, 1));
+    assert_eq!((hb.server_id, hb.cluster_id), (42, 0));
+    assert_eq!(h.cs.cluster_id(), OURS);
+    let stored = &h.disk.meta[&IDENTITY_HANDLE];
+    assert_eq!((stored.server_id, stored.cluster_id), (42, OURS));
+    assert_eq!(
+        h.cs.chunks().count(),
+        1,
+        "acted on an order before the id was stored"
+    );
+
+    // A restart finds it, and does not take the identity record for a chunk.
+    let metas: Vec<pb::ChunkMeta> = h.disk.meta.values().cloned().collect();
+    h.cs = Chunkserver::recover(h.cs.cfg.clone(), Time(0), metas);
+    assert_eq!((h.cs.server_id(), h.cs.cluster_id()), (42, OURS));
+    assert_eq!(h.cs.chunks().map(|c| c.0).collect::<Vec<_>>(), vec![1]);
+    let hb = h.heartbeat_with(delete_order(OURS, 1));
+    assert_eq!((hb.server_id, hb.cluster_id), (42, OURS));
+    assert!(hb.chunks.iter().all(|c| c.handle != IDENTITY_HANDLE));
+    assert_eq!(
+        h.cs.chunks().count(),
+        0,
+        "its own master's order is carried out"
+    );
+}
+
+/// Once joined, the server acts on nothing from a master of another cluster (nor one
+/// without an id): not a heartbeat reply's deletes or lease extensions, not a new
+/// version, not a clone, not a revoke. Nothing on its disk changes.
+#[test]
+fn a_master_of_another_cluster_is_refused_and_changes_nothing() {
+    let mut h = with_identity(OURS);
+    assert!(h.set_version(OURS, 1, 1).error.is_none());
+    assert!(h.write(1, 0, &[7u8; 1000]).error.is_none());
+    let disk_before = (h.disk.meta.clone(), h.disk.data.clone());
+    let lease = h.cs.leases().collect::<Vec<_>>();
+    assert_eq!(lease.len(), 1);
+
+    for theirs in [THEIRS, 0] {
+        let r = h.set_version(theirs, 1, 1_000_000);
+        assert!(r.error.is_some(), "{r:?}");
+        let r = h.set_version(theirs, 9, 1_000_000);
+        assert!(r.error.is_some(), "{r:?}");
+        let r = h.req(R::Clone(pb::CloneChunkRequest {
+            handle: 1,
+            version: 1_000_000,
+            source: "elsewhere".into(),
+            cluster_id: theirs,
+        }));
+        assert!(r.error.is_some(), "{r:?}");
+        let r = h.req(R::RevokeLease(pb::RevokeLeaseRequest {
+            handle: 1,
+            cluster_id: theirs,
+        }));
+        assert!(r.error.is_some(), "{r:?}");
+        let mut order = delete_order(theirs, 1);
+        order.extended_leases = vec![1];
+        order.lease_duration_ms = 1_000_000;
+        h.heartbeat_with(order);
+    }
+    assert!(h.calls.is_empty(), "no clone read went out: {:?}", h.calls);
+    assert_eq!((h.disk.meta.clone(), h.disk.data.clone()), disk_before);
+    assert_eq!(h.cs.chunks().collect::<Vec<_>>(), vec![(1, 1, 1000)]);
+    assert_eq!(h.cs.leases().collect::<Vec<_>>(), lease);
+    assert_eq!(h.cs.cluster_id(), OURS);
+    // Its own master is still obeyed.
+    assert!(h.set_version(OURS, 1, 2).error.is_none());
+    h.heartbeat_with(delete_order(OURS, 1));
+    assert_eq!(h.cs.chunks().count(), 0);
+}
+
+/// A server that has joined no cluster yet takes orders from nobody with an id: the
+/// id comes with a heartbeat reply, durably, first.
+#[test]
+fn a_server_with_no_cluster_yet_takes_no_orders_from_a_master_with_one() {
+    let mut h = with_identity(0);
+    assert!(h.set_version(OURS, 1, 1).error.is_some());
+    assert_eq!(h.cs.chunks().count(), 0);
+    assert!(!h.disk.meta.contains_key(&1));
 }

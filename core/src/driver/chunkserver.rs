@@ -11,8 +11,8 @@ use prost::Message;
 
 use super::{DriverError, Observer};
 use crate::chunkserver::{
-    Chunkserver, ChunkserverConfig, Dest, Effects, Input, OpId, Outgoing, Reply, RequestId,
-    StoreOp, StoreOutput,
+    Chunkserver, ChunkserverConfig, Dest, Effects, IDENTITY_HANDLE, Input, OpId, Outgoing, Reply,
+    RequestId, StoreOp, StoreOutput,
 };
 use crate::error::{FsError, RpcError, StoreError};
 use crate::runtime::{ChunkStore, Incoming, Parts, PartsReader, Runtime, Transport};
@@ -94,6 +94,32 @@ async fn execute_owned<S: ChunkStore>(
     (id, h, execute(&mut store, op).await)
 }
 
+/// Gives a store without a server id one, durably, before the server first speaks: the
+/// id is what tells the master this disk from another at the same address, so it must
+/// never change once a heartbeat carried it. Drawn from the runtime's random source
+/// (seeded in the simulator). Leaves the identity record in `metas`.
+pub async fn ensure_server_id<R: Runtime, S: ChunkStore>(
+    rt: &R,
+    store: &mut S,
+    metas: &mut Vec<pb::ChunkMeta>,
+) -> Result<u64, StoreError> {
+    let at = metas.iter().position(|m| m.handle == IDENTITY_HANDLE);
+    if let Some(m) = at.map(|i| &metas[i])
+        && m.server_id != 0
+    {
+        return Ok(m.server_id);
+    }
+    let mut meta = at.map_or_else(Default::default, |i| metas.remove(i));
+    meta.handle = IDENTITY_HANDLE;
+    meta.server_id = rt.random_u64().max(1);
+    store.write_meta(meta.clone()).await?;
+    store.sync(IDENTITY_HANDLE).await?;
+    tracing::info!(server_id = meta.server_id, "server id made");
+    let id = meta.server_id;
+    metas.push(meta);
+    Ok(id)
+}
+
 /// What the event loop does next.
 enum Step<E> {
     Event(E),
@@ -114,8 +140,9 @@ pub async fn run<R: Runtime, T: Transport, S: ChunkStore + Clone, O: Observer>(
     opts: ChunkserverOptions,
     mut observer: O,
 ) -> Result<(), DriverError> {
-    let metas = store.load().await?;
-    tracing::info!(addr = %opts.config.address, chunks = metas.len(), "chunkserver recovered");
+    let mut metas = store.load().await?;
+    ensure_server_id(&rt, &mut store, &mut metas).await?;
+    tracing::info!(addr = %opts.config.address, chunks = metas.len() - 1, "chunkserver recovered");
     let mut cs = Chunkserver::recover(opts.config.clone(), rt.now(), metas);
     let mut inbound = transport.listen(&opts.config.address).await?;
     let (tx, mut events) = mpsc::unbounded::<Event>();

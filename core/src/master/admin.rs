@@ -53,6 +53,7 @@ impl Master {
             learning_for_ms: self.learning_for_ms(),
             chunk_size: self.cfg.chunk_size,
             deleting: self.gc.deleting.values().map(|hs| hs.len() as u64).sum(),
+            cluster_id: self.meta.cluster_id,
             ..Default::default()
         };
         let mut missing = Vec::new();
@@ -86,6 +87,7 @@ impl Master {
                 chunks: s.replicas,
                 last_heartbeat_ms_ago: self.now.saturating_sub(s.last_heartbeat).as_millis() as u64,
                 clones_in_flight: s.clones_in_flight,
+                server_id: s.id,
             });
         }
         r.servers.sort_by(|a, b| a.address.cmp(&b.address));

@@ -12,6 +12,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::chunks::ServerIdx;
+use super::servers::Arrival;
 use super::{Master, RequestId, ok};
 use crate::pb::{self, log_record::Op, master_response::Resp};
 use crate::types::{ChunkHandle, Time, Version, millis};
@@ -43,15 +44,63 @@ impl Master {
             );
             return;
         }
-        let (idx, revived) = self.servers.heartbeat(
+        // A server of another cluster (pointed at this master by mistake) is no member:
+        // its copies belong to its own cluster's files, and believing its report would
+        // have this master re-replicate from it and order its copies deleted.
+        if r.cluster_id != 0
+            && r.cluster_id != self.meta.cluster_id
+            && !cfg!(feature = "plant-no-identity-check")
+        {
+            tracing::error!(
+                server = %r.address,
+                theirs = r.cluster_id,
+                ours = self.meta.cluster_id,
+                "refusing a heartbeat from a server of another cluster"
+            );
+            self.reply_err(
+                id,
+                crate::error::FsError::InvalidArgument(format!(
+                    "wrong cluster: {} belongs to cluster {:016x}, this master's is {:016x}",
+                    r.address, r.cluster_id, self.meta.cluster_id
+                )),
+            );
+            return;
+        }
+        let (idx, arrival) = match self.servers.heartbeat(
             self.now,
+            r.server_id,
             &r.address,
             &r.rack,
             r.capacity_bytes,
             r.used_bytes,
-        );
-        if revived {
-            tracing::info!(server = %r.address, rack = %r.rack, "chunkserver up");
+        ) {
+            Ok(joined) => joined,
+            Err(used) => {
+                tracing::error!(
+                    server = %r.address,
+                    id = r.server_id,
+                    registered = used.registered,
+                    "refusing a heartbeat: address in use by another server"
+                );
+                self.reply_err(
+                    id,
+                    crate::error::FsError::InvalidArgument(format!(
+                        "address in use by another server: {} is server {:016x}, not {:016x}",
+                        r.address, used.registered, r.server_id
+                    )),
+                );
+                return;
+            }
+        };
+        match arrival {
+            Arrival::Known => {}
+            Arrival::Revived => {
+                tracing::info!(server = %r.address, rack = %r.rack, "chunkserver up");
+            }
+            Arrival::Replaced => {
+                tracing::warn!(server = %r.address, id = r.server_id, "another server at a dead server's address; forgetting the old one's copies");
+                self.forget_server(idx);
+            }
         }
         // Orders still standing: repeat those the server has not carried out yet.
         let reported: HashSet<ChunkHandle> = r.chunks.iter().map(|c| c.handle).collect();
@@ -202,26 +251,48 @@ impl Master {
             self.gc.deleting.insert(idx, delete.clone());
         }
         let extended_leases = self.extend_leases(idx, &r.lease_extensions);
-        self.reply(
-            id,
-            Resp::Heartbeat(pb::HeartbeatResponse {
-                // Each order covers the copy as reported, no newer: one that took a grant
-                // after sending this report is kept.
-                delete_chunks: delete
-                    .into_iter()
-                    .map(|handle| pb::ChunkVersion {
-                        handle,
-                        version: versions.get(&handle).copied().unwrap_or(u64::MAX),
-                    })
-                    .collect(),
-                extended_leases,
-                lease_duration_ms: millis(self.cfg.lease_duration),
-            }),
-        );
+        let reply = super::ok(Resp::Heartbeat(pb::HeartbeatResponse {
+            // Each order covers the copy as reported, no newer: one that took a grant
+            // after sending this report is kept.
+            delete_chunks: delete
+                .into_iter()
+                .map(|handle| pb::ChunkVersion {
+                    handle,
+                    version: versions.get(&handle).copied().unwrap_or(u64::MAX),
+                })
+                .collect(),
+            extended_leases,
+            lease_duration_ms: millis(self.cfg.lease_duration),
+            cluster_id: self.meta.cluster_id,
+        }));
+        // The reply names the cluster id, which the server stores for good: it waits until
+        // the id is durable here too (at once, unless this master just made it).
+        let seq = self.cluster_id_seq;
+        self.hold(seq, Some((id, reply)), None);
+    }
+
+    /// A server's disk was replaced (another id at its address): nothing the master knew
+    /// of the old one's copies holds, and the new one reports what it has afresh. The
+    /// orders against the old copies go, or one would delete a copy the new disk took
+    /// since (a clone) at the same version; so do replicas listed on it since it was
+    /// declared dead (a clone to it that finished after).
+    fn forget_server(&mut self, idx: ServerIdx) {
+        self.gc.pending_deletes.0.remove(&idx);
+        self.gc.deleting.remove(&idx);
+        self.retired_at.retain(|&(_, s), _| s != idx);
+        self.drop_replicas_where(idx, |_| true);
     }
 
     pub(super) fn on_report_corrupt(&mut self, id: RequestId, r: &pb::ReportCorruptRequest) {
+        // Only a member's word counts: the server registered at the address, of this
+        // cluster (0s from servers from before ids match any).
+        let member = |idx: ServerIdx| {
+            let known = self.servers.get(idx).id;
+            (r.cluster_id == 0 || r.cluster_id == self.meta.cluster_id)
+                && (r.server_id == 0 || known == 0 || r.server_id == known)
+        };
         if let Some(idx) = self.servers.find(&r.address)
+            && member(idx)
             && self.meta.chunks.get(r.handle).is_some()
         {
             tracing::warn!(chunk = r.handle, server = %r.address, "corrupt replica reported");

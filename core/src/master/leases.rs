@@ -391,6 +391,7 @@ impl Master {
                     valid_ms: lease_ms,
                     // The primary pads record appends to the file's chunk size.
                     chunk_size: if s == primary { chunk_size } else { 0 },
+                    cluster_id: self.meta.cluster_id,
                 });
                 (s, req)
             })
@@ -624,7 +625,10 @@ impl Master {
         self.call(
             server,
             CallCtx::Revoke { handle: h, server },
-            CReq::RevokeLease(pb::RevokeLeaseRequest { handle: h }),
+            CReq::RevokeLease(pb::RevokeLeaseRequest {
+                handle: h,
+                cluster_id: self.meta.cluster_id,
+            }),
         );
     }
 

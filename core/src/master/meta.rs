@@ -23,6 +23,9 @@ pub struct Meta {
     /// The highest version a grant reserved, where above the chunk's version (a grant
     /// out or failed). The next grant goes above it.
     pub reserved: HashMap<ChunkHandle, Version>,
+    /// The cluster's id (0 until its record is applied). Set once, by the first record of
+    /// a log, and never changed: chunkservers hold the master to it.
+    pub cluster_id: u64,
     /// The chunk size of files whose create record (or checkpoint entry) names none: the
     /// master's configured default when it recovers. Records made before files kept
     /// their own size have none; no cluster was deployed then, so this only serves old
@@ -48,6 +51,7 @@ impl Meta {
             next_handle: 1,
             retired: BTreeMap::new(),
             reserved: HashMap::new(),
+            cluster_id: 0,
             default_chunk_size,
         }
     }
@@ -131,6 +135,16 @@ impl Meta {
                 *r = (*r).max(o.version);
             }
             Some(Op::SetLength(o)) => self.ns.set_length(&o.path, o.length, t)?,
+            Some(Op::ClusterId(o)) => {
+                // A second id would turn away every chunkserver that took the first.
+                if self.cluster_id != 0 || o.cluster_id == 0 {
+                    return Err(FsError::Internal(format!(
+                        "cluster id {} where the cluster has id {}",
+                        o.cluster_id, self.cluster_id
+                    )));
+                }
+                self.cluster_id = o.cluster_id;
+            }
             Some(Op::RetireReplica(o)) => {
                 if self.chunks.get(o.handle).is_none() {
                     return Err(FsError::ChunkNotFound(format!(
@@ -209,6 +223,7 @@ impl Meta {
         reserved.sort_unstable_by_key(|r| r.handle);
         pb::Checkpoint {
             through_seq,
+            cluster_id: self.cluster_id,
             next_handle: self.next_handle,
             entries,
             chunks,
@@ -224,6 +239,7 @@ impl Meta {
         let bad = |m: String| FsError::Internal(format!("corrupt checkpoint: {m}"));
         let mut meta = Meta::new(default_chunk_size);
         meta.next_handle = cp.next_handle.max(1);
+        meta.cluster_id = cp.cluster_id;
         for c in &cp.chunks {
             if c.refcount == 0
                 || meta.chunks.get(c.handle).is_some()

@@ -137,6 +137,10 @@ pub struct Master {
     deferred_targets: BTreeMap<LogSeq, Vec<(RequestId, u64, u64, u64)>>,
     /// When each retired copy's order was given (or the master started), for lifting it.
     retired_at: HashMap<(u64, ServerIdx), Time>,
+    /// The record that gave the cluster its id, when this master made it (0: it was in
+    /// the log it recovered). No heartbeat reply names the id before it is durable: a
+    /// chunkserver stores it for good, and a master that crashed first would make another.
+    cluster_id_seq: LogSeq,
     out: Effects,
 }
 
@@ -181,8 +185,35 @@ impl Master {
             checkpoint_seq: seq,
             retired_at: HashMap::new(),
             deferred_targets: BTreeMap::new(),
+            cluster_id_seq: 0,
             out: Effects::default(),
         }
+        .with_cluster_id()
+    }
+
+    /// Gives a cluster without an id one: a fresh log, or one from before clusters had
+    /// ids. Drawn from the seeded generator (core reads no OS randomness), so a master's
+    /// seed must differ between clusters that share a network; the binary seeds it from
+    /// the OS. The record is the first effect the master returns.
+    fn with_cluster_id(mut self) -> Master {
+        if self.meta.cluster_id == 0 {
+            // A stream of its own, so the placement and primary choices that follow the
+            // seed are the same whether or not this master made the id.
+            let cluster_id = Rng::new(self.cfg.rng_seed ^ CLUSTER_ID_STREAM)
+                .next_u64()
+                .max(1);
+            let (seq, _) = self
+                .log(Op::ClusterId(pb::ClusterIdOp { cluster_id }))
+                .expect("a cluster without an id takes one");
+            self.cluster_id_seq = seq;
+            tracing::info!(cluster_id, "cluster id made");
+        }
+        self
+    }
+
+    /// The cluster's id (see `Meta::cluster_id`).
+    pub fn cluster_id(&self) -> u64 {
+        self.meta.cluster_id
     }
 
     /// Start-up is recovery: the latest checkpoint (if any), then every durable record
@@ -766,6 +797,9 @@ fn err(e: FsError) -> pb::MasterResponse {
         resp: None,
     }
 }
+
+/// Mixed into the master's seed for the cluster id's draw.
+const CLUSTER_ID_STREAM: u64 = 0x636c_7573_7465_7269;
 
 /// Entries per listing page at most (HDFS lists 1000 at a time too): a reply stays far
 /// below the largest message, however big the directory.

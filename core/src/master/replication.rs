@@ -286,6 +286,7 @@ impl Master {
             handle: h,
             version,
             source: self.servers.get(source).addr.clone(),
+            cluster_id: self.meta.cluster_id,
         });
         self.call(
             target,

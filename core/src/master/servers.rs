@@ -11,6 +11,8 @@ use crate::types::Time;
 #[derive(Clone, Debug)]
 pub struct Server {
     pub addr: String,
+    /// The id the server's heartbeats carry (0: a server from before servers had one).
+    pub id: u64,
     pub rack: String,
     pub capacity: u64,
     pub used: u64,
@@ -35,6 +37,24 @@ impl Server {
     }
 }
 
+/// How a heartbeat found its server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arrival {
+    /// Registered and alive.
+    Known,
+    /// New here, or back after being declared dead.
+    Revived,
+    /// Another server (another id) at the address of a dead one: a disk replaced, or a
+    /// server moved. What the old one held is gone with it.
+    Replaced,
+}
+
+/// A heartbeat from an address a live server with another id holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AddressInUse {
+    pub registered: u64,
+}
+
 #[derive(Debug, Default)]
 pub struct Registry {
     servers: Vec<Server>,
@@ -42,22 +62,37 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Records a heartbeat; returns the server's number and whether it was dead or unknown
-    /// until now.
+    /// Records a heartbeat from server `id` at `addr`; returns the server's number and how
+    /// it arrived. Refused, changing nothing, if a live server with another id holds the
+    /// address (two servers configured with one address would otherwise take turns
+    /// being each other). An id of 0 (a server from before ids) matches any.
     pub fn heartbeat(
         &mut self,
         now: Time,
+        id: u64,
         addr: &str,
         rack: &str,
         capacity: u64,
         used: u64,
-    ) -> (ServerIdx, bool) {
+    ) -> Result<(ServerIdx, Arrival), AddressInUse> {
+        let mut replaced = false;
         let idx = match self.by_addr.get(addr) {
-            Some(&i) => i,
+            Some(&i) => {
+                let s = &mut self.servers[i as usize];
+                if id != 0 && s.id != id {
+                    if s.alive && s.id != 0 {
+                        return Err(AddressInUse { registered: s.id });
+                    }
+                    replaced = s.id != 0;
+                    s.id = id;
+                }
+                i
+            }
             None => {
                 let i = ServerIdx::try_from(self.servers.len()).expect("fewer than 2^32 servers");
                 self.servers.push(Server {
                     addr: addr.to_string(),
+                    id,
                     rack: rack.to_string(),
                     capacity,
                     used,
@@ -79,7 +114,12 @@ impl Registry {
         s.capacity = capacity;
         s.used = used;
         s.last_heartbeat = now;
-        (idx, revived)
+        let arrival = match (replaced, revived) {
+            (true, _) => Arrival::Replaced,
+            (false, true) => Arrival::Revived,
+            (false, false) => Arrival::Known,
+        };
+        Ok((idx, arrival))
     }
 
     /// Marks servers silent for longer than `timeout` dead; returns them.

@@ -33,14 +33,17 @@ impl H {
         H::with(cfg())
     }
 
+    /// A master on a fresh log, whose first record (the cluster's id) is durable.
     fn with(cfg: MasterConfig) -> H {
-        H {
+        let mut h = H {
             m: Master::new(cfg, Time(0)),
             now: Time(0),
             next_id: 1,
             log: Vec::new(),
             calls: Vec::new(),
-        }
+        };
+        h.sync();
+        h
     }
 
     fn step(&mut self, input: Input) -> Effects {
@@ -95,13 +98,32 @@ impl H {
         self.now = self.now + d;
     }
 
+    /// A heartbeat from a member of the cluster, whose server id follows from its
+    /// address.
     fn heartbeat(
         &mut self,
         addr: &str,
         rack: &str,
         chunks: &[(u64, u64)],
     ) -> pb::HeartbeatResponse {
-        let r = self.call(MReq::Heartbeat(pb::HeartbeatRequest {
+        let cluster = self.m.cluster_id();
+        let r = self.heartbeat_as(addr, server_id(addr), cluster, rack, chunks);
+        match r.resp {
+            Some(Resp::Heartbeat(h)) => h,
+            other => panic!("heartbeat reply {other:?}"),
+        }
+    }
+
+    /// A heartbeat naming any server and cluster id; the master's whole answer.
+    fn heartbeat_as(
+        &mut self,
+        addr: &str,
+        server_id: u64,
+        cluster_id: u64,
+        rack: &str,
+        chunks: &[(u64, u64)],
+    ) -> pb::MasterResponse {
+        self.call(MReq::Heartbeat(pb::HeartbeatRequest {
             address: addr.into(),
             rack: rack.into(),
             capacity_bytes: 1 << 30,
@@ -115,11 +137,9 @@ impl H {
                 })
                 .collect(),
             lease_extensions: vec![],
-        }));
-        match r.resp {
-            Some(Resp::Heartbeat(h)) => h,
-            other => panic!("heartbeat reply {other:?}"),
-        }
+            server_id,
+            cluster_id,
+        }))
     }
 
     /// Answers every outstanding call with success (or failure for the `fail` servers).
@@ -169,6 +189,15 @@ impl H {
             other => panic!("{other:?}"),
         }
     }
+}
+
+/// The server id the test servers at `addr` have: any fixed non-zero number per address.
+fn server_id(addr: &str) -> u64 {
+    addr.bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        })
+        .max(1)
 }
 
 fn reply_for(e: &Effects, id: RequestId) -> Option<pb::MasterResponse> {
@@ -1144,6 +1173,7 @@ fn recovery_rejects_gaps_and_bad_records() {
         chunks: vec![],
         retired: vec![],
         reserved: vec![],
+        cluster_id: 1,
     };
     assert!(Master::recover(cfg(), Time(0), Some(&cp), vec![]).is_err());
 }
@@ -2071,4 +2101,246 @@ fn copies_beyond_the_goal_are_removed_keeping_racks() {
     let r = report(&mut h);
     assert_eq!((r.over_replicated, r.under_replicated), (0, 0));
     assert_eq!(chunk_replicas(&mut h, "/f"), kept);
+}
+
+// ---- cluster and server identity ---------------------------------------------------------
+
+fn cluster_id_records(log: &[(LogSeq, pb::LogRecord)]) -> Vec<u64> {
+    log.iter()
+        .filter_map(|(_, r)| match &r.op {
+            Some(Op::ClusterId(o)) => Some(o.cluster_id),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A fresh log starts with the cluster's id; recovery, from the log or a checkpoint,
+/// keeps it and makes no other; a log from before clusters had ids gets one, once.
+#[test]
+fn the_cluster_id_is_made_once_and_survives_recovery() {
+    let mut h = H::new();
+    let id = h.m.cluster_id();
+    assert_ne!(id, 0);
+    assert_eq!(h.log[0].0, 1);
+    assert_eq!(
+        cluster_id_records(&h.log),
+        vec![id],
+        "the first record, alone"
+    );
+    h.call(create("/a"));
+    assert_eq!(report(&mut h).cluster_id, id);
+
+    // From the log: the same id, and no new record.
+    let m = Master::recover(cfg(), Time(1000), None, h.log.clone()).unwrap();
+    let mut r = recovered(m, Time(1000));
+    assert_eq!(r.m.cluster_id(), id);
+    r.call(create("/b"));
+    assert!(cluster_id_records(&r.log).is_empty(), "{:?}", r.log);
+
+    // From a checkpoint alone.
+    let cp = r.m.checkpoint_now();
+    assert_eq!(cp.cluster_id, id);
+    let m = Master::recover(cfg(), Time(2000), Some(&cp), vec![]).unwrap();
+    let mut r = recovered(m, Time(2000));
+    assert_eq!(r.m.cluster_id(), id);
+    r.call(create("/c"));
+    assert!(cluster_id_records(&r.log).is_empty());
+
+    // Another seed, another cluster.
+    let mut c = cfg();
+    c.rng_seed = 1;
+    assert_ne!(H::with(c).m.cluster_id(), id);
+
+    // A log from before ids: the recovering master makes one and logs it, after the rest;
+    // recovering that log again keeps it.
+    let old: Vec<_> = h.log.iter().skip(1).cloned().collect();
+    let old: Vec<_> = old
+        .into_iter()
+        .enumerate()
+        .map(|(i, (_, r))| (i as u64 + 1, r))
+        .collect();
+    let m = Master::recover(cfg(), Time(3000), None, old.clone()).unwrap();
+    let mut r = recovered(m, Time(3000));
+    r.sync();
+    let made = r.m.cluster_id();
+    assert_ne!(made, 0);
+    assert_eq!(cluster_id_records(&r.log), vec![made]);
+    assert_eq!(r.log[0].0, old.len() as u64 + 1);
+    let mut again = old;
+    again.extend(r.log.iter().cloned());
+    let m = Master::recover(cfg(), Time(4000), None, again).unwrap();
+    let mut r = recovered(m, Time(4000));
+    r.sync();
+    assert_eq!(r.m.cluster_id(), made);
+    assert!(cluster_id_records(&r.log).is_empty());
+
+    // A second id in a log is corruption.
+    let mut twice = h.log.clone();
+    let next = twice.len() as u64 + 1;
+    twice.push((
+        next,
+        pb::LogRecord {
+            time_ms: 0,
+            op: Some(Op::ClusterId(pb::ClusterIdOp { cluster_id: 5 })),
+        },
+    ));
+    assert!(Master::recover(cfg(), Time(0), None, twice).is_err());
+}
+
+/// No heartbeat reply names the id before its record is durable: a chunkserver keeps the
+/// id for good, and a master that crashed before the record was would make another.
+#[test]
+fn no_heartbeat_reply_before_the_cluster_id_is_durable() {
+    let mut h = recovered(Master::new(cfg(), Time(0)), Time(0));
+    let (id, e) = h.send(MReq::Heartbeat(pb::HeartbeatRequest {
+        address: "cs0".into(),
+        server_id: 7,
+        ..Default::default()
+    }));
+    assert_eq!(cluster_id_records(&e.log).len(), 1);
+    assert!(reply_for(&e, id).is_none());
+    let e = h.sync();
+    match reply_for(&e, id).expect("released").resp {
+        Some(Resp::Heartbeat(hb)) => assert_eq!(hb.cluster_id, h.m.cluster_id()),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A chunkserver of another cluster pointed at this master: refused with a clear error,
+/// not registered, and nothing it reports is believed (its versions above ours are not
+/// adopted, the real copies stay, it is told to delete nothing).
+#[test]
+fn a_heartbeat_from_another_cluster_is_refused_and_registers_nothing() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    let t = h.write_target("/f", 0).unwrap();
+    let holders: Vec<String> = t.secondaries.iter().chain([&t.primary]).cloned().collect();
+    for a in &holders {
+        h.heartbeat(a, "r", &[(t.handle, 1)]);
+    }
+    let ours = h.m.cluster_id();
+    let before = h.m.meta().fingerprint();
+    let log_len = h.log.len();
+    let servers = h.m.servers().iter().count();
+    // A foreign server at a new address, and one at a member's address, each claiming the
+    // chunk at the next version (which the master would adopt from a member).
+    for (addr, v) in [("other:1", 2), (t.primary.as_str(), 2), ("other:2", 0)] {
+        let r = h.heartbeat_as(addr, 99, ours ^ 1, "r", &[(t.handle, v), (4242, 1)]);
+        let e = r.error.expect("refused");
+        assert!(e.message.contains("wrong cluster"), "{e:?}");
+        assert!(r.resp.is_none());
+    }
+    assert_eq!(h.m.servers().iter().count(), servers, "registered nothing");
+    assert!(h.m.servers().find("other:1").is_none());
+    assert_eq!(
+        h.m.servers()
+            .get(h.m.servers().find(&t.primary).unwrap())
+            .id,
+        server_id(&t.primary)
+    );
+    assert_eq!(h.log.len(), log_len, "logged nothing");
+    assert_eq!(h.m.meta().fingerprint(), before);
+    let mut listed = chunk_replicas(&mut h, "/f");
+    listed.sort();
+    let mut want = holders.clone();
+    want.sort();
+    assert_eq!(listed, want);
+    // A server that has joined no cluster yet (0) is taken in, and told the id.
+    let hb = h.heartbeat_as("new:1", 5, 0, "r", &[]);
+    match hb.resp {
+        Some(Resp::Heartbeat(hb)) => assert_eq!(hb.cluster_id, ours),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// An address belongs to one server at a time: another id there is refused while the
+/// registered server is alive; once it is dead the disk was replaced, and what the master
+/// knew of the old one's copies is forgotten.
+#[test]
+fn another_server_at_a_live_servers_address_is_refused_until_it_is_dead() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    let t = h.write_target("/f", 0).unwrap();
+    for a in t.secondaries.iter().chain([&t.primary]) {
+        h.heartbeat(a, "r", &[(t.handle, 1)]);
+    }
+    let addr = t.primary.clone();
+    let ours = h.m.cluster_id();
+    let idx = h.m.servers().find(&addr).unwrap();
+    let r = h.heartbeat_as(&addr, 12345, ours, "r", &[]);
+    let e = r.error.expect("refused while the registered one is alive");
+    assert!(
+        e.message.contains("address in use by another server"),
+        "{e:?}"
+    );
+    assert_eq!(h.m.servers().get(idx).id, server_id(&addr));
+    assert!(
+        chunk_replicas(&mut h, "/f").contains(&addr),
+        "nothing of it believed"
+    );
+
+    // The registered server falls silent and is declared dead; the others go on.
+    h.advance(Duration::from_secs(6));
+    for a in &t.secondaries {
+        h.heartbeat(a, "r", &[(t.handle, 1)]);
+    }
+    h.step(Input::Tick);
+    assert!(!h.m.servers().is_alive(idx));
+    let r = h.heartbeat_as(&addr, 12345, ours, "r", &[]);
+    assert!(r.error.is_none(), "{r:?}");
+    assert_eq!(h.m.servers().find(&addr), Some(idx));
+    assert_eq!(h.m.servers().get(idx).id, 12345);
+    assert!(h.m.servers().is_alive(idx));
+    assert_eq!(h.m.servers().get(idx).replicas, 0);
+    assert!(!chunk_replicas(&mut h, "/f").contains(&addr));
+    let listed: Vec<_> = report(&mut h)
+        .servers
+        .into_iter()
+        .map(|s| (s.address, s.server_id))
+        .collect();
+    assert!(listed.contains(&(addr.clone(), 12345)), "{listed:?}");
+    // The old one, back, is now the stranger while the new one lives.
+    let r = h.heartbeat_as(&addr, server_id(&addr), ours, "r", &[(t.handle, 1)]);
+    assert!(r.error.is_some());
+    assert!(!chunk_replicas(&mut h, "/f").contains(&addr));
+}
+
+/// Orders given against a dead server's copies do not carry over to the disk that
+/// replaced it: a copy it holds of the same chunk at the same version is a replica.
+#[test]
+fn a_replaced_disk_is_not_held_to_the_old_ones_delete_orders() {
+    let mut h = H::new();
+    cluster(&mut h, 4, 4);
+    h.call(create("/f"));
+    let t = h.write_target("/f", 0).unwrap();
+    for a in t.secondaries.iter().chain([&t.primary]) {
+        h.heartbeat(a, "r", &[(t.handle, 1)]);
+    }
+    let addr = t.secondaries[0].clone();
+    let ours = h.m.cluster_id();
+    h.call(MReq::ReportCorrupt(pb::ReportCorruptRequest {
+        address: addr.clone(),
+        handle: t.handle,
+        ..Default::default()
+    }));
+    // The old disk dies within the order's settling time (a lease period); a new one at
+    // its address holds the chunk at its current version (a clone made it).
+    h.advance(Duration::from_secs(6));
+    for a in ["cs0", "cs1", "cs2", "cs3"].iter().filter(|a| **a != addr) {
+        let chunks: &[(u64, u64)] = if t.primary == *a || t.secondaries.contains(&a.to_string()) {
+            &[(t.handle, 1)]
+        } else {
+            &[]
+        };
+        h.heartbeat(a, "r", chunks);
+    }
+    h.step(Input::Tick);
+    let r = h.heartbeat_as(&addr, 777, ours, "r", &[(t.handle, 1)]);
+    match r.resp {
+        Some(Resp::Heartbeat(hb)) => assert!(hb.delete_chunks.is_empty(), "{hb:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(chunk_replicas(&mut h, "/f").contains(&addr));
 }
