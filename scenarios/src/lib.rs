@@ -36,6 +36,7 @@ const NO_FAULTS: FaultMix = FaultMix {
     slow_disks: false,
     lossy_net: false,
     power_cuts: false,
+    rogue: false,
     beyond_claim: false,
 };
 
@@ -77,6 +78,7 @@ pub fn all() -> Vec<Scenario> {
             FaultMix {
                 server_crashes: true,
                 power_cuts: true,
+                rogue: true,
                 slow_disks: true,
                 ..NO_FAULTS
             },

@@ -115,6 +115,8 @@ pub struct Cluster {
     pub master_chunk_size: Arc<AtomicU64>,
     pub servers: Vec<ServerNode>,
     pub clients: Vec<(NodeHandle, Clock)>,
+    /// A node that belongs to no cluster: it sends forged messages (see `rogue`).
+    pub rogue: NodeHandle,
     /// Racks in the cluster; client `i` sits in rack `i % racks`, as chunkservers do.
     pub racks: usize,
 }
@@ -278,7 +280,9 @@ impl Cluster {
                 (node, clock(&knobs))
             })
             .collect();
+        let rogue = handle.create_node().name("rogue").ip(ip(3, 1)).build();
         Cluster {
+            rogue,
             racks: shape.racks.max(1),
             handle,
             start,
@@ -366,6 +370,68 @@ impl Cluster {
             c.corrupted.insert((s.addr.clone(), h));
         }
         flipped
+    }
+
+    /// A rogue node's forged message: a heartbeat to the master that claims a chunk of
+    /// chunkserver `i` at a version never granted (from the rogue's own address or one
+    /// of the cluster's, with no cluster id or another's), or an order to chunkserver `i`
+    /// to create a chunk another server holds, at such a version. None may be believed:
+    /// the master adopts versions only up to the highest it reserved, and chunkservers
+    /// take orders only from their own cluster's master. Counted as `rogue` when it was
+    /// delivered.
+    pub fn rogue(&self, i: usize, h: u64, other: usize) {
+        use prost::Message;
+        use tessera_core::pb;
+        use tessera_core::runtime::{Runtime, Transport};
+        let r = |n: u64| madsim::rand::random::<u64>() % n;
+        let forged_version = 1_000_000 + r(1000);
+        let cluster_id = if r(2) == 0 { 0 } else { madsim::rand::random() };
+        let (to, body) = if r(2) == 0 {
+            let address = if r(2) == 0 {
+                format!("{}:{PORT}", ip(3, 1))
+            } else {
+                self.servers[i].addr.clone()
+            };
+            let req = pb::MasterRequest {
+                req: Some(pb::master_request::Req::Heartbeat(pb::HeartbeatRequest {
+                    address,
+                    rack: "rack0".into(),
+                    capacity_bytes: 1 << 30,
+                    used_bytes: 0,
+                    chunks: vec![pb::ChunkReport {
+                        handle: h,
+                        version: forged_version,
+                        length: 0,
+                    }],
+                    lease_extensions: vec![],
+                    server_id: madsim::rand::random(),
+                    cluster_id,
+                })),
+            };
+            (self.master_addr.clone(), req.encode_to_vec())
+        } else {
+            let req = pb::ChunkRequest {
+                req: Some(pb::chunk_request::Req::SetVersion(pb::SetVersionRequest {
+                    handle: h,
+                    version: forged_version,
+                    create: true,
+                    lease_ms: 0,
+                    valid_ms: 60_000,
+                    chunk_size: 0,
+                    cluster_id,
+                })),
+            };
+            (self.servers[other].addr.clone(), req.encode_to_vec())
+        };
+        let rt = SimRuntime::new(self.start, Clock::default());
+        let net = SimNet::new(rt.clone());
+        let checks = self.checks.clone();
+        self.rogue.spawn(async move {
+            let deadline = rt.now() + std::time::Duration::from_secs(2);
+            if net.call(&to, body.into(), deadline).await.is_ok() {
+                checks.lock().expect("checks").fault("rogue", 1);
+            }
+        });
     }
 
     /// Counts faults of `kind` that happened, for the run's summary.

@@ -27,6 +27,8 @@ pub struct FaultMix {
     /// Every chunkserver loses power at once (all replicas of every chunk): acknowledged
     /// data must survive, since every replica synced it before the acknowledgement.
     pub power_cuts: bool,
+    /// A node outside the cluster forges heartbeats and orders.
+    pub rogue: bool,
     pub beyond_claim: bool,
 }
 
@@ -41,6 +43,7 @@ impl FaultMix {
             || self.slow_disks
             || self.lossy_net
             || self.power_cuts
+            || self.rogue
             || self.beyond_claim)
     }
 }
@@ -97,6 +100,7 @@ impl Scheduler {
         keep(&mut m.slow_disks);
         keep(&mut m.lossy_net);
         keep(&mut m.power_cuts);
+        keep(&mut m.rogue);
         if m.is_empty() {
             m = mix;
         }
@@ -200,6 +204,9 @@ impl Scheduler {
         }
         if m.beyond_claim && !self.wiped && now > 10_000 {
             options.push(8);
+        }
+        if m.rogue && n > 1 && !cluster.servers[pick].disk.chunks().is_empty() {
+            options.push(11);
         }
         // Rarer than the others: every copy of every chunk goes down with it.
         if m.power_cuts && self.impaired.iter().all(Option::is_none) && rand().is_multiple_of(6) {
@@ -306,6 +313,16 @@ impl Scheduler {
                 self.note(
                     cluster,
                     format!("power cut of every chunkserver for {down}ms"),
+                );
+            }
+            11 => {
+                let chunks = cluster.servers[pick].disk.chunks();
+                let (h, _) = chunks[(rand() % chunks.len() as u64) as usize];
+                let other = (pick + 1 + (rand() % (n as u64 - 1)) as usize) % n;
+                cluster.rogue(pick, h, other);
+                self.note(
+                    cluster,
+                    format!("rogue message about chunk {h} of cs{pick}"),
                 );
             }
             _ => unreachable!(),
