@@ -13,7 +13,7 @@ use tessera_core::master::MasterConfig;
 use crate::chunkstore::FileChunkStore;
 use crate::metastore::RocksMetaStore;
 use crate::rt::TokioRuntime;
-use crate::transport::GrpcTransport;
+use crate::transport::{GrpcTransport, MAX_MESSAGE, ServerLimits};
 
 /// Settings a config file may give (TOML); a flag given on the command line wins.
 /// Durations are written as "60s", "500ms", "3days".
@@ -49,6 +49,11 @@ pub struct FileSettings {
     pub read_cache: Option<u64>,
     pub max_queued: Option<usize>,
     pub max_queued_per_chunk: Option<usize>,
+    pub max_connections: Option<usize>,
+    pub max_streams: Option<u32>,
+    pub request_memory: Option<usize>,
+    #[serde(default, with = "opt_duration")]
+    pub receive_timeout: Option<Duration>,
 }
 
 mod opt_duration {
@@ -134,6 +139,22 @@ pub struct Knobs {
     /// Requests that may wait behind others on one chunk [default: 1024].
     #[arg(long)]
     pub max_queued_per_chunk: Option<usize>,
+    /// Connections a server serves at once; more wait until one closes [default: 512].
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Calls in progress at once on one connection (HTTP/2 max concurrent streams); a
+    /// client's further calls wait [default: 256].
+    #[arg(long)]
+    pub max_streams: Option<u32>,
+    /// Bytes of requests a server holds at once, from their arrival to their reply; a
+    /// request that would pass it is refused as busy. At least 67108864 (64 MiB, the
+    /// largest message) [default: 268435456 (256 MiB)].
+    #[arg(long, value_name = "BYTES")]
+    pub request_memory: Option<usize>,
+    /// The longest a request may take to arrive whole before its sender is cut off
+    /// [default: 30s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub receive_timeout: Option<Duration>,
 }
 
 /// Flags over the config file over the defaults.
@@ -143,6 +164,7 @@ pub struct Resolved {
     pub heartbeat: Duration,
     pub rpc_timeout: Duration,
     pub tick: Duration,
+    pub limits: ServerLimits,
 }
 
 impl Knobs {
@@ -194,7 +216,26 @@ impl Knobs {
         if heartbeat * 2 > m.heartbeat_timeout {
             return Err("--dead-after must be at least twice --heartbeat".into());
         }
+        let d = ServerLimits::default();
+        let limits = ServerLimits {
+            max_connections: pick!(max_connections, d.max_connections),
+            max_streams: pick!(max_streams, d.max_streams),
+            request_bytes: pick!(request_memory, d.request_bytes),
+            receive_timeout: pick!(receive_timeout, d.receive_timeout),
+        };
+        if limits.max_connections == 0 || limits.max_streams == 0 {
+            return Err("--max-connections and --max-streams must be at least 1".into());
+        }
+        if limits.request_bytes < MAX_MESSAGE {
+            return Err(format!(
+                "--request-memory must be at least {MAX_MESSAGE} bytes, the largest message"
+            ));
+        }
+        if limits.receive_timeout.is_zero() {
+            return Err("--receive-timeout must be more than 0s".into());
+        }
         Ok(Resolved {
+            limits,
             master: m,
             chunkserver: c,
             heartbeat,
@@ -220,7 +261,8 @@ pub async fn run_master(data_dir: PathBuf, listen: String, knobs: &Knobs) -> Res
         tick: r.tick,
         call_timeout: r.rpc_timeout,
     };
-    master::run(TokioRuntime, GrpcTransport::new(), store, opts, Quiet)
+    let transport = GrpcTransport::with_limits(r.limits);
+    master::run(TokioRuntime, transport, store, opts, Quiet)
         .await
         .map_err(|e| format!("master stopped: {e}"))
 }
@@ -246,7 +288,8 @@ pub async fn run_chunkserver(
         heartbeat_interval: r.heartbeat,
         call_timeout: r.rpc_timeout,
     };
-    chunkserver::run(TokioRuntime, GrpcTransport::new(), store, opts, Quiet)
+    let transport = GrpcTransport::with_limits(r.limits);
+    chunkserver::run(TokioRuntime, transport, store, opts, Quiet)
         .await
         .map_err(|e| format!("chunkserver stopped: {e}"))
 }

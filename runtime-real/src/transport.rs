@@ -19,6 +19,7 @@ use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -32,9 +33,12 @@ use http_body::{Body as _, Frame, SizeHint};
 use tessera_core::error::RpcError;
 use tessera_core::runtime::{Incoming, Parts, Runtime, Transport};
 use tessera_core::types::Time;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::body::Body;
 use tonic::codegen::Service;
 use tonic::server::NamedService;
+use tonic::transport::server::{Connected, TcpConnectInfo};
 use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Code, Status};
 
@@ -63,11 +67,55 @@ const MAX_FRAME: u32 = (16 << 20) - 1;
 /// sent as DATA frames of their own: most messages are small, and one frame is cheaper
 /// than two.
 const JOIN_BELOW: usize = 64 << 10;
+/// The most header bytes a call may carry (hyper's default, spelled out): a call's
+/// headers are a few names and numbers.
+const MAX_HEADERS: u32 = 16 << 10;
+/// Calls a server's driver has not yet taken, beyond which callers wait. Their bytes are
+/// counted in the server's budget while they wait, so this bounds only their number.
+const QUEUE: usize = 1024;
+
+/// What one server accepts from the network at once. Every bound here keeps a flood of
+/// slow or oversized calls from holding the server's memory; the defaults leave the
+/// normal traffic (pushes of 1 MiB, several in flight per client, messages up to
+/// [`MAX_MESSAGE`]) far below them.
+#[derive(Clone, Debug)]
+pub struct ServerLimits {
+    /// Connections served at once; more wait in the kernel's accept queue until one
+    /// closes.
+    pub max_connections: usize,
+    /// Calls in progress at once on one connection (HTTP/2
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS`); a client's further calls wait on its side.
+    pub max_streams: u32,
+    /// Bytes of requests the server holds at once, from their first byte off the socket
+    /// until their reply is sent or the caller gives up. A request that would pass it is
+    /// refused (`UNAVAILABLE`), not buffered. At least [`MAX_MESSAGE`], so that any
+    /// message fits a server that is otherwise idle.
+    pub request_bytes: usize,
+    /// The longest a request may take to arrive whole; a sender that stalls is cut off
+    /// and what it sent is freed.
+    pub receive_timeout: Duration,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        ServerLimits {
+            max_connections: 512,
+            max_streams: 256,
+            request_bytes: 256 << 20,
+            receive_timeout: Duration::from_secs(30),
+        }
+    }
+}
 
 #[derive(Clone)]
 pub struct GrpcTransport {
     channels: Arc<Mutex<HashMap<String, Channel>>>,
     connect_timeout: Duration,
+    limits: ServerLimits,
+    /// What its servers share (a node listens once): the bytes of requests in progress,
+    /// and a slot for each connection being served.
+    budget: Arc<Budget>,
+    slots: Arc<Semaphore>,
 }
 
 impl Default for GrpcTransport {
@@ -78,10 +126,31 @@ impl Default for GrpcTransport {
 
 impl GrpcTransport {
     pub fn new() -> GrpcTransport {
+        GrpcTransport::with_limits(ServerLimits::default())
+    }
+
+    /// A transport whose servers accept no more than `limits`.
+    pub fn with_limits(limits: ServerLimits) -> GrpcTransport {
         GrpcTransport {
             channels: Arc::default(),
             connect_timeout: Duration::from_secs(3),
+            budget: Arc::new(Budget::new(limits.request_bytes)),
+            slots: Arc::new(Semaphore::new(limits.max_connections)),
+            limits,
         }
+    }
+
+    /// Connections this transport's servers are serving now.
+    pub fn connections(&self) -> usize {
+        self.limits.max_connections - self.slots.available_permits()
+    }
+
+    /// Bytes of requests this transport's servers hold now, and the most they ever held.
+    pub fn request_bytes_held(&self) -> (usize, usize) {
+        (
+            self.budget.used.load(Ordering::Relaxed),
+            self.budget.peak.load(Ordering::Relaxed),
+        )
     }
 
     fn channel(&self, to: &str) -> Result<Channel, RpcError> {
@@ -140,6 +209,7 @@ impl Transport for GrpcTransport {
         addr: &str,
     ) -> impl Future<Output = Result<mpsc::Receiver<Incoming>, RpcError>> + Send {
         let addr = addr.to_string();
+        let this = self.clone();
         async move {
             let sock: SocketAddr = tokio::net::lookup_host(&addr)
                 .await
@@ -150,16 +220,33 @@ impl Transport for GrpcTransport {
             let listener = tokio::net::TcpListener::bind(sock)
                 .await
                 .map_err(|e| RpcError::Unreachable(format!("cannot listen on {addr}: {e}")))?;
-            let incoming =
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-            let (tx, rx) = mpsc::channel(1024);
+            let incoming = accept(listener, this.slots.clone());
+            let (tx, rx) = mpsc::channel(QUEUE);
+            let service = NodeService {
+                // One sender shared by every call: a futures channel gives each sender a
+                // slot of its own beyond its capacity, so a sender per call would make
+                // the queue as long as the calls are many.
+                tx: Arc::new(tokio::sync::Mutex::new(tx)),
+                budget: this.budget.clone(),
+                receive_timeout: this.limits.receive_timeout,
+            };
+            let keep_alive = Duration::from_secs(10);
             tokio::spawn(async move {
                 // tonic's server applies each call's `grpc-timeout` around the service.
+                // The reset-stream limits are hyper's defaults, spelled out because tonic
+                // would otherwise turn the second off.
                 if let Err(e) = Server::builder()
                     .initial_stream_window_size(STREAM_WINDOW)
                     .initial_connection_window_size(CONNECTION_WINDOW)
                     .max_frame_size(MAX_FRAME)
-                    .add_service(NodeService { tx })
+                    .max_concurrent_streams(this.limits.max_streams)
+                    .http2_max_header_list_size(MAX_HEADERS)
+                    .http2_max_pending_accept_reset_streams(Some(20))
+                    .http2_max_local_error_reset_streams(Some(1024))
+                    // A peer that stops answering pings gives its connection's slot back.
+                    .http2_keepalive_interval(Some(keep_alive))
+                    .http2_keepalive_timeout(Some(2 * keep_alive))
+                    .add_service(service)
                     .serve_with_incoming(incoming)
                     .await
                 {
@@ -168,6 +255,89 @@ impl Transport for GrpcTransport {
             });
             Ok(rx)
         }
+    }
+}
+
+/// The connections `listener` accepts, each holding one of `slots` while it is open.
+/// With every slot taken, no more are accepted: they wait in the kernel's accept queue.
+fn accept(
+    listener: tokio::net::TcpListener,
+    slots: Arc<Semaphore>,
+) -> impl futures::Stream<Item = Result<Conn, std::io::Error>> {
+    futures::stream::unfold((listener, slots), |(listener, slots)| async move {
+        // The semaphore is never closed, so this ends only if it were.
+        let slot = slots.clone().acquire_owned().await.ok()?;
+        loop {
+            match listener.accept().await {
+                Ok((io, _)) => {
+                    // Small messages go at once rather than waiting to fill a packet.
+                    if let Err(e) = io.set_nodelay(true) {
+                        tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+                    }
+                    return Some((Ok(Conn { io, _slot: slot }), (listener, slots)));
+                }
+                Err(e) => {
+                    // Out of file descriptors, say: waiting a moment beats spinning, and
+                    // connections that close meanwhile free some.
+                    tracing::warn!(error = %e, "cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    })
+}
+
+/// An accepted connection, holding its server's connection slot until it closes.
+struct Conn {
+    io: tokio::net::TcpStream,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl Connected for Conn {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.io.connect_info()
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
 
@@ -200,7 +370,7 @@ async fn call(mut channel: Channel, msg: Parts, timeout: Duration) -> Result<Par
             status
         });
     }
-    let (msg, trailers) = match read_message(&mut body, MAX_MESSAGE).await? {
+    let (msg, trailers) = match read_message(&mut body, MAX_MESSAGE, None).await? {
         Next::Message(m) => (Some(m), read_trailers(&mut body).await?),
         Next::End(trailers) => (None, trailers),
     };
@@ -291,10 +461,88 @@ enum Next {
     End(Option<HeaderMap>),
 }
 
+/// Bytes of requests a server holds, against its limit. Each call takes its share as its
+/// bytes come off the socket and gives it back when it ends ([`Held`]).
+struct Budget {
+    limit: usize,
+    used: AtomicUsize,
+    /// The most ever held at once: what a test of the limit reads.
+    peak: AtomicUsize,
+}
+
+impl Budget {
+    fn new(limit: usize) -> Budget {
+        Budget {
+            limit,
+            used: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+        }
+    }
+
+    /// Takes `n` bytes if they fit under the limit.
+    fn take(&self, n: usize) -> bool {
+        let taken = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(n).filter(|&u| u <= self.limit)
+            });
+        match taken {
+            Ok(before) => {
+                self.peak.fetch_max(before + n, Ordering::Relaxed);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn give_back(&self, n: usize) {
+        let before = self.used.fetch_sub(n, Ordering::AcqRel);
+        assert!(before >= n, "gave back more request bytes than were taken");
+    }
+}
+
+/// One call's share of its server's [`Budget`], given back when the call ends however it
+/// ends: answered, refused, or dropped because its caller went away.
+struct Held {
+    budget: Arc<Budget>,
+    bytes: usize,
+}
+
+impl Held {
+    fn new(budget: Arc<Budget>) -> Held {
+        Held { budget, bytes: 0 }
+    }
+
+    /// Counts `n` more bytes of the request, or refuses them: the server already holds
+    /// as many bytes of requests as it may.
+    fn add(&mut self, n: usize) -> Result<(), Status> {
+        if !self.budget.take(n) {
+            return Err(Status::unavailable(format!(
+                "busy: {} of {} bytes of requests in progress",
+                self.budget.used.load(Ordering::Relaxed),
+                self.budget.limit
+            )));
+        }
+        self.bytes += n;
+        Ok(())
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.budget.give_back(self.bytes);
+    }
+}
+
 /// Reads one length-prefixed gRPC message from `body`, as the pieces it arrived in. A
 /// message bigger than `limit`, a compressed one, or one cut short is an error; so is a
-/// second message (the method is unary).
-async fn read_message(body: &mut Body, limit: usize) -> Result<Next, Status> {
+/// second message (the method is unary). A server counts what it keeps in `held`, and
+/// stops reading (refusing the call) when that would pass its budget.
+async fn read_message(
+    body: &mut Body,
+    limit: usize,
+    mut held: Option<&mut Held>,
+) -> Result<Next, Status> {
     let mut prefix = BytesMut::new();
     let mut need = None::<usize>;
     let mut pieces = Vec::new();
@@ -338,6 +586,9 @@ async fn read_message(body: &mut Body, limit: usize) -> Result<Next, Status> {
         }
         got += data.len();
         if !data.is_empty() {
+            if let Some(held) = held.as_deref_mut() {
+                held.add(data.len())?;
+            }
             pieces.push(data);
         }
         if got == len {
@@ -425,7 +676,9 @@ impl http_body::Body for Pieces {
 /// reply.
 #[derive(Clone)]
 struct NodeService {
-    tx: mpsc::Sender<Incoming>,
+    tx: Arc<tokio::sync::Mutex<mpsc::Sender<Incoming>>>,
+    budget: Arc<Budget>,
+    receive_timeout: Duration,
 }
 
 impl NamedService for NodeService {
@@ -443,8 +696,10 @@ impl Service<Request<Body>> for NodeService {
 
     fn call(&mut self, req: Request<Body>) -> Self::Future {
         let tx = self.tx.clone();
+        let held = Held::new(self.budget.clone());
+        let receive_timeout = self.receive_timeout;
         Box::pin(async move {
-            Ok(match serve(tx, req).await {
+            Ok(match serve(tx, held, receive_timeout, req).await {
                 Ok(r) => r,
                 Err(status) => status.into_http(),
             })
@@ -452,8 +707,14 @@ impl Service<Request<Body>> for NodeService {
     }
 }
 
+/// One call: its request read whole within `receive_timeout` and counted in `held`, then
+/// handed to the driver, then its reply. Returning (or being dropped, when the caller
+/// goes away) frees the request's share of the budget, and drops its stream, with
+/// whatever HTTP/2 had buffered of it.
 async fn serve(
-    mut tx: mpsc::Sender<Incoming>,
+    tx: Arc<tokio::sync::Mutex<mpsc::Sender<Incoming>>>,
+    mut held: Held,
+    receive_timeout: Duration,
     req: Request<Body>,
 ) -> Result<Response<Body>, Status> {
     if req.uri().path() != PATH {
@@ -463,18 +724,35 @@ async fn serve(
         )));
     }
     let mut body = req.into_body();
-    let Next::Message(msg) = read_message(&mut body, MAX_MESSAGE).await? else {
-        return Err(Status::internal("the request has no message"));
+    let receive = async {
+        let Next::Message(msg) = read_message(&mut body, MAX_MESSAGE, Some(&mut held)).await?
+        else {
+            return Err(Status::internal("the request has no message"));
+        };
+        // The body ends with the message (a unary call); a second one is refused.
+        read_trailers(&mut body).await?;
+        Ok(msg)
     };
-    // The body ends with the message (a unary call); a second one is refused.
-    read_trailers(&mut body).await?;
+    let msg = tokio::time::timeout(receive_timeout, receive)
+        .await
+        .map_err(|_| {
+            Status::deadline_exceeded(format!(
+                "the request did not arrive whole within {receive_timeout:?}"
+            ))
+        })??;
     let (reply, answer) = oneshot::channel();
-    tx.send(Incoming { body: msg, reply })
+    // Waits while the driver's queue is full; the caller's deadline (`grpc-timeout`)
+    // bounds the wait.
+    tx.lock()
+        .await
+        .send(Incoming { body: msg, reply })
         .await
         .map_err(|_| Status::unavailable("node stopping"))?;
     let reply = answer
         .await
         .map_err(|_| Status::unavailable("node dropped the request"))?;
+    // The request is answered: its bytes are the node's to keep or free now.
+    drop(held);
     if reply.len() > MAX_MESSAGE {
         return Err(Status::resource_exhausted(format!(
             "a reply of {} bytes is over the limit of {MAX_MESSAGE}",
@@ -508,8 +786,16 @@ mod tests {
 
     /// A node that answers each call with `answer(request)`.
     async fn node(answer: impl Fn(Bytes) -> Option<Parts> + Send + 'static) -> String {
+        node_on(&GrpcTransport::new(), answer).await
+    }
+
+    /// A node served by `t`, answering each call with `answer(request)`.
+    async fn node_on(
+        t: &GrpcTransport,
+        answer: impl Fn(Bytes) -> Option<Parts> + Send + 'static,
+    ) -> String {
         let addr = free_addr();
-        let mut rx = GrpcTransport::new().listen(&addr).await.expect("listen");
+        let mut rx = t.listen(&addr).await.expect("listen");
         tokio::spawn(async move {
             let mut held = Vec::new();
             while let Some(call) = rx.next().await {
@@ -765,7 +1051,10 @@ mod tests {
         if let Some(s) = status_in(&head.headers) {
             return (s.code(), false);
         }
-        let (msg, trailers) = match read_message(&mut body, MAX_MESSAGE).await.expect("body") {
+        let (msg, trailers) = match read_message(&mut body, MAX_MESSAGE, None)
+            .await
+            .expect("body")
+        {
             Next::Message(_) => (true, read_trailers(&mut body).await.expect("trailers")),
             Next::End(t) => (false, t),
         };
@@ -853,6 +1142,178 @@ mod tests {
             .await
             .expect("call");
         assert_eq!(got, hello);
+    }
+
+    /// A request body that sends its pieces and then neither more nor its end: a sender
+    /// that stalls.
+    struct Stall(VecDeque<Bytes>);
+
+    impl http_body::Body for Stall {
+        type Data = Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            match self.0.pop_front() {
+                Some(p) => Poll::Ready(Some(Ok(Frame::data(p)))),
+                None => Poll::Pending,
+            }
+        }
+    }
+
+    async fn connect(addr: &str) -> Channel {
+        Endpoint::from_shared(format!("http://{addr}"))
+            .expect("address")
+            .connect()
+            .await
+            .expect("connect")
+    }
+
+    /// A call on `channel` that sends `data` and stalls; returns the `grpc-status` the
+    /// server ends it with.
+    async fn stalled_call(mut channel: Channel, data: Vec<Bytes>) -> Code {
+        let mut req = Request::new(Body::new(Stall(data.into())));
+        *req.method_mut() = http::Method::POST;
+        *req.uri_mut() = http::Uri::from_static(PATH);
+        req.headers_mut().insert(header::CONTENT_TYPE, GRPC);
+        poll_fn(|cx| channel.poll_ready(cx)).await.expect("ready");
+        let resp = match channel.call(req).await {
+            Ok(resp) => resp,
+            // A call over the connection's limit of streams, sent before the client
+            // learned the limit, is refused by HTTP/2 itself.
+            Err(e) if format!("{e:?}").contains("REFUSED_STREAM") => return Code::Unavailable,
+            Err(e) => panic!("no HTTP answer: {e:?}"),
+        };
+        let (head, mut body) = resp.into_parts();
+        if let Some(s) = status_in(&head.headers) {
+            return s.code();
+        }
+        let trailers = read_trailers(&mut body).await.expect("trailers");
+        trailers
+            .as_ref()
+            .and_then(status_in)
+            .expect("a grpc-status")
+            .code()
+    }
+
+    /// Waits for `cond`, for at most `limit`.
+    async fn eventually(limit: Duration, what: &str, cond: impl Fn() -> bool) {
+        let start = std::time::Instant::now();
+        while !cond() {
+            assert!(start.elapsed() < limit, "not within {limit:?}: {what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// A call that is retried while the node says it is busy, for at most `limit`.
+    async fn call_until_served(t: &GrpcTransport, addr: &str, body: Bytes, limit: Duration) {
+        let start = std::time::Instant::now();
+        loop {
+            match t.call(addr, body.clone().into(), in_a_second()).await {
+                Ok(got) => {
+                    assert_eq!(got, body);
+                    return;
+                }
+                Err(e) => assert!(
+                    start.elapsed() < limit,
+                    "not served within {limit:?}: {e:?}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_flood_of_stalled_and_oversized_calls_stays_within_the_limits() {
+        let limits = ServerLimits {
+            max_connections: 8,
+            max_streams: 8,
+            request_bytes: MAX_MESSAGE,
+            receive_timeout: Duration::from_secs(2),
+        };
+        let server = GrpcTransport::with_limits(limits.clone());
+        let addr = node_on(&server, |req| Some(req.into())).await;
+        // A normal client, connected before the flood.
+        let client = GrpcTransport::new();
+        let hello = Bytes::from_static(b"hello");
+        call_until_served(&client, &addr, hello.clone(), Duration::from_secs(5)).await;
+        // Stalled senders: 4 connections of 16 calls, each declaring a message of the
+        // largest size and sending 3 MiB of it, 192 MiB in all (three times the budget);
+        // and on each connection a call declaring a message over the limit.
+        let piece = pattern(3 << 20);
+        let mut stalled = Vec::new();
+        let mut oversized = Vec::new();
+        let mut attackers = Vec::new();
+        for _ in 0..4 {
+            let channel = connect(&addr).await;
+            for _ in 0..16 {
+                let data = vec![prefix(0, MAX_MESSAGE as u32), piece.clone()];
+                stalled.push(tokio::spawn(stalled_call(channel.clone(), data)));
+            }
+            let data = vec![prefix(0, MAX_MESSAGE as u32 + 1)];
+            oversized.push(tokio::spawn(stalled_call(channel.clone(), data)));
+            attackers.push(channel);
+        }
+        // Connections that never speak, beyond the limit.
+        let mut idle = Vec::new();
+        for _ in 0..10 {
+            idle.push(tokio::net::TcpStream::connect(&addr).await.expect("tcp"));
+        }
+        let held = || server.request_bytes_held();
+        eventually(Duration::from_secs(20), "the flood arrives", || {
+            held().0 >= 48 << 20
+        })
+        .await;
+        // The normal client is served while the flood goes on (or is cut off).
+        for body in [hello.clone(), pattern(1 << 20)] {
+            call_until_served(&client, &addr, body, Duration::from_secs(20)).await;
+        }
+        let peak_below_budget = || {
+            let (_, peak) = held();
+            assert!(
+                peak <= limits.request_bytes,
+                "held {peak} bytes of requests at once, over the limit of {}",
+                limits.request_bytes
+            );
+        };
+        peak_below_budget();
+        assert!(
+            server.connections() <= limits.max_connections,
+            "{} connections served",
+            server.connections()
+        );
+        // Every stalled call is cut off (or refused) and the bytes it sent are freed,
+        // though its sender is still connected.
+        for call in oversized {
+            let code = tokio::time::timeout(Duration::from_secs(30), call)
+                .await
+                .expect("an oversized call is refused")
+                .expect("task");
+            // Refused as too large, or as one stream too many on its connection.
+            assert!(
+                matches!(code, Code::ResourceExhausted | Code::Unavailable),
+                "{code:?}"
+            );
+        }
+        for call in stalled {
+            let code = tokio::time::timeout(Duration::from_secs(30), call)
+                .await
+                .expect("a stalled call is cut off")
+                .expect("task");
+            assert!(
+                matches!(code, Code::Unavailable | Code::DeadlineExceeded),
+                "{code:?}"
+            );
+        }
+        eventually(Duration::from_secs(10), "the held bytes are freed", || {
+            held().0 == 0
+        })
+        .await;
+        peak_below_budget();
+        drop((attackers, idle));
+        call_until_served(&client, &addr, hello, Duration::from_secs(5)).await;
     }
 
     #[test]

@@ -147,6 +147,12 @@ pub async fn run<R: Runtime, T: Transport, S: ChunkStore + Clone, O: Observer>(
     let mut inbound = transport.listen(&opts.config.address).await?;
     let (tx, mut events) = mpsc::unbounded::<Event>();
     {
+        // Requests are taken off the transport's queue at once, to stamp each with the
+        // time it arrived: a lease counts from then, and a request that waited in a queue
+        // must not pass for a fresh one. The channel they go into is unbounded, but what
+        // is in it is not: every request in it is a call in progress, and the transport
+        // bounds those (connections, streams on each, and the bytes of their requests,
+        // counted until the reply), refusing what would pass.
         let (tx, rt2) = (tx.clone(), rt.clone());
         rt.spawn(async move {
             while let Some(req) = inbound.next().await {

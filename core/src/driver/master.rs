@@ -5,10 +5,12 @@
 //! in the same batch.
 
 use std::collections::HashMap;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::channel::{mpsc, oneshot};
+use futures::stream::FusedStream;
 use futures::{SinkExt, StreamExt};
 use prost::Message;
 
@@ -99,17 +101,12 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
     let (mut master, mut low_seq) = recover(&mut store, opts.config.clone(), rt.now()).await?;
     let mut inbound = transport.listen(&opts.listen).await?;
     tracing::info!(addr = %opts.listen, "master serving");
+    // Requests are taken from the transport's bounded queue as the loop gets to them,
+    // not forwarded into an unbounded one: when the master falls behind, callers wait in
+    // the transport, which bounds how many and how many bytes, and the wait reaches the
+    // sockets as back-pressure. Call results and ticks, which the master itself started,
+    // come through `events`.
     let (tx, mut events) = mpsc::unbounded::<Event>();
-    {
-        let tx = tx.clone();
-        rt.spawn(async move {
-            while let Some(req) = inbound.next().await {
-                if tx.unbounded_send(Event::Request(req)).is_err() {
-                    return;
-                }
-            }
-        });
-    }
     {
         let (rt2, mut tx) = (rt.clone(), tx.clone());
         let tick = opts.tick;
@@ -137,12 +134,12 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
             last = Some(seq);
         }
         let mut ev = if batch.is_empty() && checkpoint.is_none() {
-            match events.next().await {
+            match next_event(&mut events, &mut inbound).await {
                 Some(e) => Some(e),
                 None => break,
             }
         } else {
-            events.try_recv().ok()
+            try_event(&mut events, &mut inbound)
         };
         // Take every event that is ready, so one sync covers many records (group commit).
         while let Some(e) = ev.take() {
@@ -163,7 +160,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                             resp: None,
                         };
                         let _ = inc.reply.send(resp.encode_to_vec().into());
-                        ev = events.try_recv().ok();
+                        ev = try_event(&mut events, &mut inbound);
                         continue;
                     }
                 },
@@ -179,7 +176,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                 checkpoint = effects.checkpoint.clone();
             }
             dispatch(&rt, &transport, &tx, &opts, &mut replies, effects);
-            ev = events.try_recv().ok();
+            ev = try_event(&mut events, &mut inbound);
         }
         if let Some(cp) = checkpoint {
             // The checkpoint and the removal of the records it covers form one atomic
@@ -213,6 +210,38 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
         }
     }
     Ok(())
+}
+
+/// The next event: a result or tick first (they finish work already begun), else a
+/// request. Ends when `events` does; a transport that stopped serving just sends no more
+/// requests.
+async fn next_event(
+    events: &mut mpsc::UnboundedReceiver<Event>,
+    inbound: &mut mpsc::Receiver<Incoming>,
+) -> Option<Event> {
+    futures::future::poll_fn(|cx| {
+        if let Poll::Ready(e) = events.poll_next_unpin(cx) {
+            return Poll::Ready(e);
+        }
+        if !inbound.is_terminated()
+            && let Poll::Ready(Some(req)) = inbound.poll_next_unpin(cx)
+        {
+            return Poll::Ready(Some(Event::Request(req)));
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// An event that is ready now, if any, in the order [`next_event`] takes them.
+fn try_event(
+    events: &mut mpsc::UnboundedReceiver<Event>,
+    inbound: &mut mpsc::Receiver<Incoming>,
+) -> Option<Event> {
+    events
+        .try_recv()
+        .ok()
+        .or_else(|| inbound.try_recv().ok().map(Event::Request))
 }
 
 fn step<R: Runtime, O: Observer>(
