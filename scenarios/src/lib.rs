@@ -96,6 +96,7 @@ pub fn all() -> Vec<Scenario> {
             "master-restart",
             FaultMix {
                 master_restarts: true,
+                slow_disks: true,
                 ..NO_FAULTS
             },
         ),

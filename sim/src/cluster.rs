@@ -456,6 +456,7 @@ impl Cluster {
         let mut c = self.checks.lock().expect("checks");
         c.fault("master_crash", 1);
         c.fault("log_tail_loss", u64::from(lost > 0));
+        c.versions.master_crashed();
     }
 
     /// Restarts the master; with `restart_chunk_size` set, with the other chunk size.

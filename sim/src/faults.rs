@@ -275,9 +275,16 @@ impl Scheduler {
             }
             6 => {
                 let delay = Duration::from_millis(rand() % 200);
-                cluster.servers[pick].disk.set_delay(delay);
+                // One time in three the master's log disk: its syncs then take long
+                // enough that a master crash finds records in flight (a lost log tail).
+                if rand().is_multiple_of(3) {
+                    cluster.master_store.set_delay(delay);
+                    self.note(cluster, format!("slow the master's log disk by {delay:?}"));
+                } else {
+                    cluster.servers[pick].disk.set_delay(delay);
+                    self.note(cluster, format!("slow the disk of cs{pick}"));
+                }
                 cluster.count_fault("slow_disk", u64::from(!delay.is_zero()));
-                self.note(cluster, format!("slow the disk of cs{pick}"));
             }
             7 => {
                 let loss = (rand() % 10) as f64 / 100.0;
@@ -340,6 +347,7 @@ impl Scheduler {
             d.set_delay(Duration::ZERO);
             self.impaired[i] = None;
         }
+        cluster.master_store.set_delay(Duration::ZERO);
         cluster.restart_master();
         cluster.reconnect(cluster.master_id);
         self.master_down_until = None;

@@ -17,6 +17,8 @@ struct State {
     durable: BTreeMap<Vec<u8>, Bytes>,
     unsynced: Vec<Batch>,
     written: BTreeMap<Vec<u8>, Bytes>,
+    /// Added to every sync (a slow disk): a crash then finds batches in flight often.
+    delay: std::time::Duration,
 }
 
 fn apply(map: &mut BTreeMap<Vec<u8>, Bytes>, batch: &Batch) {
@@ -33,6 +35,11 @@ pub struct SimMetaStore(Arc<Mutex<State>>);
 
 impl SimMetaStore {
     /// Power loss: `keep` of the unsynced batches survive (the caller picks, by seed).
+    /// Makes every sync take `d` longer (a slow disk under the log).
+    pub fn set_delay(&self, d: std::time::Duration) {
+        self.0.lock().expect("meta lock").delay = d;
+    }
+
     /// Returns how many batches were lost.
     pub fn crash(&self, keep: impl FnOnce(usize) -> usize) -> usize {
         let mut s = self.0.lock().expect("meta lock");
@@ -58,11 +65,19 @@ impl MetaStore for SimMetaStore {
     }
 
     fn sync(&mut self) -> impl Future<Output = Result<(), StoreError>> + Send {
-        // The batches become durable when the sync completes, after its pause: a crash
-        // during the pause loses what a real store may lose before fsync returns.
+        // The batches become durable when the sync completes, after its pause (half the
+        // syncs take up to 2 ms, as a flush does): a crash during the pause loses what a
+        // real store may lose before fsync returns.
         let this = self.0.clone();
+        let r: u64 = madsim::rand::random();
+        let flush = if r.is_multiple_of(2) {
+            std::time::Duration::from_micros((r >> 8) % 2_000)
+        } else {
+            std::time::Duration::ZERO
+        };
+        let delay = self.0.lock().expect("meta lock").delay;
         async move {
-            crate::disk::after(std::time::Duration::ZERO, ()).await;
+            crate::disk::after(delay + flush, ()).await;
             let mut s = this.lock().expect("meta lock");
             s.durable = s.written.clone();
             s.unsynced.clear();

@@ -64,6 +64,14 @@ impl Observer for SimObserver {
             tr.add(call.to.as_bytes());
             tr.add(&call.req.encode_to_vec());
         }
+        if let ms::Input::LogSynced { through } = input {
+            c.versions.master_synced(*through);
+        }
+        for (seq, rec) in &effects.log {
+            if let Some(tessera_core::pb::log_record::Op::SetVersion(o)) = &rec.op {
+                c.versions.master_logged(*seq, o.handle, o.version);
+            }
+        }
         let mut found = Vec::new();
         for (h, chunk) in master.meta().chunks.iter() {
             if let Some(v) = c.versions.master(h, chunk.version) {

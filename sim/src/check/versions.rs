@@ -1,26 +1,56 @@
-//! Chunk versions never go backwards: on the master, and on each chunkserver for as long
-//! as it holds the chunk.
+//! Chunk versions never go backwards: on the master below any version its log made
+//! durable (one applied in memory but lost with an unsynced log tail may be undone by a
+//! crash: no client was told of it, and replicas that took it are adopted again), and on
+//! each chunkserver for as long as it holds the chunk.
 
 use std::collections::HashMap;
 
-use tessera_core::types::{ChunkHandle, Version};
+use tessera_core::types::{ChunkHandle, LogSeq, Version};
 
 #[derive(Default)]
 pub struct Versions {
+    /// The master's latest version of each chunk, as it last showed it.
     master: HashMap<ChunkHandle, Version>,
+    /// The highest version of each chunk a durable log record gave it.
+    durable: HashMap<ChunkHandle, Version>,
+    /// Version records logged and not yet known durable: (log position, chunk, version).
+    pending: Vec<(LogSeq, ChunkHandle, Version)>,
     servers: HashMap<(String, ChunkHandle), Version>,
 }
 
 impl Versions {
     pub fn master(&mut self, h: ChunkHandle, v: Version) -> Option<String> {
-        let seen = self.master.entry(h).or_insert(v);
-        if v < *seen {
-            return Some(format!(
-                "master's version of chunk {h} went back from {seen} to {v}"
-            ));
+        self.master.insert(h, v);
+        match self.durable.get(&h) {
+            Some(&d) if v < d => Some(format!(
+                "master's version of chunk {h} went back to {v}, below {d}, which its log made durable"
+            )),
+            _ => None,
         }
-        *seen = v;
-        None
+    }
+
+    /// The master logged record `seq` setting `h` to version `v`.
+    pub fn master_logged(&mut self, seq: LogSeq, h: ChunkHandle, v: Version) {
+        self.pending.push((seq, h, v));
+    }
+
+    /// The master's log is durable through `through`.
+    pub fn master_synced(&mut self, through: LogSeq) {
+        let durable = &mut self.durable;
+        self.pending.retain(|&(seq, h, v)| {
+            if seq > through {
+                return true;
+            }
+            let d = durable.entry(h).or_insert(v);
+            *d = (*d).max(v);
+            false
+        });
+    }
+
+    /// The master crashed: records not yet known durable are the store's to keep or lose
+    /// (a restarted master numbers its records afresh from what survived).
+    pub fn master_crashed(&mut self) {
+        self.pending.clear();
     }
 
     pub fn server(&mut self, server: &str, h: ChunkHandle, v: Version) -> Option<String> {
