@@ -27,11 +27,16 @@ pub trait Runtime: Clone + Send + Sync + 'static {
     fn random_u64(&self) -> u64;
 }
 
-/// One inbound call: its prost-encoded body, and where the encoded reply goes.
+/// One inbound call: its prost-encoded body, when it arrived, and where the encoded
+/// reply goes.
 #[derive(Debug)]
 pub struct Incoming {
     /// The request as it arrived, perhaps in pieces: read it with [`PartsReader`].
     pub body: Parts,
+    /// The receiving node's clock when the request had arrived whole, before it waited
+    /// in any queue: a lease a request grants counts from then, so a request that
+    /// waited must not pass for a fresh one.
+    pub arrived: Time,
     pub reply: oneshot::Sender<Parts>,
 }
 

@@ -172,7 +172,15 @@ impl Transport for MemNet {
                 return Err(RpcError::Unreachable(to));
             };
             let (reply, rx) = oneshot::channel();
-            if tx.try_send(Incoming { body, reply }).is_err() {
+            let arrived = rt.now();
+            if tx
+                .try_send(Incoming {
+                    body,
+                    arrived,
+                    reply,
+                })
+                .is_err()
+            {
                 return Err(RpcError::Unreachable(to));
             }
             let timeout = rt.sleep(deadline.saturating_sub(rt.now()));

@@ -67,6 +67,9 @@ const MAX_FRAME: u32 = (16 << 20) - 1;
 /// sent as DATA frames of their own: most messages are small, and one frame is cheaper
 /// than two.
 const JOIN_BELOW: usize = 64 << 10;
+/// Received pieces smaller than this are copied out of the buffer they arrived in, and
+/// joined to their neighbours.
+const COPY_BELOW: usize = 16 << 10;
 /// The most header bytes a call may carry (hyper's default, spelled out): a call's
 /// headers are a few names and numbers.
 const MAX_HEADERS: u32 = 16 << 10;
@@ -87,12 +90,18 @@ pub struct ServerLimits {
     /// `SETTINGS_MAX_CONCURRENT_STREAMS`); a client's further calls wait on its side.
     pub max_streams: u32,
     /// Bytes of requests the server holds at once, from their first byte off the socket
-    /// until their reply is sent or the caller gives up. A request that would pass it is
-    /// refused (`UNAVAILABLE`), not buffered. At least [`MAX_MESSAGE`], so that any
-    /// message fits a server that is otherwise idle.
+    /// until the driver has answered or the caller gives up, and of replies, until they
+    /// have left for the socket. A request that would pass it is refused
+    /// (`UNAVAILABLE`), not buffered; a reply is never refused (its work is done), but
+    /// while replies its callers do not read hold the budget, no new request is taken.
+    /// At least [`MAX_MESSAGE`], so that any message fits a server that is otherwise
+    /// idle.
     pub request_bytes: usize,
     /// The longest a request may take to arrive whole; a sender that stalls is cut off
-    /// and what it sent is freed.
+    /// and what it sent is freed. Also the longest a connection may stay silent: the
+    /// server pings each peer several times within it, and a live peer answers, so one
+    /// that sends nothing at all (not even the HTTP/2 preface) is closed and its slot
+    /// given to another.
     pub receive_timeout: Duration,
 }
 
@@ -220,7 +229,8 @@ impl Transport for GrpcTransport {
             let listener = tokio::net::TcpListener::bind(sock)
                 .await
                 .map_err(|e| RpcError::Unreachable(format!("cannot listen on {addr}: {e}")))?;
-            let incoming = accept(listener, this.slots.clone());
+            let silent = this.limits.receive_timeout;
+            let incoming = accept(listener, this.slots.clone(), silent);
             let (tx, rx) = mpsc::channel(QUEUE);
             let service = NodeService {
                 // One sender shared by every call: a futures channel gives each sender a
@@ -230,7 +240,10 @@ impl Transport for GrpcTransport {
                 budget: this.budget.clone(),
                 receive_timeout: this.limits.receive_timeout,
             };
-            let keep_alive = Duration::from_secs(10);
+            // Pings go several times within the silence a connection is allowed, so a
+            // live peer is never taken for a silent one.
+            let keep_alive =
+                (silent / 3).clamp(Duration::from_millis(100), Duration::from_secs(10));
             tokio::spawn(async move {
                 // tonic's server applies each call's `grpc-timeout` around the service.
                 // The reset-stream limits are hyper's defaults, spelled out because tonic
@@ -245,7 +258,7 @@ impl Transport for GrpcTransport {
                     .http2_max_local_error_reset_streams(Some(1024))
                     // A peer that stops answering pings gives its connection's slot back.
                     .http2_keepalive_interval(Some(keep_alive))
-                    .http2_keepalive_timeout(Some(2 * keep_alive))
+                    .http2_keepalive_timeout(Some(silent))
                     .add_service(service)
                     .serve_with_incoming(incoming)
                     .await
@@ -258,13 +271,15 @@ impl Transport for GrpcTransport {
     }
 }
 
-/// The connections `listener` accepts, each holding one of `slots` while it is open.
-/// With every slot taken, no more are accepted: they wait in the kernel's accept queue.
+/// The connections `listener` accepts, each holding one of `slots` while it is open and
+/// closed once it has sent nothing for `silent`. With every slot taken, no more are
+/// accepted: they wait in the kernel's accept queue.
 fn accept(
     listener: tokio::net::TcpListener,
     slots: Arc<Semaphore>,
+    silent: Duration,
 ) -> impl futures::Stream<Item = Result<Conn, std::io::Error>> {
-    futures::stream::unfold((listener, slots), |(listener, slots)| async move {
+    futures::stream::unfold((listener, slots), move |(listener, slots)| async move {
         // The semaphore is never closed, so this ends only if it were.
         let slot = slots.clone().acquire_owned().await.ok()?;
         loop {
@@ -274,7 +289,14 @@ fn accept(
                     if let Err(e) = io.set_nodelay(true) {
                         tracing::debug!(error = %e, "cannot set TCP_NODELAY");
                     }
-                    return Some((Ok(Conn { io, _slot: slot }), (listener, slots)));
+                    let conn = Conn {
+                        io,
+                        _slot: slot,
+                        silent,
+                        heard: tokio::time::Instant::now(),
+                        quiet: Box::pin(tokio::time::sleep(silent)),
+                    };
+                    return Some((Ok(conn), (listener, slots)));
                 }
                 Err(e) => {
                     // Out of file descriptors, say: waiting a moment beats spinning, and
@@ -287,10 +309,18 @@ fn accept(
     })
 }
 
-/// An accepted connection, holding its server's connection slot until it closes.
+/// An accepted connection, holding its server's connection slot until it closes. A
+/// connection that sends nothing for `silent` fails its next read, which closes it: a
+/// peer that connects and never speaks (or stops, without closing) cannot keep a slot.
 struct Conn {
     io: tokio::net::TcpStream,
     _slot: OwnedSemaphorePermit,
+    silent: Duration,
+    /// When a byte last arrived.
+    heard: tokio::time::Instant,
+    /// Fires `silent` after a moment when nothing may have arrived since; moved on only
+    /// when it fires, not on every read.
+    quiet: Pin<Box<tokio::time::Sleep>>,
 }
 
 impl Connected for Conn {
@@ -307,7 +337,29 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
+        let before = buf.filled().len();
+        match Pin::new(&mut self.io).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    self.heard = tokio::time::Instant::now();
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => loop {
+                if self.quiet.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                let due = self.heard + self.silent;
+                if due <= tokio::time::Instant::now() {
+                    return Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("the peer sent nothing for {:?}", self.silent),
+                    )));
+                }
+                self.quiet.as_mut().reset(due);
+            },
+            other => other,
+        }
     }
 }
 
@@ -495,6 +547,12 @@ impl Budget {
         }
     }
 
+    /// Takes `n` bytes whatever the limit: for a reply, whose work is done.
+    fn force(&self, n: usize) {
+        let before = self.used.fetch_add(n, Ordering::AcqRel);
+        self.peak.fetch_max(before + n, Ordering::Relaxed);
+    }
+
     fn give_back(&self, n: usize) {
         let before = self.used.fetch_sub(n, Ordering::AcqRel);
         assert!(before >= n, "gave back more request bytes than were taken");
@@ -534,6 +592,36 @@ impl Drop for Held {
     }
 }
 
+/// A piece of a reply, holding its share of the server's [`Budget`] until the last
+/// reference to it is gone: HTTP/2 keeps a piece it was given until it has written it to
+/// the socket, however slowly the caller reads.
+struct Counted {
+    bytes: Bytes,
+    budget: Arc<Budget>,
+}
+
+impl Counted {
+    fn wrap(bytes: Bytes, budget: &Arc<Budget>) -> Bytes {
+        budget.force(bytes.len());
+        Bytes::from_owner(Counted {
+            bytes,
+            budget: budget.clone(),
+        })
+    }
+}
+
+impl AsRef<[u8]> for Counted {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.budget.give_back(self.bytes.len());
+    }
+}
+
 /// Reads one length-prefixed gRPC message from `body`, as the pieces it arrived in. A
 /// message bigger than `limit`, a compressed one, or one cut short is an error; so is a
 /// second message (the method is unary). A server counts what it keeps in `held`, and
@@ -546,6 +634,7 @@ async fn read_message(
     let mut prefix = BytesMut::new();
     let mut need = None::<usize>;
     let mut pieces = Vec::new();
+    let mut small = BytesMut::new();
     let mut got = 0;
     loop {
         let frame = poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await;
@@ -589,9 +678,21 @@ async fn read_message(
             if let Some(held) = held.as_deref_mut() {
                 held.add(data.len())?;
             }
-            pieces.push(data);
+            if data.len() < COPY_BELOW {
+                // A small frame's payload points into a larger buffer read off the
+                // socket, which it would keep alive: copied, it costs what it counts.
+                small.extend_from_slice(&data);
+            } else {
+                if !small.is_empty() {
+                    pieces.push(small.split().freeze());
+                }
+                pieces.push(data);
+            }
         }
         if got == len {
+            if !small.is_empty() {
+                pieces.push(small.split().freeze());
+            }
             return Ok(Next::Message(Parts(pieces)));
         }
     }
@@ -710,7 +811,8 @@ impl Service<Request<Body>> for NodeService {
 /// One call: its request read whole within `receive_timeout` and counted in `held`, then
 /// handed to the driver, then its reply. Returning (or being dropped, when the caller
 /// goes away) frees the request's share of the budget, and drops its stream, with
-/// whatever HTTP/2 had buffered of it.
+/// whatever HTTP/2 had buffered of it; the reply's pieces hold their share until they
+/// have been written out (or the stream is dropped).
 async fn serve(
     tx: Arc<tokio::sync::Mutex<mpsc::Sender<Incoming>>>,
     mut held: Held,
@@ -741,17 +843,24 @@ async fn serve(
             ))
         })??;
     let (reply, answer) = oneshot::channel();
+    let arrived = TokioRuntime.now();
     // Waits while the driver's queue is full; the caller's deadline (`grpc-timeout`)
     // bounds the wait.
     tx.lock()
         .await
-        .send(Incoming { body: msg, reply })
+        .send(Incoming {
+            body: msg,
+            arrived,
+            reply,
+        })
         .await
         .map_err(|_| Status::unavailable("node stopping"))?;
     let reply = answer
         .await
         .map_err(|_| Status::unavailable("node dropped the request"))?;
-    // The request is answered: its bytes are the node's to keep or free now.
+    // The request is answered: its bytes are the node's to keep or free now, and the
+    // reply's are counted instead, until they have gone out.
+    let budget = held.budget.clone();
     drop(held);
     if reply.len() > MAX_MESSAGE {
         return Err(Status::resource_exhausted(format!(
@@ -761,7 +870,11 @@ async fn serve(
     }
     let mut ok = HeaderMap::new();
     ok.insert("grpc-status", HeaderValue::from_static("0"));
-    let mut resp = Response::new(Body::new(Pieces::message(reply, Some(ok))));
+    let mut body = Pieces::message(reply, Some(ok));
+    for p in &mut body.pieces {
+        *p = Counted::wrap(std::mem::take(p), &budget);
+    }
+    let mut resp = Response::new(Body::new(body));
     resp.headers_mut().insert(header::CONTENT_TYPE, GRPC);
     Ok(resp)
 }
@@ -1272,9 +1385,10 @@ mod tests {
         }
         let peak_below_budget = || {
             let (_, peak) = held();
+            // A reply is counted whatever the limit, so the 1 MiB echo may pass it.
             assert!(
-                peak <= limits.request_bytes,
-                "held {peak} bytes of requests at once, over the limit of {}",
+                peak <= limits.request_bytes + (1 << 20),
+                "held {peak} bytes at once, over the limit of {} and one reply",
                 limits.request_bytes
             );
         };
@@ -1314,6 +1428,138 @@ mod tests {
         peak_below_budget();
         drop((attackers, idle));
         call_until_served(&client, &addr, hello, Duration::from_secs(5)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn silent_connections_are_closed_and_live_idle_ones_kept() {
+        let limits = ServerLimits {
+            max_connections: 4,
+            max_streams: 8,
+            request_bytes: MAX_MESSAGE,
+            receive_timeout: Duration::from_secs(1),
+        };
+        let server = GrpcTransport::with_limits(limits.clone());
+        let addr = node_on(&server, |req| Some(req.into())).await;
+        // Connections that never send a byte, as many as the server serves.
+        let mut silent = Vec::new();
+        for _ in 0..limits.max_connections {
+            silent.push(tokio::net::TcpStream::connect(&addr).await.expect("tcp"));
+        }
+        eventually(Duration::from_secs(5), "every slot is taken", || {
+            server.connections() == limits.max_connections
+        })
+        .await;
+        // The server closes each of them once it has been silent too long.
+        for mut conn in silent {
+            use tokio::io::AsyncReadExt;
+            let mut buf = vec![0; 1024];
+            let closed = tokio::time::timeout(Duration::from_secs(5), async {
+                // The server's own preface may come first; then the end.
+                loop {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {}
+                    }
+                }
+            })
+            .await;
+            assert!(closed.is_ok(), "a silent connection was kept");
+        }
+        // A new client is served in the freed slots.
+        let client = GrpcTransport::new();
+        let hello = Bytes::from_static(b"hello");
+        call_until_served(&client, &addr, hello.clone(), Duration::from_secs(5)).await;
+        // Live clients that make no calls for several times the allowed silence keep
+        // their connections: they answer the server's pings.
+        let idle = connect(&addr).await;
+        let live = server.connections();
+        assert!(live >= 2, "{live} connections");
+        tokio::time::sleep(4 * limits.receive_timeout).await;
+        assert_eq!(server.connections(), live, "an idle client was cut off");
+        let got = client
+            .call(&addr, hello.clone().into(), in_a_second())
+            .await
+            .expect("call");
+        assert_eq!(got, hello);
+        drop(idle);
+    }
+
+    /// A call on `channel` whose reply's headers are awaited and its body left unread.
+    async fn unread_reply(mut channel: Channel) -> Option<http::Response<Body>> {
+        let msg = Parts::from(Bytes::from_static(b"read"));
+        let mut req = Request::new(Body::new(Pieces::message(msg, None)));
+        *req.method_mut() = http::Method::POST;
+        *req.uri_mut() = http::Uri::from_static(PATH);
+        req.headers_mut().insert(header::CONTENT_TYPE, GRPC);
+        poll_fn(|cx| channel.poll_ready(cx)).await.expect("ready");
+        let resp = channel.call(req).await.ok()?;
+        // Refused at once: the status is in the headers.
+        if status_in(resp.headers()).is_some() {
+            return None;
+        }
+        Some(resp)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn replies_nobody_reads_hold_the_budget_until_they_go() {
+        let limits = ServerLimits {
+            max_connections: 8,
+            max_streams: 32,
+            request_bytes: MAX_MESSAGE,
+            receive_timeout: Duration::from_secs(10),
+        };
+        let server = GrpcTransport::with_limits(limits.clone());
+        let reply = pattern(8 << 20);
+        let answer = reply.clone();
+        let addr = node_on(&server, move |_| Some(answer.clone().into())).await;
+        let client = GrpcTransport::new();
+        let hello = Bytes::from_static(b"hello");
+        let got = client
+            .call(&addr, hello.clone().into(), in_a_second())
+            .await
+            .expect("call");
+        assert_eq!(got, reply);
+        // A reader that asks for 12 replies of 8 MiB (one and a half budgets) and reads
+        // none: its window lets a little of each out, and the rest waits in the server.
+        let reader = connect(&addr).await;
+        let mut unread = Vec::new();
+        for _ in 0..12 {
+            unread.extend(unread_reply(reader.clone()).await);
+        }
+        let held = || server.request_bytes_held();
+        eventually(
+            Duration::from_secs(10),
+            "the unread replies are counted",
+            || held().0 >= limits.request_bytes - (8 << 20),
+        )
+        .await;
+        assert!(
+            unread.len() < 12,
+            "every call was taken while unread replies held the budget"
+        );
+        // While they are held, new requests are refused rather than buffered.
+        let refused = client
+            .call(&addr, pattern(16 << 20).into(), in_a_second())
+            .await;
+        assert!(refused.is_err(), "a request passed the budget");
+        assert!(
+            held().1 <= limits.request_bytes + (8 << 20),
+            "held {} bytes, more than the budget and one reply",
+            held().1
+        );
+        // The reader goes away: what its replies held is freed, and others are served.
+        drop((unread, reader));
+        eventually(
+            Duration::from_secs(10),
+            "the unread replies are freed",
+            || held().0 == 0,
+        )
+        .await;
+        let got = client
+            .call(&addr, hello.into(), in_a_second())
+            .await
+            .expect("served again");
+        assert_eq!(got, reply);
     }
 
     #[test]

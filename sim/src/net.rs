@@ -81,6 +81,7 @@ impl Transport for SimNet {
         addr: &str,
     ) -> impl Future<Output = Result<mpsc::Receiver<Incoming>, RpcError>> + Send {
         let addr = addr.to_string();
+        let rt = self.rt.clone();
         async move {
             let ep = Endpoint::bind(parse(&addr)?)
                 .await
@@ -96,7 +97,16 @@ impl Transport for SimNet {
                     };
                     let (tag, body) = *msg;
                     let (reply, reply_rx) = oneshot::channel();
-                    if tx.send(Incoming { body, reply }).await.is_err() {
+                    let arrived = rt.now();
+                    if tx
+                        .send(Incoming {
+                            body,
+                            arrived,
+                            reply,
+                        })
+                        .await
+                        .is_err()
+                    {
                         return;
                     }
                     let ep = ep.clone();

@@ -5,7 +5,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use futures::channel::{mpsc, oneshot};
-use futures::stream::FuturesUnordered;
+use futures::stream::{FusedStream, FuturesUnordered};
 use futures::{SinkExt, StreamExt};
 use prost::Message;
 
@@ -28,7 +28,7 @@ pub struct ChunkserverOptions {
 }
 
 enum Event {
-    Request(Incoming, crate::Time),
+    Request(Incoming),
     CallResult(u64, Result<Reply, RpcError>),
     Tick,
 }
@@ -147,22 +147,6 @@ pub async fn run<R: Runtime, T: Transport, S: ChunkStore + Clone, O: Observer>(
     let mut inbound = transport.listen(&opts.config.address).await?;
     let (tx, mut events) = mpsc::unbounded::<Event>();
     {
-        // Requests are taken off the transport's queue at once, to stamp each with the
-        // time it arrived: a lease counts from then, and a request that waited in a queue
-        // must not pass for a fresh one. The channel they go into is unbounded, but what
-        // is in it is not: every request in it is a call in progress, and the transport
-        // bounds those (connections, streams on each, and the bytes of their requests,
-        // counted until the reply), refusing what would pass.
-        let (tx, rt2) = (tx.clone(), rt.clone());
-        rt.spawn(async move {
-            while let Some(req) = inbound.next().await {
-                if tx.unbounded_send(Event::Request(req, rt2.now())).is_err() {
-                    return;
-                }
-            }
-        });
-    }
-    {
         let (rt2, mut tx) = (rt.clone(), tx.clone());
         let every = opts.heartbeat_interval;
         rt.spawn(async move {
@@ -182,12 +166,24 @@ pub async fn run<R: Runtime, T: Transport, S: ChunkStore + Clone, O: Observer>(
     // operation on that chunk is running.
     let mut waiting: HashMap<ChunkHandle, VecDeque<(OpId, StoreOp)>> = HashMap::new();
     loop {
-        // Finished storage operations first: they free chunks for queued work.
+        // Finished storage operations first: they free chunks for queued work. Then
+        // results and ticks (work already begun), then new requests, taken from the
+        // transport's bounded queue only as fast as this loop handles them, so a flood
+        // waits there (and its senders with it) rather than in memory here. Each request
+        // carries the time it arrived, before it waited.
         let step = futures::future::poll_fn(|cx| {
             if let Poll::Ready(Some((id, h, result))) = running.poll_next_unpin(cx) {
                 return Poll::Ready(Some(Step::Stored(id, h, result)));
             }
-            events.poll_next_unpin(cx).map(|e| e.map(Step::Event))
+            if let Poll::Ready(e) = events.poll_next_unpin(cx) {
+                return Poll::Ready(e.map(Step::Event));
+            }
+            if !inbound.is_terminated()
+                && let Poll::Ready(Some(req)) = inbound.poll_next_unpin(cx)
+            {
+                return Poll::Ready(Some(Step::Event(Event::Request(req))));
+            }
+            Poll::Pending
         })
         .await;
         let input = match step {
@@ -203,7 +199,8 @@ pub async fn run<R: Runtime, T: Transport, S: ChunkStore + Clone, O: Observer>(
                 }
                 Input::StoreDone { id, result }
             }
-            Some(Step::Event(Event::Request(inc, arrived))) => {
+            Some(Step::Event(Event::Request(inc))) => {
+                let arrived = inc.arrived;
                 match pb::ChunkRequest::decode(PartsReader::from(inc.body)) {
                     Ok(req) => {
                         let id = next_request;
