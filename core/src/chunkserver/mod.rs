@@ -12,6 +12,7 @@
 
 mod cache;
 pub mod checksum;
+mod invariants;
 
 #[cfg(test)]
 mod tests;
@@ -1365,9 +1366,23 @@ impl Chunkserver {
         r: pb::CloneChunkRequest,
     ) -> Result<Option<pb::ChunkResponse>, FsError> {
         // Always copy: a copy here at the same version may be one that missed writes (a
-        // grant it took too late), which its version cannot reveal.
+        // grant it took too late), which its version cannot reveal. But never over a
+        // newer one: an order to clone that arrives late (delayed, or sent twice) must
+        // not take the copy back to an older version and its data.
+        self.newer_than_clone(r.handle, r.version)?;
         self.clone_read(id, r.handle, r.version, r.source, BytesMut::new());
         Ok(None)
+    }
+
+    /// Refuses a clone of `h` at `version` if this server holds a newer version.
+    fn newer_than_clone(&self, h: ChunkHandle, version: Version) -> Result<(), FsError> {
+        match self.chunks.get(&h) {
+            Some(c) if c.meta.version > version => Err(FsError::StaleVersion(format!(
+                "chunk {h}: have version {}, the clone is of {version}",
+                c.meta.version
+            ))),
+            _ => Ok(()),
+        }
     }
 
     fn clone_read(
@@ -1454,6 +1469,9 @@ impl Chunkserver {
                     "clone source changed during the copy".into(),
                 )),
             );
+        }
+        if let Err(e) = self.newer_than_clone(h, version) {
+            return self.done(h, id, err(e));
         }
         let data = buf.freeze();
         let meta = pb::ChunkMeta {

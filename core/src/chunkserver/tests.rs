@@ -547,6 +547,57 @@ fn clone_copies_in_pieces_and_verifies_length() {
     assert_eq!(&dst.read(5, 0, 300_000).unwrap()[..], &data[..]);
 }
 
+/// An order to clone that arrives after the copy moved to a newer version (the order
+/// was delayed, or sent twice) must not take the copy back to the clone's version and
+/// data: all-faults seed 4 found a copy acknowledged at version 2 back at 1.
+#[test]
+fn a_late_clone_never_takes_a_copy_back_to_an_older_version() {
+    let mut src = H::new();
+    src.create(5);
+    src.write(5, 0, &[1u8; 1000]);
+    let mut dst = H::new();
+    dst.create(5);
+    let r = dst.req(R::SetVersion(pb::SetVersionRequest {
+        handle: 5,
+        version: 2,
+        lease_ms: 60_000,
+        valid_ms: 0,
+        chunk_size: CHUNK,
+        ..Default::default()
+    }));
+    assert!(r.error.is_none(), "{r:?}");
+    let mut replies = dst.run(Input::Request {
+        id: 1000,
+        arrived: dst.now,
+        req: pb::ChunkRequest {
+            req: Some(R::Clone(pb::CloneChunkRequest {
+                handle: 5,
+                version: 1,
+                source: "cs0".into(),
+                ..Default::default()
+            })),
+        },
+    });
+    while replies.is_empty() {
+        let c = dst.calls.pop().expect("a read of the source");
+        let Outgoing::Chunk(pb::ChunkRequest {
+            req: Some(R::Read(r)),
+        }) = c.req
+        else {
+            panic!()
+        };
+        let resp = src.req(R::Read(r));
+        replies = dst.run(Input::CallResult {
+            id: c.id,
+            result: Ok(Reply::Chunk(resp)),
+        });
+    }
+    assert!(replies[0].1.error.is_some(), "{replies:?}");
+    assert_eq!(dst.cs.chunks().find(|c| c.0 == 5).map(|c| c.1), Some(2));
+    // The empty copy at version 2 stays as it was: none of the clone's bytes landed.
+    assert_eq!(dst.disk.data.get(&5).map_or(0, Vec::len), 0);
+}
+
 #[test]
 fn heartbeat_reports_and_deletes_on_command() {
     let mut h = H::new();
@@ -1836,4 +1887,21 @@ fn a_server_with_no_cluster_yet_takes_no_orders_from_a_master_with_one() {
     assert!(h.set_version(OURS, 1, 1).error.is_some());
     assert_eq!(h.cs.chunks().count(), 0);
     assert!(!h.disk.meta.contains_key(&1));
+}
+
+/// The invariant check holds through ordinary work, and fails on state that breaks a
+/// promise (so it can).
+#[test]
+fn invariants_hold_and_their_check_catches_a_broken_promise() {
+    let mut h = H::new();
+    h.create(1);
+    assert!(h.write(1, 0, &[7u8; 5000]).error.is_none());
+    h.cs.check_invariants().expect("after a write");
+    h.cs.pushed_bytes += 1;
+    let e = h.cs.check_invariants().expect_err("miscounted pushed bytes");
+    assert!(e.contains("pushed"), "{e}");
+    h.cs.pushed_bytes -= 1;
+    h.cs.queued_requests += 1;
+    let e = h.cs.check_invariants().expect_err("miscounted queued requests");
+    assert!(e.contains("queued"), "{e}");
 }

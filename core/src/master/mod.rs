@@ -16,6 +16,7 @@ mod chunks;
 mod config;
 mod gc;
 mod heartbeat;
+mod invariants;
 mod leases;
 mod locks;
 mod meta;
@@ -294,6 +295,12 @@ impl Master {
             Input::Tick => self.on_tick(),
         }
         self.maybe_checkpoint();
+        // Cheap promises, checked where the master runs (the rest: `check_invariants`).
+        assert!(self.synced_seq <= self.last_seq, "log synced past its end");
+        assert!(
+            self.held.keys().next().is_none_or(|&s| s > self.synced_seq),
+            "a reply held for a record already durable"
+        );
         std::mem::take(&mut self.out)
     }
 

@@ -2344,3 +2344,26 @@ fn a_replaced_disk_is_not_held_to_the_old_ones_delete_orders() {
     }
     assert!(chunk_replicas(&mut h, "/f").contains(&addr));
 }
+
+/// The invariant check holds through ordinary work, and fails on state that breaks a
+/// promise (so it can: a check that never fails checks nothing).
+#[test]
+fn invariants_hold_and_their_check_catches_a_broken_promise() {
+    let mut h = H::new();
+    let (id, _) = h.send(create("/f"));
+    h.m.check_invariants().expect("while a reply is held");
+    let e = h.sync();
+    assert!(is_ok(&reply_for(&e, id).unwrap()));
+    h.m.check_invariants().expect("after the sync");
+    // More requests waiting than the bound allows.
+    let mut broken = H::new();
+    for i in 0..=broken.m.cfg.max_queued as u64 {
+        broken.m.queued.push_back((i, pb::MasterRequest { req: None }));
+    }
+    let e = broken.m.check_invariants().expect_err("an overfull queue");
+    assert!(e.contains("queued"), "{e}");
+    // The log synced past its end.
+    let mut broken = H::new();
+    broken.m.synced_seq = broken.m.last_seq + 1;
+    assert!(broken.m.check_invariants().is_err());
+}
