@@ -37,6 +37,12 @@ const NO_FAULTS: FaultMix = FaultMix {
     lossy_net: false,
     power_cuts: false,
     rogue: false,
+    net_trouble: false,
+    any_partitions: false,
+    clock_jumps: false,
+    stuck_disks: false,
+    misdirected_writes: false,
+    client_crashes: false,
     beyond_claim: false,
 };
 
@@ -61,6 +67,7 @@ const fn scenario(name: &'static str, faults: FaultMix) -> Scenario {
         heal_within: Duration::from_secs(180),
         silent_corruption: false,
         stale_collected: false,
+        vary: false,
     }
 }
 
@@ -89,6 +96,8 @@ pub fn all() -> Vec<Scenario> {
                 partitions: true,
                 master_cut: true,
                 lossy_net: true,
+                net_trouble: true,
+                any_partitions: true,
                 ..NO_FAULTS
             },
         ),
@@ -105,6 +114,7 @@ pub fn all() -> Vec<Scenario> {
             FaultMix {
                 corruption: true,
                 full_disks: true,
+                misdirected_writes: true,
                 ..NO_FAULTS
             },
         ),
@@ -144,6 +154,9 @@ pub fn all() -> Vec<Scenario> {
                     partitions: true,
                     slow_disks: true,
                     lossy_net: true,
+                    net_trouble: true,
+                    client_crashes: true,
+                    clock_jumps: true,
                     ..NO_FAULTS
                 },
             )
@@ -164,6 +177,8 @@ pub fn all() -> Vec<Scenario> {
                     slow_disks: true,
                     lossy_net: true,
                     master_restarts: true,
+                    client_crashes: true,
+                    clock_jumps: true,
                     ..NO_FAULTS
                 },
             )
@@ -188,7 +203,29 @@ pub fn all() -> Vec<Scenario> {
             },
             ..scenario("scrub", NO_FAULTS)
         },
+        // Every fault kind the design claims to survive, the seed keeping some (swarm
+        // testing), on a cluster shape, replication and workload the seed picks.
+        Scenario {
+            vary: true,
+            heal_within: Duration::from_secs(300),
+            ..scenario("all-faults", FaultMix::ALL)
+        },
     ]
+}
+
+/// Faults the protocol does not yet survive, kept out of CI's sweep until it does: a
+/// disk that stops answering applies an order (a chunk's creation) after the master gave
+/// up on it, and the master adopts the empty copy at the current version (seeds 4 and
+/// 13 fail).
+pub fn not_yet() -> Vec<Scenario> {
+    vec![scenario(
+        "stuck-disk",
+        FaultMix {
+            server_crashes: true,
+            stuck_disks: true,
+            ..NO_FAULTS
+        },
+    )]
 }
 
 /// The shape the speed figure asks for: 1 master, 9 chunkservers, 4 clients.
@@ -207,5 +244,6 @@ pub fn find(name: &str) -> Option<Scenario> {
     all()
         .into_iter()
         .chain([steady_large()])
+        .chain(not_yet())
         .find(|s| s.name == name)
 }

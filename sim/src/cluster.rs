@@ -19,8 +19,8 @@ use tessera_core::master::MasterConfig;
 use crate::check::{Shared, observer::SimObserver};
 use crate::disk::SimDisk;
 use crate::metastore::SimMetaStore;
-use crate::net::SimNet;
-use crate::runtime::{Clock, SimRuntime};
+use crate::net::{NetFaults, SimNet};
+use crate::runtime::{Clock, Jump, SimRuntime};
 
 const PORT: u16 = 7000;
 
@@ -47,6 +47,9 @@ pub struct Knobs {
     /// Largest clock offset (±) and drift (± ppm) a node may get.
     pub clock_offset_ms: i64,
     pub clock_drift_ppm: i64,
+    /// The farthest (±) a node's clock may be stepped from where its drift has it: the
+    /// fault scheduler's clock jumps stay within it.
+    pub clock_jump_ms: i64,
     pub scrub_interval: Duration,
     pub scrub_idle: Duration,
     pub clone_timeout: Duration,
@@ -74,6 +77,7 @@ impl Knobs {
             disk_capacity: 1 << 30,
             clock_offset_ms: pick(rng, &[0, 50, 5_000]) as i64,
             clock_drift_ppm: pick(rng, &[0, 50, 200]) as i64,
+            clock_jump_ms: 0,
             scrub_interval: Duration::from_millis(pick(rng, &[500, 2_000, 10_000])),
             scrub_idle: Duration::from_millis(pick(rng, &[1_000, 10_000])),
             clone_timeout: Duration::from_millis(pick(rng, &[5_000, 30_000])),
@@ -85,6 +89,19 @@ impl Knobs {
             k.restart_chunk_size = pick(rng, &others);
         }
         k
+    }
+
+    /// Clock errors up to the bound the lease logic assumes (`max_clock_skew` over one
+    /// lease), rather than far below it: each node's drift takes up to `share` of the
+    /// bound over a lease (two nodes, the master and a primary, can err apart), and what
+    /// is left is for jumps (each node's clock moves within ±`clock_jump_ms`, so by
+    /// twice that within a lease; again two nodes).
+    pub fn clocks_near_the_bound(&mut self, share: f64) {
+        let skew = self.max_clock_skew.as_millis() as f64;
+        let lease = self.lease.as_millis() as f64;
+        self.clock_drift_ppm = ((share * skew / lease * 1e6) as i64).min(100_000);
+        let drift_used = 2.0 * self.clock_drift_ppm as f64 * lease / 1e6;
+        self.clock_jump_ms = (((skew - drift_used) / 4.0) as i64).max(0);
     }
 }
 
@@ -115,6 +132,11 @@ pub struct Cluster {
     pub master_chunk_size: Arc<AtomicU64>,
     pub servers: Vec<ServerNode>,
     pub clients: Vec<(NodeHandle, Clock)>,
+    /// How far each node's clock is stepped: the master's, then each chunkserver's, then
+    /// each client's.
+    pub jumps: Vec<Jump>,
+    /// Duplicated and long-held requests, shared by every node's transport.
+    pub net: NetFaults,
     /// A node that belongs to no cluster: it sends forged messages (see `rogue`).
     pub rogue: NodeHandle,
     /// Racks in the cluster; client `i` sits in rack `i % racks`, as chunkservers do.
@@ -147,6 +169,12 @@ impl Cluster {
         let master_addr = format!("{}:{PORT}", ip(0, 1));
         let master_store = SimMetaStore::default();
         let master_clock = clock(&knobs);
+        let net = NetFaults::new(checks.clone());
+        let jumps: Vec<Jump> = (0..1 + shape.chunkservers + shape.clients)
+            .map(|_| Jump::default())
+            .collect();
+        let master_jump = jumps[0].clone();
+        let net_m = net.clone();
         let master_chunk_size = Arc::new(AtomicU64::new(knobs.chunk_size));
         let master_id = {
             let (store, checks, knobs, addr, chunk_size) = (
@@ -161,7 +189,7 @@ impl Cluster {
                 .name("master")
                 .ip(ip(0, 1))
                 .init(move || {
-                    let rt = SimRuntime::new(start, master_clock);
+                    let rt = SimRuntime::with_jump(start, master_clock, master_jump.clone());
                     let opts = master::MasterOptions {
                         config: MasterConfig {
                             chunk_size: chunk_size.load(Ordering::Relaxed),
@@ -182,10 +210,11 @@ impl Cluster {
                     let obs = SimObserver {
                         node: "master".into(),
                         clock: master_clock,
+                        jump: rt.jump.clone(),
                         start,
                         checks: checks.clone(),
                     };
-                    let (store, net) = (store.clone(), SimNet::new(rt.clone()));
+                    let (store, net) = (store.clone(), SimNet::new(rt.clone(), net_m.clone()));
                     let checks = checks.clone();
                     async move {
                         if let Err(e) = master::run(rt, net, store, opts, obs).await {
@@ -204,7 +233,9 @@ impl Cluster {
         for i in 0..shape.chunkservers {
             let addr = format!("{}:{PORT}", ip(1, i as u8 + 1));
             let disk = SimDisk::new(knobs.disk_capacity);
+            disk.report_to(checks.clone(), addr.clone());
             let c = clock(&knobs);
+            let (jump, net_c) = (jumps[1 + i].clone(), net.clone());
             let (d, checks2, knobs2, addr2, maddr) = (
                 disk.clone(),
                 checks.clone(),
@@ -218,7 +249,7 @@ impl Cluster {
                 .name(format!("cs{i}"))
                 .ip(ip(1, i as u8 + 1))
                 .init(move || {
-                    let rt = SimRuntime::new(start, c);
+                    let rt = SimRuntime::with_jump(start, c, jump.clone());
                     let opts = chunkserver::ChunkserverOptions {
                         config: ChunkserverConfig {
                             address: addr2.clone(),
@@ -246,10 +277,11 @@ impl Cluster {
                     let obs = SimObserver {
                         node: addr2.clone(),
                         clock: c,
+                        jump: rt.jump.clone(),
                         start,
                         checks: checks2.clone(),
                     };
-                    let (d, net) = (d.clone(), SimNet::new(rt.clone()));
+                    let (d, net) = (d.clone(), SimNet::new(rt.clone(), net_c.clone()));
                     let checks = checks2.clone();
                     async move {
                         if let Err(e) = chunkserver::run(rt, net, d, opts, obs).await {
@@ -282,6 +314,8 @@ impl Cluster {
             .collect();
         let rogue = handle.create_node().name("rogue").ip(ip(3, 1)).build();
         Cluster {
+            jumps,
+            net,
             rogue,
             racks: shape.racks.max(1),
             handle,
@@ -311,7 +345,8 @@ impl Cluster {
     /// write use 0: a cached location may name a replica that has since gone stale, and
     /// GFS's bound on that window is the cache's timeout.
     pub fn client_with_ttl(&self, i: usize, ttl: Duration) -> Client<SimRuntime, SimNet> {
-        let rt = SimRuntime::new(self.start, self.clients[i].1);
+        let jump = self.jumps[1 + self.servers.len() + i].clone();
+        let rt = SimRuntime::with_jump(self.start, self.clients[i].1, jump);
         let mut cfg = ClientConfig::new(self.master_addr.clone());
         cfg.rpc_timeout = self.knobs.rpc_timeout;
         // About as long as six attempts used to take: long enough to ride out most
@@ -322,7 +357,7 @@ impl Cluster {
         cfg.rack = format!("rack{}", i % self.racks);
         // Small pieces, so pushes of the simulator's small writes are pipelined too.
         cfg.push_piece = 16 << 10;
-        Client::new(rt.clone(), SimNet::new(rt), cfg)
+        Client::new(rt.clone(), SimNet::new(rt, self.net.clone()), cfg)
     }
 
     /// Kills chunkserver `i` (a crash: unsynced writes lost, the last one maybe torn).
@@ -347,7 +382,7 @@ impl Cluster {
         c.fault("lost_write", damage.lost);
         c.fault("stale_meta", damage.stale_meta);
         c.leases.forget(&s.addr);
-        c.versions.server_dropped(&s.addr, |_| false);
+        c.versions.server_crashed(&s.addr);
     }
 
     pub fn restart_server(&mut self, i: usize) {
@@ -367,6 +402,19 @@ impl Cluster {
         if flipped {
             let mut c = self.checks.lock().expect("checks");
             c.fault("bit_flip", 1);
+            c.corrupted.insert((s.addr.clone(), h));
+        }
+        flipped
+    }
+
+    /// Flips a bit of one stored checksum of chunk `h` on chunkserver `i` (seen when the
+    /// server next loads its metadata: at restart).
+    pub fn flip_checksum(&self, i: usize, h: u64, pick: u64) -> bool {
+        let s = &self.servers[i];
+        let flipped = s.disk.flip_checksum(h, pick);
+        if flipped {
+            let mut c = self.checks.lock().expect("checks");
+            c.fault("meta_flip", 1);
             c.corrupted.insert((s.addr.clone(), h));
         }
         flipped
@@ -424,7 +472,7 @@ impl Cluster {
             (self.servers[other].addr.clone(), req.encode_to_vec())
         };
         let rt = SimRuntime::new(self.start, Clock::default());
-        let net = SimNet::new(rt.clone());
+        let net = SimNet::new(rt.clone(), self.net.clone());
         let checks = self.checks.clone();
         self.rogue.spawn(async move {
             let deadline = rt.now() + std::time::Duration::from_secs(2);
@@ -507,6 +555,41 @@ impl Cluster {
         } else {
             net.clog_link(self.master_id, self.servers[i].id);
         }
+    }
+
+    /// Every node's id: the master, then each chunkserver, then each client (the order
+    /// of `jumps`).
+    pub fn node_ids(&self) -> Vec<NodeId> {
+        let mut ids = vec![self.master_id];
+        ids.extend(self.servers.iter().map(|s| s.id));
+        ids.extend(self.clients.iter().map(|c| c.0.id()));
+        ids
+    }
+
+    /// A node's name for the fault log, by its place in [`Cluster::node_ids`].
+    pub fn node_name(&self, k: usize) -> String {
+        let n = self.servers.len();
+        match k {
+            0 => "master".into(),
+            k if k <= n => format!("cs{}", k - 1),
+            k => format!("client{}", k - 1 - n),
+        }
+    }
+
+    /// Cuts the link from node `a` to node `b` (by their places in
+    /// [`Cluster::node_ids`]); `both` cuts the way back too.
+    pub fn cut_link(&self, a: usize, b: usize, both: bool) {
+        let (ids, net) = (self.node_ids(), NetSim::current());
+        net.clog_link(ids[a], ids[b]);
+        if both {
+            net.clog_link(ids[b], ids[a]);
+        }
+    }
+
+    pub fn mend_link(&self, a: usize, b: usize) {
+        let (ids, net) = (self.node_ids(), NetSim::current());
+        net.unclog_link(ids[a], ids[b]);
+        net.unclog_link(ids[b], ids[a]);
     }
 
     pub fn mend_from_master(&self, i: usize) {

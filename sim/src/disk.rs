@@ -9,7 +9,11 @@
 //!   land between a write and its sync in every run, not only on slow disks.
 //! - `flip_bit`: silent corruption of stored bytes.
 //! - a capacity: a write that does not fit fails with `NoSpace` and changes nothing.
-//! - a delay per operation (a slow disk).
+//! - a delay per operation (a slow disk), or a disk that stops answering for a while
+//!   (`stick`): every operation waits until it answers again.
+//! - `misdirect`: the next data writes land in another block of the same chunk, leaving
+//!   the block they were meant for as it was.
+//! - `flip_checksum`: silent corruption of a chunk's metadata (a stored checksum).
 //!
 //! The disk lives outside the node, so a killed and restarted chunkserver finds it.
 
@@ -24,13 +28,17 @@ use tessera_core::pb;
 use tessera_core::runtime::ChunkStore;
 use tessera_core::types::ChunkHandle;
 
+use crate::check::Shared;
+
+use tessera_core::chunkserver::IDENTITY_HANDLE;
+
 #[derive(Clone, Default, Debug)]
 struct Stored {
     data: Vec<u8>,
     meta: Option<pb::ChunkMeta>,
 }
 
-#[derive(Default, Debug)]
+#[derive(Default)]
 struct State {
     written: HashMap<ChunkHandle, Stored>,
     durable: HashMap<ChunkHandle, Stored>,
@@ -39,6 +47,15 @@ struct State {
     capacity: u64,
     delay: Duration,
     flips: u64,
+    /// Until when the disk answers nothing.
+    stuck_until: Option<madsim::time::Instant>,
+    /// Whether an operation waited on the disk being stuck since it was last stuck.
+    stuck_felt: bool,
+    /// Data writes still to land in the wrong place.
+    misdirect: u32,
+    /// Where the disk reports damage it did by itself (a misdirected write, a stuck
+    /// disk that held an operation): the run's checks, and the server's address.
+    report: Option<(Shared, String)>,
 }
 
 /// What a crash did to a disk, counted only where it changed what was stored.
@@ -52,7 +69,7 @@ pub struct CrashDamage {
     pub stale_meta: u64,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct SimDisk(Arc<Mutex<State>>);
 
 impl SimDisk {
@@ -69,6 +86,49 @@ impl SimDisk {
 
     pub fn set_delay(&self, d: Duration) {
         self.state().delay = d;
+    }
+
+    /// Names the checks and server this disk reports the damage it does by itself to.
+    pub fn report_to(&self, checks: Shared, server: String) {
+        self.state().report = Some((checks, server));
+    }
+
+    /// The disk answers nothing for `d` (zero: answers again now); operations wait.
+    pub fn stick(&self, d: Duration) {
+        let mut s = self.state();
+        s.stuck_until = (!d.is_zero()).then(|| madsim::time::Instant::now() + d);
+        s.stuck_felt = false;
+    }
+
+    /// The next `n` data writes land in another block of their chunk.
+    pub fn misdirect(&self, n: u32) {
+        self.state().misdirect = n;
+    }
+
+    /// Flips one bit of one stored checksum of chunk `h` (durably). Returns false if the
+    /// chunk has no checksums.
+    pub fn flip_checksum(&self, h: ChunkHandle, pick: u64) -> bool {
+        let mut guard = self.state();
+        let s = &mut *guard;
+        let Some(n) = s
+            .durable
+            .get(&h)
+            .and_then(|c| c.meta.as_ref())
+            .map(|m| m.checksums.len())
+            .filter(|&n| n > 0)
+        else {
+            return false;
+        };
+        let (i, bit) = ((pick % n as u64) as usize, (pick >> 32) % 32);
+        for map in [&mut s.written, &mut s.durable] {
+            if let Some(m) = map.get_mut(&h).and_then(|c| c.meta.as_mut())
+                && let Some(c) = m.checksums.get_mut(i)
+            {
+                *c ^= 1 << bit;
+            }
+        }
+        s.flips += 1;
+        true
     }
 
     pub fn set_capacity(&self, bytes: u64) {
@@ -173,15 +233,30 @@ impl SimDisk {
             .state()
             .written
             .iter()
-            .filter(|(h, _)| **h != tessera_core::chunkserver::IDENTITY_HANDLE)
+            .filter(|(h, _)| **h != IDENTITY_HANDLE)
             .map(|(h, c)| (*h, c.data.len()))
             .collect();
         v.sort_unstable();
         v
     }
 
+    /// How long the next operation takes beyond the usual: the disk's delay, or what is
+    /// left of its being stuck (counted once per time it is stuck, when felt).
     fn delay(&self) -> Duration {
-        self.state().delay
+        let mut s = self.state();
+        let now = madsim::time::Instant::now();
+        match s.stuck_until {
+            Some(until) if until > now => {
+                if !s.stuck_felt {
+                    s.stuck_felt = true;
+                    if let Some((checks, _)) = &s.report {
+                        checks.lock().expect("checks").fault("stuck_disk", 1);
+                    }
+                }
+                s.delay.max(until - now)
+            }
+            _ => s.delay,
+        }
     }
 }
 
@@ -233,12 +308,40 @@ impl ChunkStore for SimDisk {
         let r = if used - old + end.max(old) > s.capacity {
             Err(StoreError::NoSpace)
         } else {
+            // A misdirected write lands a few blocks before (or after) where it was
+            // meant to, within what the chunk already holds; the blocks it was meant for
+            // keep what they had (zeros, past the old end).
+            let n = data.len() as u64;
+            let shift = 512 * (1 + madsim::rand::random::<u64>() % 256);
+            let target = if s.misdirect == 0 || n == 0 || h == IDENTITY_HANDLE {
+                offset
+            } else if offset >= shift {
+                offset - shift
+            } else if offset + shift + n <= old {
+                offset + shift
+            } else {
+                offset
+            };
             let c = s.written.entry(h).or_default();
             if (c.data.len() as u64) < end {
                 c.data.resize(end as usize, 0);
             }
-            c.data[offset as usize..end as usize].copy_from_slice(&data);
-            s.last_write.insert(h, (offset, data));
+            let (t, o) = (target as usize, offset as usize);
+            // It did damage if it changed the blocks it hit, or the ones it missed
+            // did not already hold its bytes.
+            let landed =
+                c.data[t..t + n as usize] != data[..] || c.data[o..o + n as usize] != data[..];
+            c.data[t..t + n as usize].copy_from_slice(&data);
+            if target != offset {
+                s.misdirect -= 1;
+                if landed && let Some((checks, server)) = &s.report {
+                    let mut c = checks.lock().expect("checks");
+                    c.fault("misdirected_write", 1);
+                    c.corrupted.insert((server.clone(), h));
+                }
+                tracing::debug!(chunk = h, offset, target, len = n, "misdirected write");
+            }
+            s.last_write.insert(h, (target, data));
             Ok(())
         };
         drop(s);

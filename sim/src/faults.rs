@@ -29,7 +29,47 @@ pub struct FaultMix {
     pub power_cuts: bool,
     /// A node outside the cluster forges heartbeats and orders.
     pub rogue: bool,
+    /// Requests delivered twice, and links that hold requests for seconds and then
+    /// deliver them.
+    pub net_trouble: bool,
+    /// Links cut between any two nodes other than the master and a chunkserver (the
+    /// master and clients, chunkservers with each other, clients and chunkservers), one
+    /// way or both.
+    pub any_partitions: bool,
+    /// Clocks that drift up to the bound the leases assume and are stepped forward and
+    /// back within it.
+    pub clock_jumps: bool,
+    /// A disk that stops answering for a while.
+    pub stuck_disks: bool,
+    /// Data writes that land in another block of their chunk.
+    pub misdirected_writes: bool,
+    /// Clients that crash in the middle of an operation.
+    pub client_crashes: bool,
     pub beyond_claim: bool,
+}
+
+impl FaultMix {
+    /// Every fault kind the design claims to survive (a stuck disk not yet: see the
+    /// `stuck-disk` scenario).
+    pub const ALL: FaultMix = FaultMix {
+        server_crashes: true,
+        partitions: true,
+        master_cut: true,
+        master_restarts: true,
+        corruption: true,
+        full_disks: true,
+        slow_disks: true,
+        lossy_net: true,
+        power_cuts: true,
+        rogue: true,
+        net_trouble: true,
+        any_partitions: true,
+        clock_jumps: true,
+        stuck_disks: false,
+        misdirected_writes: true,
+        client_crashes: true,
+        beyond_claim: false,
+    };
 }
 
 impl FaultMix {
@@ -44,6 +84,12 @@ impl FaultMix {
             || self.lossy_net
             || self.power_cuts
             || self.rogue
+            || self.net_trouble
+            || self.any_partitions
+            || self.clock_jumps
+            || self.stuck_disks
+            || self.misdirected_writes
+            || self.client_crashes
             || self.beyond_claim)
     }
 }
@@ -64,6 +110,10 @@ enum Impairment {
         until: i64,
         to_master: bool,
     },
+    /// Its disk answers nothing.
+    Stuck {
+        until: i64,
+    },
     /// Holds a corrupted copy: impaired until the end of the fault phase.
     Corrupted,
 }
@@ -74,6 +124,9 @@ pub struct Scheduler {
     master_down_until: Option<i64>,
     pub log: Vec<String>,
     wiped: bool,
+    /// Links cut between two nodes (by their places in `Cluster::node_ids`), and until
+    /// when.
+    links: Vec<(usize, usize, i64)>,
 }
 
 fn rand() -> u64 {
@@ -101,6 +154,12 @@ impl Scheduler {
         keep(&mut m.lossy_net);
         keep(&mut m.power_cuts);
         keep(&mut m.rogue);
+        keep(&mut m.net_trouble);
+        keep(&mut m.any_partitions);
+        keep(&mut m.clock_jumps);
+        keep(&mut m.stuck_disks);
+        keep(&mut m.misdirected_writes);
+        keep(&mut m.client_crashes);
         if m.is_empty() {
             m = mix;
         }
@@ -110,6 +169,7 @@ impl Scheduler {
             master_down_until: None,
             log: Vec::new(),
             wiped: false,
+            links: Vec::new(),
         }
     }
 
@@ -151,8 +211,20 @@ impl Scheduler {
                     self.impaired[i] = None;
                     self.note(cluster, format!("mend cs{i}-master"));
                 }
+                Some(Impairment::Stuck { until }) if until <= now => {
+                    cluster.servers[i].disk.stick(Duration::ZERO);
+                    self.impaired[i] = None;
+                    self.note(cluster, format!("the disk of cs{i} answers again"));
+                }
                 _ => {}
             }
+        }
+        let (done, cut): (Vec<_>, Vec<_>) = self.links.drain(..).partition(|l| l.2 <= now);
+        self.links = cut;
+        for (a, b, _) in done {
+            cluster.mend_link(a, b);
+            let what = format!("mend {}-{}", cluster.node_name(a), cluster.node_name(b));
+            self.note(cluster, what);
         }
         if let Some(until) = self.master_down_until
             && until <= now
@@ -208,6 +280,24 @@ impl Scheduler {
         if m.rogue && n > 1 && !cluster.servers[pick].disk.chunks().is_empty() {
             options.push(11);
         }
+        if m.net_trouble {
+            options.push(12);
+        }
+        if m.any_partitions {
+            options.push(13);
+        }
+        if m.clock_jumps && cluster.knobs.clock_jump_ms > 0 {
+            options.push(14);
+        }
+        if m.stuck_disks && free {
+            options.push(15);
+        }
+        if m.misdirected_writes && free && !cluster.servers[pick].disk.chunks().is_empty() {
+            options.push(16);
+        }
+        if m.client_crashes {
+            options.push(17);
+        }
         // Rarer than the others: every copy of every chunk goes down with it.
         if m.power_cuts && self.impaired.iter().all(Option::is_none) && rand().is_multiple_of(6) {
             options.push(10);
@@ -255,16 +345,27 @@ impl Scheduler {
                 self.note(cluster, format!("crash master for {down}ms"));
             }
             4 => {
+                // Many blocks of many copies on this server, data or checksums.
                 let chunks = cluster.servers[pick].disk.chunks();
-                let (h, len) = chunks[(rand() % chunks.len() as u64) as usize];
-                if len > 0 {
-                    let off = (rand() % len as u64) as usize;
-                    cluster.flip_bit(pick, h, off, (rand() % 8) as u8);
-                    self.impaired[pick] = Some(Impairment::Corrupted);
-                    self.note(
-                        cluster,
-                        format!("flip a bit of chunk {h} at {off} on cs{pick}"),
-                    );
+                for _ in 0..1 + rand() % 8 {
+                    let (h, len) = chunks[(rand() % chunks.len() as u64) as usize];
+                    if rand().is_multiple_of(4) {
+                        if cluster.flip_checksum(pick, h, rand()) {
+                            self.impaired[pick] = Some(Impairment::Corrupted);
+                            self.note(
+                                cluster,
+                                format!("flip a bit of a checksum of chunk {h} on cs{pick}"),
+                            );
+                        }
+                    } else if len > 0 {
+                        let off = (rand() % len as u64) as usize;
+                        cluster.flip_bit(pick, h, off, (rand() % 8) as u8);
+                        self.impaired[pick] = Some(Impairment::Corrupted);
+                        self.note(
+                            cluster,
+                            format!("flip a bit of chunk {h} at {off} on cs{pick}"),
+                        );
+                    }
                 }
             }
             5 => {
@@ -303,6 +404,13 @@ impl Scheduler {
                 for i in 0..r.min(n) {
                     cluster.kill_server(i);
                     cluster.servers[i].disk.wipe();
+                    let addr = cluster.servers[i].addr.clone();
+                    cluster
+                        .checks
+                        .lock()
+                        .expect("checks")
+                        .versions
+                        .server_wiped(&addr);
                     cluster.count_fault("wipe", 1);
                     self.impaired[i] = Some(Impairment::Dead { until: now + 3_000 });
                 }
@@ -332,6 +440,79 @@ impl Scheduler {
                     format!("rogue message about chunk {h} of cs{pick}"),
                 );
             }
+            12 => {
+                let (dup, delay) = (1 + rand() % 30, 1 + rand() % 20);
+                cluster.net.set(dup, delay);
+                self.note(
+                    cluster,
+                    format!("network duplicates {dup}/1000 and holds {delay}/1000 requests"),
+                );
+            }
+            13 => {
+                // Any pair but the master and a chunkserver (that is `master_cut`, which
+                // the budget of impaired servers governs).
+                let ids = cluster.node_ids().len();
+                let a = (rand() % ids as u64) as usize;
+                let b = (a + 1 + (rand() % (ids as u64 - 1)) as usize) % ids;
+                let n = cluster.servers.len();
+                let master_and_server = |x: usize, y: usize| x == 0 && (1..=n).contains(&y);
+                if !master_and_server(a, b) && !master_and_server(b, a) {
+                    let both = rand().is_multiple_of(2);
+                    cluster.cut_link(a, b, both);
+                    cluster.count_fault(if both { "partition" } else { "one_way" }, 1);
+                    self.links.push((a, b, now + span));
+                    let what = format!(
+                        "cut {}{}{} for {span}ms",
+                        cluster.node_name(a),
+                        if both { "-" } else { "->" },
+                        cluster.node_name(b)
+                    );
+                    self.note(cluster, what);
+                }
+            }
+            14 => {
+                let k = (rand() % cluster.jumps.len() as u64) as usize;
+                let bound = cluster.knobs.clock_jump_ms;
+                let to = (rand() % (2 * bound as u64 + 1)) as i64 - bound;
+                let from = cluster.jumps[k].get();
+                if to != from {
+                    cluster.jumps[k].set(to);
+                    cluster.count_fault("clock_jump", 1);
+                    let what = format!(
+                        "step the clock of {} by {}ms",
+                        cluster.node_name(k),
+                        to - from
+                    );
+                    self.note(cluster, what);
+                }
+            }
+            15 => {
+                cluster.servers[pick]
+                    .disk
+                    .stick(Duration::from_millis(span as u64));
+                self.impaired[pick] = Some(Impairment::Stuck { until: now + span });
+                self.note(
+                    cluster,
+                    format!("the disk of cs{pick} stops answering for {span}ms"),
+                );
+            }
+            16 => {
+                let n = 1 + (rand() % 3) as u32;
+                cluster.servers[pick].disk.misdirect(n);
+                self.impaired[pick] = Some(Impairment::Corrupted);
+                self.note(
+                    cluster,
+                    format!("the next {n} writes on cs{pick} go astray"),
+                );
+            }
+            17 => {
+                let permille = 20 + rand() % 100;
+                cluster.checks.lock().expect("checks").client_crash_permille = permille;
+                self.note(
+                    cluster,
+                    format!("clients crash in {permille}/1000 operations"),
+                );
+            }
             _ => unreachable!(),
         }
     }
@@ -347,6 +528,16 @@ impl Scheduler {
             d.set_delay(Duration::ZERO);
             self.impaired[i] = None;
         }
+        for i in 0..self.impaired.len() {
+            let d = &cluster.servers[i].disk;
+            d.stick(Duration::ZERO);
+            d.misdirect(0);
+        }
+        for (a, b, _) in std::mem::take(&mut self.links) {
+            cluster.mend_link(a, b);
+        }
+        cluster.net.set(0, 0);
+        cluster.checks.lock().expect("checks").client_crash_permille = 0;
         cluster.master_store.set_delay(Duration::ZERO);
         cluster.restart_master();
         cluster.reconnect(cluster.master_id);

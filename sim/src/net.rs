@@ -2,9 +2,19 @@
 //! sends (reply tag, body) to the server's address and waits for the reply tag until the
 //! deadline; madsim supplies latency, loss, clogging (partitions) and node death. Bodies
 //! stay prost-encoded bytes, exactly as on the wire.
+//!
+//! Above madsim, [`NetFaults`] adds what it lacks: a request delivered twice (the second
+//! copy later, as a retransmission that crossed the first's reply), and a link that holds
+//! a request for up to seconds and then delivers it (a clogged link that delivers late
+//! rather than dropping). Both arrive before the caller's deadline: a request that
+//! arrives after its caller gave up is a fault the protocol does not yet survive (a late
+//! order to create a chunk makes an empty copy at the current version; a late lease
+//! grant outlives the master's view of it), so it is kept for when it does.
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::SinkExt;
 use futures::channel::{mpsc, oneshot};
@@ -13,20 +23,86 @@ use tessera_core::error::RpcError;
 use tessera_core::runtime::{Incoming, Parts, Runtime, Transport};
 use tessera_core::types::Time;
 
+use crate::check::Shared;
 use crate::runtime::SimRuntime;
 
 const REQUEST_TAG: u64 = 0x7e55_e2a0;
 /// Largest message either side accepts, as a real transport would bound it.
 pub const MAX_MESSAGE: usize = 80 << 20;
 
+/// The longest a clogged link holds a request before it delivers it, within its caller's
+/// deadline.
+pub const MAX_DELAY: Duration = Duration::from_secs(4);
+
+/// The network faults madsim does not have, set by the fault scheduler and shared by every
+/// node's transport. Each counts in the run's summary when it happens: `duplicate` when a
+/// second copy is sent, `long_delay` when a held request is delivered.
+#[derive(Clone, Default)]
+pub struct NetFaults(Arc<Mutex<NetFaultState>>);
+
+#[derive(Default)]
+struct NetFaultState {
+    /// Of every thousand requests, how many are delivered twice.
+    duplicate_permille: u64,
+    /// Of every thousand requests, how many a clogged link holds for up to [`MAX_DELAY`]
+    /// (and at most until shortly before the caller's deadline).
+    delay_permille: u64,
+    checks: Option<Shared>,
+}
+
+impl NetFaults {
+    pub fn new(checks: Shared) -> NetFaults {
+        NetFaults(Arc::new(Mutex::new(NetFaultState {
+            checks: Some(checks),
+            ..NetFaultState::default()
+        })))
+    }
+
+    /// Sets how many requests in a thousand are duplicated and held back (0, 0: none).
+    pub fn set(&self, duplicate_permille: u64, delay_permille: u64) {
+        let mut s = self.0.lock().expect("net faults");
+        s.duplicate_permille = duplicate_permille;
+        s.delay_permille = delay_permille;
+    }
+
+    /// For one request with `within` left before its caller's deadline: how long to hold
+    /// it, and whether (and how much later than that) to send it again. Both copies
+    /// arrive with time to spare before the deadline (madsim's own latency comes on top).
+    fn draw(&self, within: Duration) -> (Duration, Option<Duration>) {
+        let s = self.0.lock().expect("net faults");
+        if s.duplicate_permille == 0 && s.delay_permille == 0 {
+            return (Duration::ZERO, None);
+        }
+        let r = |n: u64| madsim::rand::random::<u64>() % n;
+        let room = (within.saturating_sub(Duration::from_millis(200)) * 3 / 4).min(MAX_DELAY);
+        let hold = if r(1000) < s.delay_permille {
+            Duration::from_millis(r(room.as_millis() as u64 + 1))
+        } else {
+            Duration::ZERO
+        };
+        let left = room.saturating_sub(hold);
+        let again = (r(1000) < s.duplicate_permille)
+            .then(|| Duration::from_millis(r(left.as_millis() as u64 + 1)));
+        (hold, again)
+    }
+
+    fn count(&self, kind: &'static str) {
+        let checks = self.0.lock().expect("net faults").checks.clone();
+        if let Some(c) = checks {
+            c.lock().expect("checks").fault(kind, 1);
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct SimNet {
     rt: SimRuntime,
+    faults: NetFaults,
 }
 
 impl SimNet {
-    pub fn new(rt: SimRuntime) -> SimNet {
-        SimNet { rt }
+    pub fn new(rt: SimRuntime, faults: NetFaults) -> SimNet {
+        SimNet { rt, faults }
     }
 }
 
@@ -45,6 +121,7 @@ impl Transport for SimNet {
         deadline: Time,
     ) -> impl Future<Output = Result<Parts, RpcError>> + Send {
         let rt = self.rt.clone();
+        let faults = self.faults.clone();
         let to = to.to_string();
         async move {
             if body.len() > MAX_MESSAGE {
@@ -57,9 +134,37 @@ impl Transport for SimNet {
                     .await
                     .map_err(|e| RpcError::Unreachable(format!("{to}: {e}")))?;
                 let tag: u64 = madsim::rand::random();
-                ep.send_to_raw(dst, REQUEST_TAG, Box::new((tag, body)))
-                    .await
-                    .map_err(|e| RpcError::Unreachable(format!("{to}: {e}")))?;
+                let (hold, again) = faults.draw(timeout);
+                if let Some(later) = again {
+                    // The copy goes from a task of its own: it is sent even if the
+                    // caller has its answer (or gave up) by then.
+                    let (ep, body, faults) = (ep.clone(), body.clone(), faults.clone());
+                    madsim::task::spawn(async move {
+                        madsim::time::sleep(hold + later).await;
+                        faults.count("duplicate");
+                        let _ = ep
+                            .send_to_raw(dst, REQUEST_TAG, Box::new((tag, body)))
+                            .await;
+                    });
+                }
+                if hold.is_zero() {
+                    ep.send_to_raw(dst, REQUEST_TAG, Box::new((tag, body)))
+                        .await
+                        .map_err(|e| RpcError::Unreachable(format!("{to}: {e}")))?;
+                } else {
+                    // Held on a clogged link: delivered late, whether or not the caller
+                    // is still waiting.
+                    let (ep, faults) = (ep.clone(), faults.clone());
+                    madsim::task::spawn(async move {
+                        madsim::time::sleep(hold).await;
+                        if hold >= Duration::from_millis(500) {
+                            faults.count("long_delay");
+                        }
+                        let _ = ep
+                            .send_to_raw(dst, REQUEST_TAG, Box::new((tag, body)))
+                            .await;
+                    });
+                }
                 let (payload, _) = ep
                     .recv_from_raw(tag)
                     .await

@@ -24,6 +24,32 @@ pub struct Scenario {
     pub silent_corruption: bool,
     /// Healing also means every stale copy (a version below the master's) is deleted.
     pub stale_collected: bool,
+    /// The seed also picks the cluster's shape (servers, racks, clients), its
+    /// replication (1 to 5) and the kind of workload, in place of those given.
+    pub vary: bool,
+}
+
+/// `sc` with the shape, replication and workload the seed picks (see
+/// [`Scenario::vary`]); the replication is returned apart, as a knob.
+fn varied(sc: Scenario) -> (Scenario, u32) {
+    let mut sc = sc;
+    let servers = 3 + (rand() % 7) as usize;
+    sc.shape = Shape {
+        chunkservers: servers,
+        racks: 1 + (rand() % 4) as usize,
+        clients: 2 + (rand() % 4) as usize,
+    };
+    let replication = 1 + (rand() % 5.min(servers as u64)) as u32;
+    sc.workload.kind = match rand() % 3 {
+        0 => workload::Kind::Private,
+        1 => workload::Kind::Shared { files: 2 },
+        _ => workload::Kind::Appends { files: 2 },
+    };
+    if sc.workload.kind != workload::Kind::Private {
+        sc.workload.ops = 40;
+        sc.workload.max_write = 64 << 10;
+    }
+    (sc, replication)
 }
 
 #[derive(Clone, Debug, Default)]
@@ -70,6 +96,17 @@ fn rand() -> u64 {
 async fn world(sc: Scenario, seed: u64) -> Outcome {
     let mut knobs = Knobs::pick(&mut rand);
     (sc.tweak)(&mut knobs);
+    let sc = if sc.vary {
+        let (sc, replication) = varied(sc);
+        knobs.replication = replication;
+        sc
+    } else {
+        sc
+    };
+    if sc.faults.clock_jumps {
+        // Most of the bound to drift, or nearly half, the rest to jumps.
+        knobs.clocks_near_the_bound(if rand().is_multiple_of(2) { 0.45 } else { 0.2 });
+    }
     let checks = check::shared();
     let mut cluster = Cluster::start(sc.shape, knobs.clone(), checks.clone());
     madsim::time::sleep(Duration::from_secs(2)).await;

@@ -2,9 +2,13 @@
 //! clock error. madsim has one global clock; each node's clock here reads it through a
 //! fixed offset and a rate error (drift), both chosen by the seed. Leases measure
 //! durations on one node's clock, so offsets cancel and only drift matters; the
-//! cluster's `max_clock_skew` must cover drift over one lease period.
+//! cluster's `max_clock_skew` must cover drift over one lease period, plus any step the
+//! clock takes: a node's clock can also jump forward or back (as a system clock stepped
+//! by NTP does), by an amount the fault scheduler sets in its `jump`.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use madsim::time::Instant;
@@ -34,16 +38,38 @@ impl Clock {
     }
 }
 
+/// How far a node's clock has been stepped (ms, + is ahead), shared by the node's
+/// runtime, its observer and the fault scheduler. It outlives the node's restarts, as a
+/// machine's clock does.
+#[derive(Clone, Debug, Default)]
+pub struct Jump(Arc<AtomicI64>);
+
+impl Jump {
+    pub fn get(&self) -> i64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    pub fn set(&self, ms: i64) {
+        self.0.store(ms, Ordering::Relaxed);
+    }
+}
+
 #[derive(Clone)]
 pub struct SimRuntime {
     start: Instant,
     pub clock: Clock,
+    pub jump: Jump,
 }
 
 impl SimRuntime {
     /// `start` is the world's start, shared by every node.
     pub fn new(start: Instant, clock: Clock) -> SimRuntime {
-        SimRuntime { start, clock }
+        SimRuntime::with_jump(start, clock, Jump::default())
+    }
+
+    /// A runtime whose clock is also stepped by `jump`.
+    pub fn with_jump(start: Instant, clock: Clock, jump: Jump) -> SimRuntime {
+        SimRuntime { start, clock, jump }
     }
 
     pub fn true_ms(&self) -> i64 {
@@ -53,7 +79,7 @@ impl SimRuntime {
 
 impl Runtime for SimRuntime {
     fn now(&self) -> Time {
-        Time(self.clock.local(self.true_ms()).max(0) as u64)
+        Time((self.clock.local(self.true_ms()) + self.jump.get()).max(0) as u64)
     }
 
     fn sleep(&self, d: Duration) -> impl Future<Output = ()> + Send {

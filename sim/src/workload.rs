@@ -74,6 +74,30 @@ pub struct ClientRun {
     pub errors: u64,
 }
 
+/// Runs a client operation, unless the client crashes in the middle of it: with the
+/// run's client-crash rate (see `Checks::client_crash_permille`), the operation is cut
+/// off at a moment the seed picks, as a killed process would leave it: whatever it sent
+/// is on its way, whatever it had not sent never goes, and its caller learns nothing.
+/// It counts as a crash only if it cut the operation short.
+pub async fn crashable<T>(
+    checks: &Shared,
+    op: impl std::future::Future<Output = Result<T, FsError>>,
+) -> Result<T, FsError> {
+    let permille = checks.lock().expect("checks").client_crash_permille;
+    if permille == 0 || rand() % 1000 >= permille {
+        return op.await;
+    }
+    let after = madsim::time::sleep(Duration::from_millis(rand() % 2_000));
+    futures::pin_mut!(op, after);
+    match futures::future::select(op, after).await {
+        futures::future::Either::Left((r, _)) => r,
+        futures::future::Either::Right(_) => {
+            checks.lock().expect("checks").fault("client_crash", 1);
+            Err(FsError::Unavailable("the client crashed".into()))
+        }
+    }
+}
+
 fn violation(checks: &Shared, start: madsim::time::Instant, what: String) {
     let t = start.elapsed().as_millis() as i64;
     checks.lock().expect("checks").violation(t, what);
@@ -192,18 +216,18 @@ pub async fn run(
         let roll = rand() % 1000;
         if files.is_empty() || (files.len() < w.max_files && roll < 150) {
             let path = format!("{dir}/{}", name(seq));
-            create(&client, &mut run, &path).await;
+            create(&client, &mut run, &path, &checks).await;
         } else {
             let path = files[(rand() % files.len() as u64) as usize].clone();
             if roll < 150 + w.delete_permille {
-                delete(&client, &mut run, &path).await;
+                delete(&client, &mut run, &path, &checks).await;
             } else if roll < 170 + w.delete_permille {
                 reserved(&client, &mut run, &path, seq, &checks, start).await;
             } else if roll < 200 + w.delete_permille {
                 let to = format!("{dir}/{}", name(seq));
-                rename(&client, &mut run, &path, &to).await;
+                rename(&client, &mut run, &path, &to, &checks).await;
             } else if roll < 600 || w.no_reads {
-                write(&client, &mut run, &path, seq, &w).await;
+                write(&client, &mut run, &path, seq, &w, &checks).await;
             } else {
                 read(&client, &mut run, &path, &checks, start).await;
             }
@@ -262,8 +286,8 @@ async fn reserved(
     }
 }
 
-async fn create(client: &C, run: &mut ClientRun, path: &str) {
-    match client.create(path, 0).await {
+async fn create(client: &C, run: &mut ClientRun, path: &str, checks: &Shared) {
+    match crashable(checks, client.create(path, 0)).await {
         Ok(()) => {
             run.ok += 1;
             run.model
@@ -286,8 +310,8 @@ async fn create(client: &C, run: &mut ClientRun, path: &str) {
     }
 }
 
-async fn delete(client: &C, run: &mut ClientRun, path: &str) {
-    match client.delete(path, false).await {
+async fn delete(client: &C, run: &mut ClientRun, path: &str, checks: &Shared) {
+    match crashable(checks, client.delete(path, false)).await {
         Ok(()) => {
             run.ok += 1;
             run.model.files.remove(path);
@@ -308,8 +332,8 @@ async fn delete(client: &C, run: &mut ClientRun, path: &str) {
     }
 }
 
-async fn rename(client: &C, run: &mut ClientRun, from: &str, to: &str) {
-    let result = client.rename(from, to).await;
+async fn rename(client: &C, run: &mut ClientRun, from: &str, to: &str, checks: &Shared) {
+    let result = crashable(checks, client.rename(from, to)).await;
     let moved = match result {
         Ok(()) => {
             run.ok += 1;
@@ -342,13 +366,20 @@ async fn rename(client: &C, run: &mut ClientRun, from: &str, to: &str) {
     }
 }
 
-async fn write(client: &C, run: &mut ClientRun, path: &str, seq: u64, w: &Workload) {
+async fn write(
+    client: &C,
+    run: &mut ClientRun,
+    path: &str,
+    seq: u64,
+    w: &Workload,
+    checks: &Shared,
+) {
     let f = run.model.files.get(path).expect("modelled");
     let room = w.max_file.saturating_sub(1);
     let off = rand() % (f.len_max + w.max_write).min(room).max(1);
     let len = (1 + rand() % w.max_write).min(w.max_file - off).max(1);
     let data = pattern(run.id, seq, len);
-    let result = client.write(path, off, data.clone()).await;
+    let result = crashable(checks, client.write(path, off, data.clone())).await;
     let f = run.model.files.get_mut(path).expect("modelled");
     match result {
         Ok(()) => {
@@ -579,7 +610,7 @@ async fn shared_run(
                 .get_mut(&path)
                 .expect("shared file")
                 .begin(now_ms(start), off, data.clone());
-            let result = client.write(&path, off, data).await;
+            let result = crashable(checks, client.write(&path, off, data)).await;
             let ok = result.is_ok();
             if ok {
                 run.ok += 1;
@@ -614,7 +645,7 @@ async fn plain_append(
     start: madsim::time::Instant,
 ) -> bool {
     let data = pattern(run.id, seq, 1 + rand() % max);
-    match client.append(path, data.clone()).await {
+    match crashable(checks, client.append(path, data.clone())).await {
         Ok(at) => {
             run.ok += 1;
             let mut c = checks.lock().expect("checks");
@@ -677,7 +708,7 @@ async fn put_one(
         .get_mut(path)
         .expect("put path")
         .begin_put(now_ms(start), data.clone());
-    let ok = client.put(path, 0, data).await.is_ok();
+    let ok = crashable(checks, client.put(path, 0, data)).await.is_ok();
     if ok {
         run.ok += 1;
         checks.lock().expect("checks").writes_acked += 1;
@@ -707,7 +738,7 @@ async fn delete_put(
         .get_mut(path)
         .expect("put path")
         .begin_delete(now_ms(start));
-    let ok = client.delete(path, false).await.is_ok();
+    let ok = crashable(checks, client.delete(path, false)).await.is_ok();
     if ok {
         run.ok += 1;
     } else {
@@ -830,9 +861,11 @@ async fn append_one(
         .expect("append file")
         .attempted
         .insert(id, payload.clone());
-    match client
-        .record_append(path, record::frame(id, &payload))
-        .await
+    match crashable(
+        checks,
+        client.record_append(path, record::frame(id, &payload)),
+    )
+    .await
     {
         Ok(at) => {
             run.ok += 1;
@@ -870,7 +903,7 @@ async fn read_appends(
     };
     run.ok += 1;
     // Chunks are never reassigned, so the handles fetched now are the ones read.
-    let handles = get_chunks(client, path).await.map(|i| {
+    let handles = get_chunks(client, path).await.ok().map(|i| {
         i.chunks
             .iter()
             .map(|c| (c.index, c.handle))
@@ -1063,7 +1096,7 @@ async fn verify_puts(
 }
 
 /// The master's chunk list of `path`, asked directly.
-async fn get_chunks(client: &C, path: &str) -> Option<tessera_core::pb::GetChunksResponse> {
+async fn get_chunks(client: &C, path: &str) -> Result<tessera_core::pb::GetChunksResponse, String> {
     use prost::Message;
     use tessera_core::pb::{self, master_request::Req as MReq, master_response::Resp};
     use tessera_core::runtime::{Runtime, Transport};
@@ -1079,13 +1112,14 @@ async fn get_chunks(client: &C, path: &str) -> Option<tessera_core::pb::GetChunk
     let bytes = net
         .call(master, req.encode_to_vec().into(), deadline)
         .await
-        .ok()?;
+        .map_err(|e| e.to_string())?;
     match pb::MasterResponse::decode(bytes) {
         Ok(pb::MasterResponse {
             resp: Some(Resp::GetChunks(info)),
             ..
-        }) => Some(info),
-        _ => None,
+        }) => Ok(info),
+        Ok(r) => Err(format!("the master answered {:?}", r.error)),
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -1096,7 +1130,7 @@ async fn read_replica(
     handle: u64,
     version: u64,
     len: u64,
-) -> Option<Bytes> {
+) -> Result<Bytes, String> {
     use prost::Message;
     use tessera_core::pb::{self, chunk_request::Req as CReq, chunk_response::Resp};
     use tessera_core::runtime::{Runtime, Transport};
@@ -1113,13 +1147,14 @@ async fn read_replica(
     let bytes = net
         .call(replica, req.encode_to_vec().into(), deadline)
         .await
-        .ok()?;
+        .map_err(|e| e.to_string())?;
     match pb::ChunkResponse::decode(bytes) {
         Ok(pb::ChunkResponse {
             error: None,
             resp: Some(Resp::Read(r)),
-        }) => Some(r.data),
-        _ => None,
+        }) => Ok(r.data),
+        Ok(r) => Err(format!("it answered {:?}", r.error)),
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -1148,8 +1183,25 @@ pub async fn verify_replicas(
     checks: &Shared,
     start: madsim::time::Instant,
 ) {
-    let Some(info) = get_chunks(client, path).await else {
-        return;
+    // After healing the master answers, and every replica it lists serves its copy: a
+    // few tries ride out a listing that changed meanwhile (a copy just found corrupt).
+    let mut tries = 0;
+    let info = loop {
+        match get_chunks(client, path).await {
+            Ok(info) => break info,
+            Err(e) if tries >= 30 => {
+                violation(
+                    checks,
+                    start,
+                    format!("the master did not list the chunks of {path}: {e}"),
+                );
+                return;
+            }
+            Err(_) => {
+                tries += 1;
+                madsim::time::sleep(Duration::from_secs(2)).await;
+            }
+        }
     };
     let cs = info.chunk_size;
     let handles: BTreeMap<u64, u64> = info.chunks.iter().map(|c| (c.index, c.handle)).collect();
@@ -1160,10 +1212,36 @@ pub async fn verify_replicas(
             continue;
         }
         for r in &c.replicas {
-            let Some(mut d) = read_replica(client, r, c.handle, c.version, cs)
-                .await
-                .map(|d| d.to_vec())
-            else {
+            let mut tries = 0;
+            let mut d = loop {
+                match read_replica(client, r, c.handle, c.version, cs).await {
+                    Ok(d) => break Some(d.to_vec()),
+                    Err(_) if tries < 5 => {
+                        tries += 1;
+                        madsim::time::sleep(Duration::from_secs(2)).await;
+                    }
+                    Err(e) => {
+                        // Listed still? Then it must serve what it holds.
+                        let listed = get_chunks(client, path).await.is_ok_and(|i| {
+                            i.chunks
+                                .iter()
+                                .any(|x| x.handle == c.handle && x.replicas.contains(r))
+                        });
+                        if listed {
+                            violation(
+                                checks,
+                                start,
+                                format!(
+                                    "replica {r} of {path} chunk {} (handle {} v{}) is listed but unreadable: {e}",
+                                    c.index, c.handle, c.version
+                                ),
+                            );
+                        }
+                        break None;
+                    }
+                }
+            };
+            let Some(mut d) = d.take() else {
                 continue;
             };
             if (d.len() as u64) < extent {

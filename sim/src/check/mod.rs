@@ -54,6 +54,9 @@ pub struct Checks {
     /// (server, chunk) copies whose bytes the run corrupted on purpose (see
     /// `corruption.rs`).
     pub corrupted: HashSet<(String, u64)>,
+    /// Of every thousand client operations, how many the client crashes in the middle of
+    /// (`workload::crashable`); set by the fault scheduler.
+    pub client_crash_permille: u64,
 }
 
 impl Checks {

@@ -11,11 +11,13 @@ use tessera_core::master::{self as ms, Master};
 use tessera_core::types::Time;
 
 use super::{Shared, references, replication::ReplicationReport};
-use crate::runtime::Clock;
+use crate::runtime::{Clock, Jump};
 
 pub struct SimObserver {
     pub node: String,
     pub clock: Clock,
+    /// How far the node's clock is stepped now.
+    pub jump: Jump,
     pub start: Instant,
     pub checks: Shared,
 }
@@ -78,9 +80,12 @@ impl Observer for SimObserver {
                 found.push(v);
             }
         }
-        if !effects.log.is_empty()
-            && let Some(v) = references::check(master)
-        {
+        if let Err(e) = master.check_invariants() {
+            found.push(format!("master invariant: {e}"));
+        }
+        // Every step, not only those that logged: a chunk can be collected by one that
+        // did not.
+        if let Some(v) = references::check(master) {
             found.push(v);
         }
         if let Some(v) = super::locations::check(master, &c.versions) {
@@ -116,6 +121,10 @@ impl Observer for SimObserver {
             cs::Input::Request { id, req, .. } => {
                 tr.add_u64(*id);
                 tr.add_u64(req.encoded_len() as u64);
+                if let Some(tessera_core::pb::chunk_request::Req::SetVersion(o)) = &req.req {
+                    c.versions
+                        .server_ordered(&self.node, *id, o.handle, o.version);
+                }
             }
             cs::Input::CallResult { id, result } => {
                 tr.add_u64(*id);
@@ -131,6 +140,8 @@ impl Observer for SimObserver {
             tr.add_u64(*id);
             tr.add_u64(r.encoded_len() as u64);
             tr.add_u64(r.error.as_ref().map_or(0, |e| e.code as u64));
+            c.versions
+                .server_answered(&self.node, *id, r.error.is_none());
         }
         for (id, op) in &effects.store {
             tr.add_u64(*id);
@@ -170,10 +181,13 @@ impl Observer for SimObserver {
         // Leases, in true time.
         let leases: HashMap<u64, i64> = server
             .leases()
-            .map(|(h, until)| (h, self.clock.true_time(until.0 as i64)))
+            .map(|(h, until)| (h, self.clock.true_time(until.0 as i64 - self.jump.get())))
             .collect();
         if let Some(v) = c.leases.update(&self.node, t, leases) {
             found.push(v);
+        }
+        if let Err(e) = server.check_invariants() {
+            found.push(format!("{} invariant: {e}", self.node));
         }
         let held: HashMap<u64, u64> = server.chunks().map(|(h, v, _)| (h, v)).collect();
         for (&h, &v) in &held {

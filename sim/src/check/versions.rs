@@ -1,7 +1,9 @@
 //! Chunk versions never go backwards: on the master below any version its log made
 //! durable (one applied in memory but lost with an unsynced log tail may be undone by a
 //! crash: no client was told of it, and replicas that took it are adopted again), and on
-//! each chunkserver for as long as it holds the chunk.
+//! each chunkserver for as long as it holds the chunk, across its crashes too: a version
+//! a server acknowledged setting was durable before it said so, so after a crash and
+//! restart it holds the chunk at that version or newer (or not at all).
 
 use std::collections::HashMap;
 
@@ -16,6 +18,12 @@ pub struct Versions {
     /// Version records logged and not yet known durable: (log position, chunk, version).
     pending: Vec<(LogSeq, ChunkHandle, Version)>,
     servers: HashMap<(String, ChunkHandle), Version>,
+    /// The highest version each server acknowledged setting on a chunk, kept across its
+    /// crashes, until it deletes the chunk while running.
+    acked: HashMap<(String, ChunkHandle), Version>,
+    /// Version orders a server has taken and not yet answered: (server, request) ->
+    /// (chunk, version).
+    ordered: HashMap<(String, u64), (ChunkHandle, Version)>,
 }
 
 impl Versions {
@@ -53,7 +61,41 @@ impl Versions {
         self.pending.clear();
     }
 
+    /// `server` took request `id`, an order to set `h` to version `v`.
+    pub fn server_ordered(&mut self, server: &str, id: u64, h: ChunkHandle, v: Version) {
+        self.ordered.insert((server.to_string(), id), (h, v));
+    }
+
+    /// `server` answered request `id` (`ok`: without an error).
+    pub fn server_answered(&mut self, server: &str, id: u64, ok: bool) {
+        if let Some((h, v)) = self.ordered.remove(&(server.to_string(), id))
+            && ok
+        {
+            let a = self.acked.entry((server.to_string(), h)).or_insert(v);
+            *a = (*a).max(v);
+        }
+    }
+
+    /// `server` crashed: what it held in memory is gone, what it acknowledged is not.
+    pub fn server_crashed(&mut self, server: &str) {
+        self.servers.retain(|(s, _), _| s != server);
+        self.ordered.retain(|(s, _), _| s != server);
+    }
+
+    /// `server`'s disk was lost (beyond the claim): so is what it acknowledged.
+    pub fn server_wiped(&mut self, server: &str) {
+        self.server_crashed(server);
+        self.acked.retain(|(s, _), _| s != server);
+    }
+
     pub fn server(&mut self, server: &str, h: ChunkHandle, v: Version) -> Option<String> {
+        if let Some(&a) = self.acked.get(&(server.to_string(), h))
+            && v < a
+        {
+            return Some(format!(
+                "{server} holds chunk {h} at version {v}, below {a}, which it acknowledged setting"
+            ));
+        }
         let seen = self.servers.entry((server.to_string(), h)).or_insert(v);
         if v < *seen {
             return Some(format!(
@@ -98,8 +140,9 @@ impl Versions {
         self.servers.get(&(server.to_string(), h)).copied()
     }
 
-    /// The server no longer holds `h` (deleted): a later copy starts afresh.
+    /// The running server no longer holds `h` (deleted): a later copy starts afresh.
     pub fn server_dropped(&mut self, server: &str, keep: impl Fn(ChunkHandle) -> bool) {
         self.servers.retain(|(s, h), _| s != server || keep(*h));
+        self.acked.retain(|(s, h), _| s != server || keep(*h));
     }
 }
