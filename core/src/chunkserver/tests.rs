@@ -1898,10 +1898,14 @@ fn invariants_hold_and_their_check_catches_a_broken_promise() {
     assert!(h.write(1, 0, &[7u8; 5000]).error.is_none());
     h.cs.check_invariants().expect("after a write");
     h.cs.pushed_bytes += 1;
-    let e = h.cs.check_invariants().expect_err("miscounted pushed bytes");
+    let e =
+        h.cs.check_invariants()
+            .expect_err("miscounted pushed bytes");
     assert!(e.contains("pushed"), "{e}");
     h.cs.pushed_bytes -= 1;
     h.cs.queued_requests += 1;
-    let e = h.cs.check_invariants().expect_err("miscounted queued requests");
+    let e =
+        h.cs.check_invariants()
+            .expect_err("miscounted queued requests");
     assert!(e.contains("queued"), "{e}");
 }

@@ -2358,7 +2358,10 @@ fn invariants_hold_and_their_check_catches_a_broken_promise() {
     // More requests waiting than the bound allows.
     let mut broken = H::new();
     for i in 0..=broken.m.cfg.max_queued as u64 {
-        broken.m.queued.push_back((i, pb::MasterRequest { req: None }));
+        broken
+            .m
+            .queued
+            .push_back((i, pb::MasterRequest { req: None }));
     }
     let e = broken.m.check_invariants().expect_err("an overfull queue");
     assert!(e.contains("queued"), "{e}");
