@@ -125,6 +125,9 @@ pub struct GrpcTransport {
     /// and a slot for each connection being served.
     budget: Arc<Budget>,
     slots: Arc<Semaphore>,
+    /// Connections open now. Not the slots taken: the accept loop takes a slot before it
+    /// waits for the next connection.
+    open: Arc<AtomicUsize>,
 }
 
 impl Default for GrpcTransport {
@@ -145,13 +148,14 @@ impl GrpcTransport {
             connect_timeout: Duration::from_secs(3),
             budget: Arc::new(Budget::new(limits.request_bytes)),
             slots: Arc::new(Semaphore::new(limits.max_connections)),
+            open: Arc::default(),
             limits,
         }
     }
 
     /// Connections this transport's servers are serving now.
     pub fn connections(&self) -> usize {
-        self.limits.max_connections - self.slots.available_permits()
+        self.open.load(Ordering::Relaxed)
     }
 
     /// Bytes of requests this transport's servers hold now, and the most they ever held.
@@ -230,7 +234,7 @@ impl Transport for GrpcTransport {
                 .await
                 .map_err(|e| RpcError::Unreachable(format!("cannot listen on {addr}: {e}")))?;
             let silent = this.limits.receive_timeout;
-            let incoming = accept(listener, this.slots.clone(), silent);
+            let incoming = accept(listener, this.slots.clone(), this.open.clone(), silent);
             let (tx, rx) = mpsc::channel(QUEUE);
             let service = NodeService {
                 // One sender shared by every call: a futures channel gives each sender a
@@ -277,36 +281,57 @@ impl Transport for GrpcTransport {
 fn accept(
     listener: tokio::net::TcpListener,
     slots: Arc<Semaphore>,
+    open: Arc<AtomicUsize>,
     silent: Duration,
 ) -> impl futures::Stream<Item = Result<Conn, std::io::Error>> {
-    futures::stream::unfold((listener, slots), move |(listener, slots)| async move {
-        // The semaphore is never closed, so this ends only if it were.
-        let slot = slots.clone().acquire_owned().await.ok()?;
-        loop {
-            match listener.accept().await {
-                Ok((io, _)) => {
-                    // Small messages go at once rather than waiting to fill a packet.
-                    if let Err(e) = io.set_nodelay(true) {
-                        tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+    futures::stream::unfold((listener, slots), move |(listener, slots)| {
+        let open = open.clone();
+        async move {
+            // The semaphore is never closed, so this ends only if it were.
+            let slot = slots.clone().acquire_owned().await.ok()?;
+            loop {
+                match listener.accept().await {
+                    Ok((io, _)) => {
+                        // Small messages go at once rather than waiting to fill a packet.
+                        if let Err(e) = io.set_nodelay(true) {
+                            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+                        }
+                        let conn = Conn {
+                            io,
+                            _slot: slot,
+                            _open: Open::count(open),
+                            silent,
+                            heard: tokio::time::Instant::now(),
+                            quiet: Box::pin(tokio::time::sleep(silent)),
+                        };
+                        return Some((Ok(conn), (listener, slots)));
                     }
-                    let conn = Conn {
-                        io,
-                        _slot: slot,
-                        silent,
-                        heard: tokio::time::Instant::now(),
-                        quiet: Box::pin(tokio::time::sleep(silent)),
-                    };
-                    return Some((Ok(conn), (listener, slots)));
-                }
-                Err(e) => {
-                    // Out of file descriptors, say: waiting a moment beats spinning, and
-                    // connections that close meanwhile free some.
-                    tracing::warn!(error = %e, "cannot accept a connection");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    Err(e) => {
+                        // Out of file descriptors, say: waiting a moment beats spinning, and
+                        // connections that close meanwhile free some.
+                        tracing::warn!(error = %e, "cannot accept a connection");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
                 }
             }
         }
     })
+}
+
+/// One open connection in its server's count, until dropped.
+struct Open(Arc<AtomicUsize>);
+
+impl Open {
+    fn count(open: Arc<AtomicUsize>) -> Open {
+        open.fetch_add(1, Ordering::Relaxed);
+        Open(open)
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// An accepted connection, holding its server's connection slot until it closes. A
@@ -315,6 +340,7 @@ fn accept(
 struct Conn {
     io: tokio::net::TcpStream,
     _slot: OwnedSemaphorePermit,
+    _open: Open,
     silent: Duration,
     /// When a byte last arrived.
     heard: tokio::time::Instant,
@@ -1472,10 +1498,13 @@ mod tests {
         // Live clients that make no calls for several times the allowed silence keep
         // their connections: they answer the server's pings.
         let idle = connect(&addr).await;
-        let live = server.connections();
-        assert!(live >= 2, "{live} connections");
+        // The client's and the idle one's; any other attempt is closed or gone by now.
+        eventually(Duration::from_secs(5), "two live connections", || {
+            server.connections() == 2
+        })
+        .await;
         tokio::time::sleep(4 * limits.receive_timeout).await;
-        assert_eq!(server.connections(), live, "an idle client was cut off");
+        assert_eq!(server.connections(), 2, "an idle client was cut off");
         let got = client
             .call(&addr, hello.clone().into(), in_a_second())
             .await
