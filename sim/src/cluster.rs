@@ -454,6 +454,7 @@ impl Cluster {
                     lease_extensions: vec![],
                     server_id: madsim::rand::random(),
                     cluster_id,
+                    changing: vec![],
                 })),
             };
             (self.master_addr.clone(), req.encode_to_vec())

@@ -2053,6 +2053,20 @@ impl Chunkserver {
             .map(|(&h, _)| h)
             .collect();
         lease_extensions.sort_unstable();
+        // Versions and copies on their way to the disk: one may land after this report
+        // (a stuck disk), so the master must not yet take their absence for good.
+        let mut changing: Vec<ChunkHandle> = self
+            .pending
+            .values()
+            .filter_map(|p| match p {
+                Pending::Commit {
+                    h, meta: Some(_), ..
+                } => Some(*h),
+                _ => None,
+            })
+            .collect();
+        changing.sort_unstable();
+        changing.dedup();
         let used_bytes: u64 = self.chunks.values().map(|c| c.meta.length).sum();
         // The configured capacity is a quota; a disk with less room left caps it.
         let capacity_bytes = match self.disk_available {
@@ -2069,6 +2083,7 @@ impl Chunkserver {
                 lease_extensions,
                 server_id: self.server_id,
                 cluster_id: self.cluster_id,
+                changing,
             })),
         };
         self.call(

@@ -1909,3 +1909,44 @@ fn invariants_hold_and_their_check_catches_a_broken_promise() {
             .expect_err("miscounted queued requests");
     assert!(e.contains("queued"), "{e}");
 }
+
+/// A version order on its way to a stuck disk: the heartbeats meanwhile name the chunk as
+/// changing (the master must not take its absence for good), and once the write lands
+/// they report the copy instead.
+#[test]
+fn heartbeats_name_chunks_whose_versions_are_on_the_way_to_disk() {
+    let mut h = H::new();
+    let e = h.cs.handle(
+        h.now,
+        Input::Request {
+            id: 1,
+            arrived: h.now,
+            req: pb::ChunkRequest {
+                req: Some(R::SetVersion(pb::SetVersionRequest {
+                    handle: 7,
+                    version: 1,
+                    create: true,
+                    ..Default::default()
+                })),
+            },
+        },
+    );
+    assert_eq!(e.store.len(), 1, "the version goes to the disk");
+    let stuck = e.store.into_iter().next().expect("one");
+    let hb = h.heartbeat_with(pb::HeartbeatResponse::default());
+    assert!(
+        hb.chunks.iter().all(|c| c.handle != 7),
+        "held before durable"
+    );
+    assert_eq!(hb.changing, vec![7], "the chunk on its way was not named");
+    // The disk answers at last.
+    let result = h.disk.exec(stuck.1);
+    let replies = h.run(Input::StoreDone {
+        id: stuck.0,
+        result,
+    });
+    assert!(replies.iter().any(|(id, r)| *id == 1 && r.error.is_none()));
+    let hb = h.heartbeat_with(pb::HeartbeatResponse::default());
+    assert!(hb.chunks.iter().any(|c| c.handle == 7 && c.version == 1));
+    assert!(hb.changing.is_empty(), "{:?}", hb.changing);
+}

@@ -122,7 +122,8 @@ impl Master {
             .filter(|h| reported.contains(h))
             .collect();
         // Retired copies (from the log): refused while reported; the order is lifted once
-        // the server shows it no longer holds one, two lease periods after the order.
+        // the server shows it neither holds one nor is making one durable, two lease
+        // periods after the order.
         let retired: Vec<(ChunkHandle, u64)> = self
             .meta
             .retired
@@ -143,9 +144,10 @@ impl Master {
                     doomed.insert(h);
                     delete.push(h);
                 }
-            } else if self.now >= at + self.cfg.lease_duration * 2 {
+            } else if self.now >= at + self.cfg.lease_duration * 2 && !r.changing.contains(&h) {
                 // Grants are valid for one lease period after they arrive (`valid_ms`), so
-                // two periods after the order no late one can still make the copy.
+                // two periods after the order no late one can still start; one started in
+                // time may still be on its way to a stuck disk, and the server says so.
                 let version = self.meta.chunks.get(h).map_or(0, |c| c.version);
                 let op = Op::RetireReplica(pb::RetireReplicaOp {
                     handle: h,

@@ -123,6 +123,19 @@ impl H {
         rack: &str,
         chunks: &[(u64, u64)],
     ) -> pb::MasterResponse {
+        self.heartbeat_changing(addr, server_id, cluster_id, rack, chunks, &[])
+    }
+
+    /// A heartbeat that also names chunks whose versions are on their way to the disk.
+    fn heartbeat_changing(
+        &mut self,
+        addr: &str,
+        server_id: u64,
+        cluster_id: u64,
+        rack: &str,
+        chunks: &[(u64, u64)],
+        changing: &[u64],
+    ) -> pb::MasterResponse {
         self.call(MReq::Heartbeat(pb::HeartbeatRequest {
             address: addr.into(),
             rack: rack.into(),
@@ -139,6 +152,7 @@ impl H {
             lease_extensions: vec![],
             server_id,
             cluster_id,
+            changing: changing.to_vec(),
         }))
     }
 
@@ -1478,6 +1492,54 @@ fn a_grant_taken_too_late_is_not_trusted() {
     h2.heartbeat("cs2", "r", &[]);
     h2.sync();
     assert!(h2.m.meta().retired.is_empty(), "the order was never lifted");
+}
+
+/// A create order that reached cs2 in time but sits on its stuck disk: cs2 reports the
+/// chunk as changing, not held, for longer than the order could be valid. When the write
+/// lands, the empty copy at the current version must still be refused.
+#[test]
+fn a_grant_stuck_on_a_disk_is_refused_when_it_lands() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    let (id, _) = h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+        path: "/f".into(),
+        chunk_index: 0,
+        append: false,
+    }));
+    h.sync();
+    let e = h.answer_calls(&["cs2"]);
+    let Some(Resp::WriteTarget(t)) = reply_for(&e, id).unwrap().resp else {
+        panic!()
+    };
+    if t.primary == "cs2" {
+        return; // the primary failed: no lease, nothing to check here
+    }
+    let cluster_id = h.m.cluster_id();
+    let changing = |h: &mut H| {
+        h.heartbeat_changing("cs2", server_id("cs2"), cluster_id, "r", &[], &[t.handle]);
+    };
+    changing(&mut h);
+    for _ in 0..10 {
+        h.advance(Duration::from_secs(5));
+        changing(&mut h);
+    }
+    h.sync();
+    assert!(
+        !h.m.meta().retired.is_empty(),
+        "lifted while the copy was still on its way"
+    );
+    // The write lands: the copy is empty, at the version the others took writes under.
+    let hb = h.heartbeat("cs2", "r", &[(t.handle, 1)]);
+    assert_eq!(
+        hb.delete_chunks
+            .iter()
+            .map(|d| d.handle)
+            .collect::<Vec<_>>(),
+        vec![t.handle],
+        "a copy that missed the grant's writes was kept"
+    );
+    assert!(!chunk_replicas(&mut h, "/f").contains(&"cs2".to_string()));
 }
 
 #[test]
