@@ -1316,6 +1316,14 @@ impl Chunkserver {
                     c.meta.version, r.version
                 )));
             }
+            // Every grant has a version of its own, so this is the order that made this
+            // version, again: delivered twice, or the copy came by a clone first. Taking
+            // its lease now would run it past the master's view of it (which counts from
+            // the first answer), into the next grant's.
+            Some(c) if c.meta.version == r.version => {
+                tracing::debug!(chunk = h, version = r.version, server = %self.cfg.address, "version already taken; no second lease");
+                return Ok(Some(empty()));
+            }
             Some(c) => pb::ChunkMeta {
                 version: r.version,
                 ..c.meta.clone()
@@ -1863,6 +1871,11 @@ impl Chunkserver {
                         c.meta = meta;
                         if wrote {
                             c.last_write = now;
+                        }
+                        if moved_on {
+                            // A lease was on the old version; the new one's, if any, is
+                            // below. The master grants each version's lease afresh.
+                            c.lease_until = None;
                         }
                         if let Some(l) = lease {
                             c.lease_until = Some(l.until);

@@ -922,10 +922,10 @@ fn only_the_primary_takes_client_writes_and_refuses_overtaken_ones() {
         chunk_size: 0,
         ..Default::default()
     }));
-    let w = |seq| {
+    let w = |version, seq| {
         R::Write(pb::WriteChunkRequest {
             handle: 1,
-            version: 1,
+            version,
             offset: 0,
             data: Bytes::from_static(b"x"),
             client_id: 7,
@@ -934,22 +934,22 @@ fn only_the_primary_takes_client_writes_and_refuses_overtaken_ones() {
         })
     };
     assert_eq!(
-        h.req(w(1)).error.unwrap().code,
+        h.req(w(1, 1)).error.unwrap().code,
         pb::ErrorCode::Unavailable as i32,
         "no lease"
     );
     h.req(R::SetVersion(pb::SetVersionRequest {
         handle: 1,
-        version: 1,
+        version: 2,
         create: false,
         lease_ms: 60_000,
         valid_ms: 0,
         chunk_size: CHUNK,
         ..Default::default()
     }));
-    assert!(h.req(w(5)).error.is_none());
-    assert!(h.req(w(5)).error.is_none(), "a retry of the same write");
-    assert!(h.req(w(4)).error.is_some(), "an overtaken write");
+    assert!(h.req(w(2, 5)).error.is_none());
+    assert!(h.req(w(2, 5)).error.is_none(), "a retry of the same write");
+    assert!(h.req(w(2, 4)).error.is_some(), "an overtaken write");
 }
 
 #[test]
@@ -1949,4 +1949,59 @@ fn heartbeats_name_chunks_whose_versions_are_on_the_way_to_disk() {
     let hb = h.heartbeat_with(pb::HeartbeatResponse::default());
     assert!(hb.chunks.iter().any(|c| c.handle == 7 && c.version == 1));
     assert!(hb.changing.is_empty(), "{:?}", hb.changing);
+}
+
+/// The network delivers a grant twice, the second copy well after the first: the lease
+/// still runs from the first. A lease restarted by the copy would outlive the master's
+/// view of it, and the master would grant the next lease while this one still holds.
+#[test]
+fn a_grant_delivered_twice_does_not_restart_its_lease() {
+    let mut h = H::new();
+    let grant = pb::SetVersionRequest {
+        handle: 4,
+        version: 1,
+        create: true,
+        lease_ms: 2_000,
+        valid_ms: 2_000,
+        chunk_size: CHUNK,
+        ..Default::default()
+    };
+    h.now = Time(100);
+    assert!(h.req(R::SetVersion(grant.clone())).error.is_none());
+    assert!(h.cs.is_primary(4, Time(2_099)));
+    h.now = Time(1_600);
+    let again = h.req(R::SetVersion(grant));
+    assert!(again.error.is_none(), "{again:?}");
+    assert!(
+        !h.cs.is_primary(4, Time(2_100)),
+        "the second copy restarted the lease"
+    );
+}
+
+/// A primary whose chunk moves on to a newer version as a secondary holds no lease any
+/// more: the master granted the new one elsewhere.
+#[test]
+fn a_new_version_ends_the_old_lease() {
+    let mut h = H::new();
+    h.now = Time(100);
+    let r = h.req(R::SetVersion(pb::SetVersionRequest {
+        handle: 4,
+        version: 1,
+        create: true,
+        lease_ms: 5_000,
+        chunk_size: CHUNK,
+        ..Default::default()
+    }));
+    assert!(r.error.is_none());
+    h.now = Time(1_000);
+    let r = h.req(R::SetVersion(pb::SetVersionRequest {
+        handle: 4,
+        version: 2,
+        ..Default::default()
+    }));
+    assert!(r.error.is_none());
+    assert!(
+        !h.cs.is_primary(4, Time(1_001)),
+        "still primary of an older version"
+    );
 }
