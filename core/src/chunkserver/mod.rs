@@ -1951,8 +1951,8 @@ impl Chunkserver {
     }
 
     /// One replica's answer to a mutation; the client's answer once all are in: the
-    /// mutation's reply if every replica applied it, else the primary's own failure, else
-    /// a secondary's. Any failure leaves the region inconsistent; the writer retries.
+    /// mutation's reply if every replica applied it within the lease, else the primary's
+    /// own failure, else a secondary's. Any failure leaves the region inconsistent; the writer retries.
     fn settle(&mut self, h: ChunkHandle, serial: u64, answer: Settled) {
         let Some(entry) = self.forwarding.get_mut(&(h, serial)) else {
             return;
@@ -1990,7 +1990,14 @@ impl Chunkserver {
         if answered {
             return;
         }
+        // Every replica must have applied it while the lease held: once it is over the
+        // master may copy a replica (one that took this mutation after the copy was read
+        // would leave the new copy without it) or grant the next version.
+        let lease_over = !self.is_primary(h, self.now);
         let resp = match (local, error) {
+            (None, None) if lease_over => err(FsError::Unavailable(format!(
+                "chunk {h}: the lease ended before every replica applied the mutation"
+            ))),
             (None, None) => reply,
             (Some(e), _) => err(e),
             (None, Some(e)) => err(FsError::Unavailable(format!(

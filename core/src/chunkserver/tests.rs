@@ -2005,3 +2005,23 @@ fn a_new_version_ends_the_old_lease() {
         "still primary of an older version"
     );
 }
+
+/// A mutation sent under the lease whose secondaries answer only after it ended is not
+/// acknowledged: once the lease is over the master may copy a secondary's replica, which
+/// may have taken the mutation after the copy was read.
+#[test]
+fn a_mutation_the_secondaries_finish_after_the_lease_is_not_acknowledged() {
+    let mut h = H::new();
+    h.create(1); // a lease of 60 s from Time(1)
+    assert!(h.run(write_to(&["cs1"], 1)).is_empty());
+    let forwards = std::mem::take(&mut h.calls);
+    assert_eq!(forwards.len(), 1);
+    h.now = Time(1) + Duration::from_millis(60_000);
+    let r = h.run(Input::CallResult {
+        id: forwards[0].id,
+        result: applied(),
+    });
+    assert_eq!(r.len(), 1, "{r:?}");
+    let e = r[0].1.error.as_ref().expect("acknowledged after the lease");
+    assert_eq!(e.code(), pb::ErrorCode::Unavailable, "{e:?}");
+}
