@@ -534,7 +534,9 @@ impl Master {
             Ok((seq, _)) => seq,
             Err(e) => panic!("logging version {} of chunk {h} failed: {e}", g.version),
         };
-        self.retire_participants(h, &g);
+        if primary_ok {
+            self.retire_participants(h, &g);
+        }
         // Replicas that did not take the new version are stale now.
         let old: Vec<ServerIdx> = self
             .meta
@@ -571,7 +573,9 @@ impl Master {
 
     /// A participant that did not answer may still apply the new version later, with none
     /// of the writes to come: a copy at a version that is (or will be) current but is not.
-    /// Its copy is retired, in the log, so a restarted master refuses it too.
+    /// Its copy is retired, in the log, so a restarted master refuses it too. Only under
+    /// a lease: without one (the primary did not answer) nothing is written at this
+    /// version, and a late copy is as good as those that answered.
     fn retire_participants(&mut self, h: ChunkHandle, g: &Grant) {
         for &s in &g.targets {
             if !g.acked.contains(&s) {

@@ -2432,3 +2432,44 @@ fn invariants_hold_and_their_check_catches_a_broken_promise() {
     broken.m.synced_seq = broken.m.last_seq + 1;
     assert!(broken.m.check_invariants().is_err());
 }
+
+/// A grant whose primary did not answer gives no lease, so nothing is written under its
+/// version: a participant that takes that version late holds a copy as good as those
+/// that answered, and is kept rather than refused.
+#[test]
+fn a_copy_late_for_a_grant_without_a_lease_is_kept() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    let t = h.write_target("/f", 0).unwrap();
+    // The lease runs out; the next grant's primary answers too late.
+    h.advance(Duration::from_secs(61));
+    let (id, _) = h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+        path: "/f".into(),
+        chunk_index: 0,
+        append: false,
+    }));
+    h.sync();
+    let primary = h
+        .calls
+        .iter()
+        .find_map(|c| match &c.req.req {
+            Some(CReq::SetVersion(s)) if s.lease_ms > 0 => Some(c.to.clone()),
+            _ => None,
+        })
+        .expect("a grant");
+    let e = h.answer_calls(&[&primary]);
+    let err = reply_for(&e, id)
+        .unwrap()
+        .error
+        .expect("no primary, no target");
+    assert_eq!(err.code, pb::ErrorCode::Unavailable as i32);
+    // It took version 2 all the same, and says so.
+    let hb = h.heartbeat(&primary, "r", &[(t.handle, 2)]);
+    assert!(
+        hb.delete_chunks.is_empty(),
+        "a good copy was refused: {:?}",
+        hb.delete_chunks
+    );
+    assert!(chunk_replicas(&mut h, "/f").contains(&primary));
+}
