@@ -313,7 +313,13 @@ impl ChunkStore for SimDisk {
             // keep what they had (zeros, past the old end).
             let n = data.len() as u64;
             let shift = 512 * (1 + madsim::rand::random::<u64>() % 256);
-            let target = if s.misdirect == 0 || n == 0 || h == IDENTITY_HANDLE {
+            // Only where another intact copy remains: the budget is per chunk.
+            let spare = || {
+                s.report.as_ref().is_none_or(|(checks, server)| {
+                    checks.lock().expect("checks").spare_copy(server, h)
+                })
+            };
+            let target = if s.misdirect == 0 || n == 0 || h == IDENTITY_HANDLE || !spare() {
                 offset
             } else if offset >= shift {
                 offset - shift

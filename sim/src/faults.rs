@@ -345,10 +345,15 @@ impl Scheduler {
                 self.note(cluster, format!("crash master for {down}ms"));
             }
             4 => {
-                // Many blocks of many copies on this server, data or checksums.
+                // Many blocks of many copies on this server, data or checksums; only
+                // copies of chunks with an intact copy elsewhere (the budget is per chunk).
                 let chunks = cluster.servers[pick].disk.chunks();
+                let addr = cluster.servers[pick].addr.clone();
                 for _ in 0..1 + rand() % 8 {
                     let (h, len) = chunks[(rand() % chunks.len() as u64) as usize];
+                    if !cluster.checks.lock().expect("checks").spare_copy(&addr, h) {
+                        continue;
+                    }
                     if rand().is_multiple_of(4) {
                         if cluster.flip_checksum(pick, h, rand()) {
                             self.impaired[pick] = Some(Impairment::Corrupted);

@@ -67,6 +67,23 @@ impl Checks {
         }
     }
 
+    /// Whether a server other than `server` holds an intact copy of `h` at the master's
+    /// version (or `server`'s, if newer): the copy on `server` may then be damaged without
+    /// the chunk's data depending on it alone. A chunk written while fewer than its goal
+    /// of copies took the version has fewer than R copies, so the R−1 budget is per chunk,
+    /// not per server.
+    pub fn spare_copy(&self, server: &str, h: u64) -> bool {
+        let want = self
+            .versions
+            .master_version(h)
+            .max(self.versions.server_version(server, h))
+            .unwrap_or(0);
+        self.versions
+            .holders(h)
+            .iter()
+            .any(|(s, v)| s != server && *v >= want && !self.corrupted.contains(&(s.clone(), h)))
+    }
+
     /// Records a violation; the same one seen again later is not repeated.
     pub fn violation(&mut self, true_ms: i64, what: String) {
         if self.violations.iter().any(|v| v.ends_with(&what)) {
