@@ -116,6 +116,10 @@ enum Impairment {
     },
     /// Holds a corrupted copy: impaired until the end of the fault phase.
     Corrupted,
+    /// Its disk is full.
+    Full {
+        until: i64,
+    },
 }
 
 pub struct Scheduler {
@@ -211,6 +215,12 @@ impl Scheduler {
                     self.impaired[i] = None;
                     self.note(cluster, format!("mend cs{i}-master"));
                 }
+                Some(Impairment::Full { until }) if until <= now => {
+                    let d = &cluster.servers[i].disk;
+                    d.set_capacity(cluster.knobs.disk_capacity);
+                    self.impaired[i] = None;
+                    self.note(cluster, format!("the disk of cs{i} has room again"));
+                }
                 Some(Impairment::Stuck { until }) if until <= now => {
                     cluster.servers[i].disk.stick(Duration::ZERO);
                     self.impaired[i] = None;
@@ -265,7 +275,8 @@ impl Scheduler {
         if m.corruption && free && !cluster.servers[pick].disk.chunks().is_empty() {
             options.push(4);
         }
-        if m.full_disks {
+        // A full disk impairs its copies: they miss the next version, and go stale.
+        if m.full_disks && free {
             options.push(5);
         }
         if m.slow_disks {
@@ -377,7 +388,8 @@ impl Scheduler {
                 let d = &cluster.servers[pick].disk;
                 d.set_capacity(d.used());
                 cluster.count_fault("full_disk", 1);
-                self.note(cluster, format!("fill the disk of cs{pick}"));
+                self.impaired[pick] = Some(Impairment::Full { until: now + span });
+                self.note(cluster, format!("fill the disk of cs{pick} for {span}ms"));
             }
             6 => {
                 let delay = Duration::from_millis(rand() % 200);
