@@ -171,25 +171,31 @@ mod madsim_main {
             let started = Instant::now();
             let mut sim_ms = 0i64;
             let (mut records, mut reads, mut stale_runs, mut scrubbed) = (0, 0, 0, 0);
+            let mut listings = 0;
             let mut faults = std::collections::BTreeMap::<&str, u64>::new();
             for &seed in &seeds {
                 let o = run_isolated(*sc, seed);
                 sim_ms += o.sim_ms;
                 records += o.records_checked;
                 reads += o.reads_checked;
+                listings += o.listings_checked;
                 stale_runs += usize::from(o.stale_seen > 0);
                 scrubbed += o.scrub_found;
                 for (k, n) in &o.fault_counts {
                     *faults.entry(k).or_default() += n;
                 }
                 let mut violations = o.violations.clone();
-                if determinism && o.passed() {
+                // A failing seed is replayed at once: its replay command must show the
+                // same run.
+                if determinism || !o.passed() {
                     let again = run_isolated(*sc, seed);
                     if again.trace != o.trace {
                         violations.push(format!(
                             "nondeterministic: trace {:016x} then {:016x}",
                             o.trace, again.trace
                         ));
+                    } else if !o.passed() {
+                        violations.push(format!("replayed: the same trace {:016x}", o.trace));
                     }
                 }
                 if violations.is_empty() {
@@ -230,7 +236,8 @@ mod madsim_main {
             let wall = started.elapsed().as_secs_f64();
             eprintln!(
                 "scenario={} seeds={} wall={wall:.1}s seeds_per_min={:.1} sim_per_wall={:.0}x \
-                 reads_checked={reads} records_checked={records} runs_with_stale_copies={stale_runs} \
+                 reads_checked={reads} records_checked={records} listings_checked={listings} \
+                 runs_with_stale_copies={stale_runs} \
                  scrubber_finds={scrubbed} faults={}",
                 sc.name,
                 seeds.len(),

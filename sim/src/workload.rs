@@ -481,6 +481,86 @@ pub async fn verify_all(
         }
         verify_replicas(client, path, Judge::Model, run, checks, start).await;
     }
+    verify_namespace(client, run, checks, start).await;
+}
+
+/// The namespace model, through `list` and `stat`: the client's directory holds exactly
+/// the files it created and did not delete or rename away (deletes and renames stay
+/// done, nothing comes back, nothing is lost), each with a length its writes allow.
+/// Paths an error left in doubt are not judged.
+async fn verify_namespace(
+    client: &C,
+    run: &mut ClientRun,
+    checks: &Shared,
+    start: madsim::time::Instant,
+) {
+    let dir = format!("/c{}", run.id);
+    let listed = match patiently(|| client.list(&dir, false)).await {
+        Ok(l) => l,
+        Err(e) => {
+            violation(
+                checks,
+                start,
+                format!("after healing, {dir} cannot be listed: {e}"),
+            );
+            return;
+        }
+    };
+    checks.lock().expect("checks").listings_checked += 1;
+    let doubt = |p: &str| run.model.limbo.iter().any(|l| l == p);
+    for e in &listed {
+        match run.model.files.get(&e.path) {
+            _ if doubt(&e.path) => {}
+            None => violation(
+                checks,
+                start,
+                format!(
+                    "after healing, {dir} lists {}, which was never made or is gone",
+                    e.path
+                ),
+            ),
+            Some(_) if e.is_dir => violation(
+                checks,
+                start,
+                format!("after healing, {} is listed as a directory", e.path),
+            ),
+            Some(f) if e.length < f.len_min || e.length > f.len_max => violation(
+                checks,
+                start,
+                format!(
+                    "after healing, {} is listed {} bytes long; its writes allow {}..={}",
+                    e.path, e.length, f.len_min, f.len_max
+                ),
+            ),
+            Some(_) => {}
+        }
+    }
+    for (path, f) in &run.model.files {
+        if !listed.iter().any(|e| &e.path == path) {
+            violation(
+                checks,
+                start,
+                format!("after healing, {path} is missing from the listing of {dir}"),
+            );
+            continue;
+        }
+        match patiently(|| client.stat(path)).await {
+            Ok(info) if info.length < f.len_min || info.length > f.len_max => violation(
+                checks,
+                start,
+                format!(
+                    "after healing, {path} stats {} bytes long; its writes allow {}..={}",
+                    info.length, f.len_min, f.len_max
+                ),
+            ),
+            Ok(_) => {}
+            Err(e) => violation(
+                checks,
+                start,
+                format!("after healing, {path} cannot be stat'ed: {e}"),
+            ),
+        }
+    }
 }
 
 /// For a failed read check: what the master and each replica say about the first bad

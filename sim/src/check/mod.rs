@@ -31,6 +31,8 @@ pub struct Checks {
     /// Counters for the run's summary.
     pub steps: u64,
     pub reads_checked: u64,
+    /// Directory listings compared with the namespace model.
+    pub listings_checked: u64,
     pub writes_acked: u64,
     /// Files many clients write at once, by path.
     pub histories: BTreeMap<String, history::History>,
