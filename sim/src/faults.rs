@@ -49,8 +49,7 @@ pub struct FaultMix {
 }
 
 impl FaultMix {
-    /// Every fault kind the design claims to survive (a stuck disk not yet: see the
-    /// `stuck-disk` scenario).
+    /// Every fault kind the design claims to survive.
     pub const ALL: FaultMix = FaultMix {
         server_crashes: true,
         partitions: true,
@@ -65,7 +64,7 @@ impl FaultMix {
         net_trouble: true,
         any_partitions: true,
         clock_jumps: true,
-        stuck_disks: false,
+        stuck_disks: true,
         misdirected_writes: true,
         client_crashes: true,
         beyond_claim: false,

@@ -1967,7 +1967,7 @@ fn a_grant_delivered_twice_does_not_restart_its_lease() {
         ..Default::default()
     };
     h.now = Time(100);
-    assert!(h.req(R::SetVersion(grant.clone())).error.is_none());
+    assert!(h.req(R::SetVersion(grant)).error.is_none());
     assert!(h.cs.is_primary(4, Time(2_099)));
     h.now = Time(1_600);
     let again = h.req(R::SetVersion(grant));
