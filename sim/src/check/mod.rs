@@ -53,6 +53,8 @@ pub struct Checks {
     pub records_checked: u64,
     /// How often each kind of fault actually happened (changed what a node saw).
     pub faults: BTreeMap<&'static str, u64>,
+    /// The servers the master lists for each chunk, as of its last tick.
+    pub listed: std::collections::HashMap<u64, Vec<String>>,
     /// (server, chunk) copies whose bytes the run corrupted on purpose (see
     /// `corruption.rs`).
     pub corrupted: HashSet<(String, u64)>,
@@ -69,21 +71,25 @@ impl Checks {
         }
     }
 
-    /// Whether a server other than `server` holds an intact copy of `h` at the master's
-    /// version (or `server`'s, if newer): the copy on `server` may then be damaged without
-    /// the chunk's data depending on it alone. A chunk written while fewer than its goal
-    /// of copies took the version has fewer than R copies, so the R−1 budget is per chunk,
-    /// not per server.
+    /// Whether a server other than `server` holds an intact copy of `h` that the master
+    /// counts (it lists the server, which holds the master's version or `server`'s, if
+    /// newer): the copy on `server` may then be damaged without the chunk's data
+    /// depending on it alone. A chunk written while fewer than its goal of copies took
+    /// the version has fewer than R copies, so the R−1 budget is per chunk, not per
+    /// server.
     pub fn spare_copy(&self, server: &str, h: u64) -> bool {
         let want = self
             .versions
             .master_version(h)
             .max(self.versions.server_version(server, h))
             .unwrap_or(0);
-        self.versions
-            .holders(h)
-            .iter()
-            .any(|(s, v)| s != server && *v >= want && !self.corrupted.contains(&(s.clone(), h)))
+        let listed = self.listed.get(&h).map_or(&[][..], Vec::as_slice);
+        self.versions.holders(h).iter().any(|(s, v)| {
+            s != server
+                && *v >= want
+                && listed.contains(s)
+                && !self.corrupted.contains(&(s.clone(), h))
+        })
     }
 
     /// Records a violation; the same one seen again later is not repeated.

@@ -92,6 +92,20 @@ impl Observer for SimObserver {
             found.push(v);
         }
         if matches!(input, ms::Input::Tick) {
+            c.listed = master
+                .meta()
+                .chunks
+                .iter()
+                .map(|(h, chunk)| {
+                    let addrs = chunk
+                        .replicas
+                        .as_slice()
+                        .iter()
+                        .map(|&s| master.servers().get(s).addr.clone())
+                        .collect();
+                    (h, addrs)
+                })
+                .collect();
             let mut r = ReplicationReport::of(master, t);
             if let (Some(e), Some(h)) = (&mut r.example, r.example_handle) {
                 e.push_str(&format!(" held by {:?}", c.versions.holders(h)));
