@@ -299,8 +299,6 @@ struct Forwarding {
     /// The failure of this server's own write.
     local: Option<FsError>,
     reply: pb::ChunkResponse,
-    /// The client was answered already (only by the planted early-ack bug).
-    answered: bool,
 }
 
 #[derive(Debug)]
@@ -534,7 +532,7 @@ impl Chunkserver {
     /// server from before clusters had ids; a server that has an id holds every master
     /// to it.
     fn foreign_master(&self, theirs: u64) -> Option<FsError> {
-        if cfg!(feature = "plant-no-identity-check") || theirs == self.cluster_id {
+        if theirs == self.cluster_id {
             return None;
         }
         Some(if self.cluster_id == 0 {
@@ -874,11 +872,7 @@ impl Chunkserver {
             .saturating_mul(BLOCK_SIZE)
             .min(c.meta.length)
             - start;
-        // Planted bug: bytes leave unverified.
-        let verify = !cfg!(feature = "plant-skip-read-verify");
-        if data.len() as u64 != want
-            || (verify && checksum::verify(&c.meta.checksums, start, &data).is_err())
-        {
+        if data.len() as u64 != want || checksum::verify(&c.meta.checksums, start, &data).is_err() {
             return self.found_corrupt(h, id);
         }
         let s = (off - start) as usize;
@@ -993,15 +987,6 @@ impl Chunkserver {
         let c = self.chunks.get_mut(&h).expect("usable");
         let length = c.meta.length;
         let fits = length + record.len() as u64 <= chunk_size;
-        #[cfg(feature = "plant-no-padding")]
-        let (offset, data, full) = if fits {
-            (length, record, false)
-        } else {
-            // Planted bug: no padding; the record is cut at the chunk's end.
-            let room = (chunk_size - length) as usize;
-            (length, record.slice(..room), false)
-        };
-        #[cfg(not(feature = "plant-no-padding"))]
         let (offset, data, full) = if fits {
             (length, record, false)
         } else {
@@ -1047,7 +1032,6 @@ impl Chunkserver {
                 error: None,
                 local: None,
                 reply: f.reply,
-                answered: false,
             },
         );
         if !f.secondaries.is_empty() {
@@ -1961,14 +1945,6 @@ impl Chunkserver {
         match answer {
             Settled::Local(e) => {
                 entry.local = e;
-                // Planted bug: the primary answers once its own write is done, before the
-                // secondaries have applied.
-                if cfg!(feature = "plant-early-ack") && entry.local.is_none() && entry.waiting > 0 {
-                    entry.answered = true;
-                    let (id, reply) = (entry.id, entry.reply.clone());
-                    self.out.replies.push((id, reply));
-                    return;
-                }
             }
             Settled::Secondary(e) => {
                 if entry.error.is_none() {
@@ -1984,12 +1960,8 @@ impl Chunkserver {
             error,
             local,
             reply,
-            answered,
             ..
         } = self.forwarding.remove(&(h, serial)).expect("present");
-        if answered {
-            return;
-        }
         // Every replica must have applied it while the lease held: once it is over the
         // master may copy a replica (one that took this mutation after the copy was read
         // would leave the new copy without it) or grant the next version.
@@ -2136,7 +2108,7 @@ impl Chunkserver {
                 return;
             }
         };
-        if hb.cluster_id != self.cluster_id && !cfg!(feature = "plant-no-identity-check") {
+        if hb.cluster_id != self.cluster_id {
             if self.cluster_id != 0 {
                 tracing::error!(
                     server = %self.cfg.address,

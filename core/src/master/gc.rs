@@ -116,8 +116,6 @@ impl Master {
             if !self.lock(&set) {
                 continue; // busy: the next pass will see it again
             }
-            #[cfg(feature = "plant-gc-live-chunk")]
-            self.plant_drop_directory_chunks(&path);
             match self.log(Op::Remove(pb::RemoveOp { path: path.clone() })) {
                 Ok((seq, applied)) => {
                     tracing::info!(path = %path, chunks = applied.reclaimed.len(), "reclaimed deleted file");
@@ -134,33 +132,5 @@ fn join(parent: &str, name: &str) -> String {
         format!("/{name}")
     } else {
         format!("{parent}/{name}")
-    }
-}
-
-#[cfg(feature = "plant-gc-live-chunk")]
-impl Master {
-    /// Planted bug: the collector drops the chunk references of every visible file in the
-    /// directory of an entry it reclaims, as if it had the wrong scope.
-    fn plant_drop_directory_chunks(&mut self, path: &str) {
-        let Ok((parent, _)) = crate::path::split_last(path) else {
-            return;
-        };
-        let Ok(entries) = self.meta.ns.list(&parent) else {
-            return;
-        };
-        let victims: Vec<u64> = entries
-            .iter()
-            .filter(|e| !e.name.starts_with(DELETED_PREFIX))
-            .filter_map(|e| match e.node {
-                Node::File(f) => Some(f.chunks.to_vec()),
-                _ => None,
-            })
-            .flatten()
-            .collect();
-        for h in victims {
-            if self.meta.chunks.get(h).is_some() && self.meta.chunks.unref(h) {
-                self.forget_chunk(h);
-            }
-        }
     }
 }

@@ -47,10 +47,7 @@ impl Master {
         // A server of another cluster (pointed at this master by mistake) is no member:
         // its copies belong to its own cluster's files, and believing its report would
         // have this master re-replicate from it and order its copies deleted.
-        if r.cluster_id != 0
-            && r.cluster_id != self.meta.cluster_id
-            && !cfg!(feature = "plant-no-identity-check")
-        {
+        if r.cluster_id != 0 && r.cluster_id != self.meta.cluster_id {
             tracing::error!(
                 server = %r.address,
                 theirs = r.cluster_id,
@@ -176,12 +173,6 @@ impl Master {
             if self.leases.is_granting(h) {
                 // Versions are moving; judge this chunk on a later heartbeat.
                 matched += u64::from(c.replicas.contains(idx));
-                continue;
-            }
-            #[cfg(feature = "plant-stale-location")]
-            if rep.version < c.version {
-                self.add_replica(h, idx);
-                matched += 1;
                 continue;
             }
             if rep.version < c.version {

@@ -271,9 +271,7 @@ impl Master {
                 return;
             }
             let free_at = l.expires + self.cfg.max_clock_skew;
-            // Planted bug: a lease whose holder looks dead is taken as over at once.
-            let planted = cfg!(feature = "plant-early-lease");
-            if now < free_at && !planted {
+            if now < free_at {
                 let wait = millis(free_at.saturating_sub(now));
                 self.reply_err(
                     id,
@@ -349,10 +347,7 @@ impl Master {
         let c = self.meta.chunks.get(h).expect("checked above");
         let create = c.version == 0;
         let goal = c.goal as usize;
-        #[cfg(not(feature = "plant-no-version-bump"))]
         let version = (c.version + 1).max(self.meta.reserved.get(&h).map_or(0, |r| r + 1));
-        #[cfg(feature = "plant-no-version-bump")]
-        let version = c.version.max(1);
         let holders: Vec<ServerIdx> = c.replicas.as_slice().to_vec();
         let targets: Vec<ServerIdx> = if create {
             let chosen = self.place(goal, &[]);
@@ -396,14 +391,10 @@ impl Master {
                 (s, req)
             })
             .collect();
-        #[cfg(not(feature = "plant-no-version-bump"))]
-        let reserve = self.log(Op::ReserveVersion(pb::ReserveVersionOp {
+        let (seq, _) = self.log(Op::ReserveVersion(pb::ReserveVersionOp {
             handle: h,
             version,
-        }));
-        #[cfg(feature = "plant-no-version-bump")]
-        let reserve: Result<(LogSeq, super::meta::Applied), FsError> = Ok((0, Default::default()));
-        let (seq, _) = reserve?;
+        }))?;
         tracing::debug!(chunk = h, version, primary = %self.servers.get(primary).addr, "granting lease");
         self.leases.granting.insert(
             h,
