@@ -1,34 +1,81 @@
 #!/usr/bin/env bash
-# The planted-bug experiment: builds the scenario runner with each planted bug (cargo
-# features of tessera-core, off in every normal build) and reports, per scenario, the
-# first seed that catches it and the check that fired. Not part of CI: it must fail.
-#   ./scripts/planted-bugs.sh [max-seeds]      (BUGS=... SCENARIOS=... narrow it down)
-set -uo pipefail
+# The planted-bug check: every patch in scripts/plants/ plants one bug in a copy of the
+# source. The scenario runner built from that copy must fail the scenario the patch's
+# header names, on one of the seeds its `seeds:` line lists or the first MAX, with a
+# violation containing the header's `expect:` text (the check the plant exists for),
+# and the same seed must pass without the plant. Prints the catch table; exits non-zero if a plant goes uncaught or is caught
+# only by another check. Run by scripts/test.sh; the plants never touch the clone.
+#   ./scripts/planted-bugs.sh [max-seeds]     (PLANTS="early-ack no-padding" narrows it)
+set -euo pipefail
 cd "$(dirname "$0")/.."
-MAX="${1:-30}"
+MAX="${1:-40}"
 CACHE="${TESSERA_CACHE:-$HOME/.cache/tessera}"
 SIM_TARGET="$CACHE/target-madsim"
+PLANT_TARGET="$CACHE/target-plants"
+SRC="$CACHE/plant-src"
 OUT="$CACHE/planted"
 mkdir -p "$OUT"
-BUGS="${BUGS:-plant-no-version-bump plant-stale-location plant-gc-live-chunk plant-early-ack plant-skip-read-verify plant-early-lease plant-no-padding}"
-SCENARIOS="${SCENARIOS:-steady chunkserver-crash partition master-restart disk-corruption gc concurrent-writers record-append stale-replica scrub}"
-for bug in $BUGS; do
-  RUSTFLAGS="--cfg madsim" CARGO_TARGET_DIR="$SIM_TARGET" \
-    cargo build --quiet --release -p tessera-scenarios --features "$bug" || exit 1
-  cp "$SIM_TARGET/release/tessera-scenarios" "$OUT/runner-$bug"
-done
-# Leave the normal runner built, as CI expects it.
-RUSTFLAGS="--cfg madsim" CARGO_TARGET_DIR="$SIM_TARGET" cargo build --quiet --release -p tessera-scenarios
-for bug in $BUGS; do
-  for s in $SCENARIOS; do
-    caught=""
-    for seed in $(seq 1 "$MAX"); do
-      line=$("$OUT/runner-$bug" run "$s" --seed "$seed" 2>/dev/null | grep -m1 "violated:" || true)
-      if [ -n "$line" ]; then
-        caught="caught at seed $seed (${seed} seeds): ${line#*violated: }"
+# The runner without plants, for the same seeds (a no-op build when test.sh made it).
+CLEAN="$SIM_TARGET/release/tessera-scenarios"
+RUSTFLAGS="--cfg madsim" CARGO_TARGET_DIR="$SIM_TARGET" \
+  cargo build --quiet --release -p tessera-scenarios --locked
+PLANTS="${PLANTS:-$(cd scripts/plants && ls ./*.patch | sed 's|^\./||; s|\.patch$||')}"
+
+header() { sed -n "s/^# $2: //p" "scripts/plants/$1.patch" | head -n 1; }
+
+failed=0
+for p in $PLANTS; do
+  patch="scripts/plants/$p.patch"
+  scenario=$(header "$p" scenario)
+  expect=$(header "$p" expect)
+  unit=$(header "$p" test)
+  # A copy of the tracked files as they are now, with the bug planted.
+  rm -rf "$SRC"
+  mkdir -p "$SRC"
+  git ls-files -z | tar --null -T - -cf - | tar -xf - -C "$SRC"
+  (cd "$SRC" && git apply "$OLDPWD/$patch")
+  if [ -n "$unit" ]; then
+    # A race no seed has yet met again: the unit test written for it must fail (it
+    # passes in the normal test run).
+    if (cd "$SRC" && CARGO_TARGET_DIR="$PLANT_TARGET-test" \
+      cargo test --quiet -p tessera-core --lib --locked -- --exact "$unit" >/dev/null 2>&1); then
+      echo "plant=$p test=$unit not caught: the test passes with the plant"
+      failed=1
+    else
+      echo "plant=$p test=$unit ok: the test fails with the plant"
+    fi
+    continue
+  fi
+  if [ -z "$scenario" ] || [ -z "$expect" ]; then
+    echo "plant=$p: its header names no scenario or expected check, nor a test" >&2
+    failed=1
+    continue
+  fi
+  (cd "$SRC" && RUSTFLAGS="--cfg madsim" CARGO_TARGET_DIR="$PLANT_TARGET" \
+    cargo build --quiet --release -p tessera-scenarios --locked 2>/dev/null) || {
+    echo "plant=$p: does not build" >&2
+    failed=1
+    continue
+  }
+  cp "$PLANT_TARGET/release/tessera-scenarios" "$OUT/runner-$p"
+  result="not caught in $MAX seeds of $scenario"
+  for seed in $(header "$p" seeds) $(seq 1 "$MAX"); do
+    out=$("$OUT/runner-$p" run "$scenario" --seed "$seed" 2>/dev/null || true)
+    if grep -q 'result=FAIL' <<<"$out"; then
+      line=$(grep -m1 -F "$expect" <<<"$out" || true)
+      if [ -z "$line" ]; then
+        result="caught at seed $seed by another check: $(grep -m1 'violated:' <<<"$out")"
         break
       fi
-    done
-    echo "bug=$bug scenario=$s ${caught:-not caught in $MAX seeds}" | cut -c1-260
+      if ! "$CLEAN" run "$scenario" --seed "$seed" >/dev/null 2>&1; then
+        result="seed $seed fails without the plant too"
+        break
+      fi
+      result="ok: caught at seed $seed, which passes unplanted: ${line#*violated: }"
+      break
+    fi
   done
+  echo "plant=$p scenario=$scenario $result" | cut -c1-240
+  case "$result" in ok:*) ;; *) failed=1 ;; esac
 done
+exit "$failed"

@@ -68,3 +68,5 @@ echo "== determinism: each scenario's first 3 seeds run twice, traces compared"
 for s in $SCENARIOS; do
   "$RUNNER" run "$s" --seeds 3 --first 1000 --check-determinism
 done
+echo "== planted bugs: each must be caught by the check it exists for"
+./scripts/planted-bugs.sh
