@@ -72,7 +72,12 @@ impl Master {
             } else {
                 format!(".{n}")
             };
-            let candidate = join(&parent, &format!("{DELETED_PREFIX}{ms}-{name}{suffix}"));
+            let Some(hidden) = hidden_name(&parent, &name, ms, &suffix) else {
+                // So deep that no hidden name fits beside it: reclaimed at once.
+                let set = LockSet::on(&path, Mode::Write)?;
+                return self.mutate(id, set, Op::Remove(pb::RemoveOp { path }));
+            };
+            let candidate = join(&parent, &hidden);
             if !self.meta.ns.exists(&candidate) {
                 break candidate;
             }
@@ -125,6 +130,23 @@ impl Master {
             }
         }
     }
+}
+
+/// The hidden name of `name` in `parent`, deleted at `ms`: `.tessera-deleted-<ms>-<name>`
+/// with `suffix`, the name cut short (at a character boundary) where it would make the
+/// name or the path longer than allowed, so any file that could be made can be deleted.
+/// None if not even the name's head fits in the path.
+fn hidden_name(parent: &str, name: &str, ms: u64, suffix: &str) -> Option<String> {
+    let head = format!("{DELETED_PREFIX}{ms}-");
+    let path_room = crate::path::MAX_PATH.checked_sub(parent.len() + 1)?;
+    let room = crate::path::MAX_NAME
+        .min(path_room)
+        .checked_sub(head.len() + suffix.len())?;
+    let mut cut = name.len().min(room);
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    Some(format!("{head}{}{suffix}", &name[..cut]))
 }
 
 fn join(parent: &str, name: &str) -> String {

@@ -1000,6 +1000,53 @@ fn delete_undelete_and_reclaim() {
     );
 }
 
+/// Any file that could be made can be deleted: the longest name, in a path of the
+/// longest length, still gets a hidden name within both limits (its name cut short),
+/// twice in the same millisecond too.
+#[test]
+fn files_with_the_longest_names_and_paths_can_be_deleted() {
+    let mut h = H::new();
+    h.call(mkdir("/d"));
+    let long = format!("/d/{}", "n".repeat(crate::path::MAX_NAME));
+    let mut deep = String::from("/d");
+    while deep.len() + 1 + crate::path::MAX_NAME < crate::path::MAX_PATH {
+        deep.push_str(&format!("/{}", "x".repeat(crate::path::MAX_NAME)));
+        assert!(is_ok(&h.call(mkdir(&deep))));
+    }
+    let room = crate::path::MAX_PATH - deep.len() - 1;
+    let deepest = format!("{deep}/{}", "y".repeat(room));
+    for p in [&long, &deepest] {
+        for _ in 0..2 {
+            assert!(is_ok(&h.call(create(p))), "create {}", p.len());
+            let r = h.call(delete(p));
+            assert!(is_ok(&r), "delete of a {}-byte path: {r:?}", p.len());
+            assert!(matches!(
+                h.call(stat(p)).error.map(|e| e.code),
+                Some(c) if c == pb::ErrorCode::NotFound as i32
+            ));
+        }
+    }
+    assert_eq!(listing(&mut h, "/d", true).len(), 3, "two deleted, one dir");
+    // A short name under a parent so long that no hidden name fits: reclaimed at once.
+    let mut tall = String::from("/t");
+    h.call(mkdir(&tall));
+    while tall.len() + 1 + 200 + 12 < crate::path::MAX_PATH {
+        tall.push_str(&format!("/{}", "z".repeat(200)));
+        assert!(is_ok(&h.call(mkdir(&tall))));
+    }
+    let pad = crate::path::MAX_PATH - tall.len() - 12;
+    tall.push_str(&format!("/{}", "w".repeat(pad)));
+    assert!(is_ok(&h.call(mkdir(&tall))));
+    let tiny = format!("{tall}/f");
+    assert!(tiny.len() + 30 > crate::path::MAX_PATH);
+    assert!(is_ok(&h.call(create(&tiny))));
+    assert!(
+        is_ok(&h.call(delete(&tiny))),
+        "delete under the tallest parent"
+    );
+    assert!(listing(&mut h, &tall, true).is_empty());
+}
+
 #[test]
 fn deleting_a_deleted_file_reclaims_at_once() {
     let mut h = H::new();
