@@ -305,6 +305,7 @@ struct Forwarding {
 enum CallCtx {
     Forward {
         h: ChunkHandle,
+        version: Version,
         serial: u64,
     },
     Heartbeat {
@@ -384,12 +385,14 @@ pub struct Chunkserver {
     busy: HashSet<ChunkHandle>,
     pending: HashMap<OpId, Pending>,
     calls: HashMap<CallId, CallCtx>,
-    /// As primary: the serial of the mutation whose local write is the job running on
-    /// the chunk (it lives only as long as that job).
-    forwards: HashMap<ChunkHandle, u64>,
-    /// As primary: mutations out to the secondaries, by chunk and serial. Several may be
-    /// out at once: the next mutation starts once this one is applied locally.
-    forwarding: HashMap<(ChunkHandle, u64), Forwarding>,
+    /// As primary: the version and serial of the mutation whose local write is the job
+    /// running on the chunk (it lives only as long as that job).
+    forwards: HashMap<ChunkHandle, (Version, u64)>,
+    /// As primary: mutations out to the secondaries, by chunk, version and serial (serials
+    /// start again at each version, and an answer from an older version's mutation must
+    /// not count for a newer one's). Several may be out at once: the next mutation starts
+    /// once this one is applied locally.
+    forwarding: HashMap<(ChunkHandle, Version, u64), Forwarding>,
     /// As secondary: mutations that arrived ahead of their predecessor, by chunk and
     /// serial, with when they arrived.
     held:
@@ -727,13 +730,13 @@ impl Chunkserver {
     }
 
     fn done(&mut self, h: ChunkHandle, id: RequestId, resp: pb::ChunkResponse) {
-        if let Some(serial) = self.forwards.remove(&h) {
+        if let Some((version, serial)) = self.forwards.remove(&h) {
             // The primary's own write failed; the secondaries' answers may still be out.
             let e = resp.error.as_ref().map_or_else(
                 || FsError::Internal("a mutation ended without its write".into()),
                 FsError::from_pb,
             );
-            self.settle(h, serial, Settled::Local(Some(e)));
+            self.settle(h, version, serial, Settled::Local(Some(e)));
             return self.finish(h);
         }
         self.out.replies.push((id, resp));
@@ -1025,7 +1028,7 @@ impl Chunkserver {
         c.serial += 1;
         let serial = c.serial;
         self.forwarding.insert(
-            (h, serial),
+            (h, f.version, serial),
             Forwarding {
                 id,
                 waiting: f.secondaries.len() + 1,
@@ -1055,10 +1058,14 @@ impl Chunkserver {
             self.call(
                 Dest::Peer(to),
                 Outgoing::Chunk(req),
-                CallCtx::Forward { h, serial },
+                CallCtx::Forward {
+                    h,
+                    version: f.version,
+                    serial,
+                },
             );
         }
-        self.forwards.insert(h, serial);
+        self.forwards.insert(h, (f.version, serial));
         self.apply_local(id, h, f.offset, f.data)
     }
 
@@ -1905,8 +1912,8 @@ impl Chunkserver {
     /// answered once the secondaries have too), and let the next mutation on the chunk
     /// start. As secondary, answer now, and let a mutation held for this one go next.
     fn after_commit(&mut self, h: ChunkHandle, id: RequestId) {
-        if let Some(serial) = self.forwards.remove(&h) {
-            self.settle(h, serial, Settled::Local(None));
+        if let Some((version, serial)) = self.forwards.remove(&h) {
+            self.settle(h, version, serial, Settled::Local(None));
             return self.finish(h);
         }
         let next = self.chunks.get(&h).map(|c| c.serial + 1);
@@ -1920,7 +1927,13 @@ impl Chunkserver {
         self.done(h, id, empty())
     }
 
-    fn on_forward_result(&mut self, h: ChunkHandle, serial: u64, result: Result<Reply, RpcError>) {
+    fn on_forward_result(
+        &mut self,
+        h: ChunkHandle,
+        version: Version,
+        serial: u64,
+        result: Result<Reply, RpcError>,
+    ) {
         let error = match result {
             Ok(Reply::Chunk(pb::ChunkResponse { error: None, .. })) => None,
             Ok(Reply::Chunk(pb::ChunkResponse { error: Some(e), .. })) => {
@@ -1931,14 +1944,14 @@ impl Chunkserver {
             }
             Err(e) => Some(FsError::Unavailable(format!("secondary: {e}"))),
         };
-        self.settle(h, serial, Settled::Secondary(error));
+        self.settle(h, version, serial, Settled::Secondary(error));
     }
 
     /// One replica's answer to a mutation; the client's answer once all are in: the
     /// mutation's reply if every replica applied it within the lease, else the primary's
     /// own failure, else a secondary's. Any failure leaves the region inconsistent; the writer retries.
-    fn settle(&mut self, h: ChunkHandle, serial: u64, answer: Settled) {
-        let Some(entry) = self.forwarding.get_mut(&(h, serial)) else {
+    fn settle(&mut self, h: ChunkHandle, version: Version, serial: u64, answer: Settled) {
+        let Some(entry) = self.forwarding.get_mut(&(h, version, serial)) else {
             return;
         };
         entry.waiting -= 1;
@@ -1961,11 +1974,19 @@ impl Chunkserver {
             local,
             reply,
             ..
-        } = self.forwarding.remove(&(h, serial)).expect("present");
-        // Every replica must have applied it while the lease held: once it is over the
+        } = self
+            .forwarding
+            .remove(&(h, version, serial))
+            .expect("present");
+        // Every replica must have applied it while its lease held: once that is over the
         // master may copy a replica (one that took this mutation after the copy was read
-        // would leave the new copy without it) or grant the next version.
-        let lease_over = !self.is_primary(h, self.now);
+        // would leave the new copy without it) and grant the next version, maybe to this
+        // server again: a lease on a newer version is not the one it was sent under.
+        let lease_over = !self.is_primary(h, self.now)
+            || self
+                .chunks
+                .get(&h)
+                .is_none_or(|c| c.meta.version != version);
         let resp = match (local, error) {
             (None, None) if lease_over => err(FsError::Unavailable(format!(
                 "chunk {h}: the lease ended before every replica applied the mutation"
@@ -2007,7 +2028,9 @@ impl Chunkserver {
                 };
                 self.out.replies.push((id, resp));
             }
-            CallCtx::Forward { h, serial } => self.on_forward_result(h, serial, result),
+            CallCtx::Forward { h, version, serial } => {
+                self.on_forward_result(h, version, serial, result)
+            }
         }
     }
 

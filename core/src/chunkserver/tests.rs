@@ -2025,3 +2025,59 @@ fn a_mutation_the_secondaries_finish_after_the_lease_is_not_acknowledged() {
     let e = r[0].1.error.as_ref().expect("acknowledged after the lease");
     assert_eq!(e.code(), pb::ErrorCode::Unavailable, "{e:?}");
 }
+
+/// A mutation out to a secondary when the chunk moves on to a new version, this server
+/// primary again: the late answer neither acknowledges the old mutation (it was not
+/// applied everywhere within its lease; a copy may have been made meanwhile) nor counts
+/// for the new version's mutation of the same serial.
+#[test]
+fn answers_from_an_older_version_count_for_nothing() {
+    let mut h = H::new();
+    h.create(1);
+    assert!(h.run(write_to(&["cs1"], 1)).is_empty());
+    let old = std::mem::take(&mut h.calls);
+    assert_eq!(old.len(), 1);
+    // The master grants version 2, to this server again.
+    let r = h.req(R::SetVersion(pb::SetVersionRequest {
+        handle: 1,
+        version: 2,
+        lease_ms: 60_000,
+        chunk_size: CHUNK,
+        ..Default::default()
+    }));
+    assert!(r.error.is_none(), "{r:?}");
+    let new = Input::Request {
+        id: 950,
+        arrived: h.now,
+        req: pb::ChunkRequest {
+            req: Some(R::Write(pb::WriteChunkRequest {
+                handle: 1,
+                version: 2,
+                offset: 0,
+                data: Bytes::from_static(b"new"),
+                secondaries: vec!["cs2".into()],
+                client_id: 1,
+                client_seq: 2,
+                data_id: 0,
+            })),
+        },
+    };
+    assert!(h.run(new).is_empty());
+    // The old mutation's secondary answers at last.
+    let r = h.run(Input::CallResult {
+        id: old[0].id,
+        result: applied(),
+    });
+    assert!(
+        r.iter().all(|(id, _)| *id != 950),
+        "the new mutation was answered on the old one's secondary's word: {r:?}"
+    );
+    let old_reply = r
+        .iter()
+        .find(|(id, _)| *id == 901)
+        .expect("the old write answered");
+    assert!(
+        old_reply.1.error.is_some(),
+        "the old mutation was acknowledged under the new lease: {r:?}"
+    );
+}
