@@ -164,6 +164,15 @@ async fn world(sc: Scenario, seed: u64) -> Outcome {
             Err(e) => fail(&checks, &cluster, format!("a client task died: {e}")),
         }
     }
+    // Progress: with no fault in the mix, every client operation succeeds.
+    let failed: u64 = runs.iter().map(|r| r.errors).sum();
+    if sc.faults.is_empty() && failed > 0 {
+        fail(
+            &checks,
+            &cluster,
+            format!("a healthy cluster failed {failed} client operations"),
+        );
+    }
     if sc.silent_corruption {
         silent_corruption(&cluster, &checks).await;
     }
