@@ -28,6 +28,8 @@ mod madsim_main {
 
     use tessera_sim::run::{Outcome, Scenario, run};
 
+    /// Sweeps this long must see every fault kind of their mix happen.
+    const MIN_SWEEP: usize = 20;
     const REPLAY: &str = "RUSTFLAGS=\"--cfg madsim\" CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/tessera/target-madsim} cargo run --release -p tessera-scenarios --";
 
     fn usage() -> i32 {
@@ -167,6 +169,7 @@ mod madsim_main {
         let determinism = args.iter().any(|a| a == "--check-determinism");
         let verbose = args.iter().any(|a| a == "--verbose");
         let mut failed = 0;
+        let mut gaps = 0;
         for sc in &scenarios {
             let started = Instant::now();
             let mut sim_ms = 0i64;
@@ -245,9 +248,26 @@ mod madsim_main {
                 sim_ms as f64 / 1000.0 / wall.max(1e-9) * if determinism { 2.0 } else { 1.0 },
                 fault_list(&faults),
             );
+            // A fault is real only once it has happened: over a sweep long enough to
+            // expect every kind in the mix, each must have.
+            if seeds.len() >= MIN_SWEEP {
+                for (flag, kinds) in sc.faults.kinds() {
+                    if kinds.iter().all(|k| !faults.contains_key(k)) {
+                        gaps += 1;
+                        println!(
+                            "scenario={} GAP: {} seeds and no {flag} fault happened (none of {kinds:?})",
+                            sc.name,
+                            seeds.len()
+                        );
+                    }
+                }
+            }
         }
         if failed > 0 {
             println!("{failed} runs FAILED");
+            1
+        } else if gaps > 0 {
+            println!("{gaps} sweeps did not exercise what they claim");
             1
         } else {
             0

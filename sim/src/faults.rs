@@ -72,6 +72,46 @@ impl FaultMix {
 }
 
 impl FaultMix {
+    /// The fault kinds (as counted in `faults=`) each kind of fault in the mix shows up
+    /// as: a sweep in which one of them never happened did not test what it claims.
+    pub fn kinds(&self) -> Vec<(&'static str, &'static [&'static str])> {
+        let all: [(bool, &'static str, &'static [&'static str]); 17] = [
+            (self.server_crashes, "server_crashes", &["crash"]),
+            (self.partitions, "partitions", &["partition"]),
+            (self.master_cut, "master_cut", &["partition", "one_way"]),
+            (self.master_restarts, "master_restarts", &["master_crash"]),
+            (self.corruption, "corruption", &["bit_flip", "meta_flip"]),
+            (self.full_disks, "full_disks", &["full_disk"]),
+            (self.slow_disks, "slow_disks", &["slow_disk"]),
+            (self.lossy_net, "lossy_net", &["loss"]),
+            (self.power_cuts, "power_cuts", &["power_cut"]),
+            (self.rogue, "rogue", &["rogue"]),
+            (
+                self.net_trouble,
+                "net_trouble",
+                &["duplicate", "long_delay"],
+            ),
+            (
+                self.any_partitions,
+                "any_partitions",
+                &["partition", "one_way"],
+            ),
+            (self.clock_jumps, "clock_jumps", &["clock_jump"]),
+            (self.stuck_disks, "stuck_disks", &["stuck_disk"]),
+            (
+                self.misdirected_writes,
+                "misdirected_writes",
+                &["misdirected_write"],
+            ),
+            (self.client_crashes, "client_crashes", &["client_crash"]),
+            (self.beyond_claim, "beyond_claim", &["wipe"]),
+        ];
+        all.into_iter()
+            .filter(|k| k.0)
+            .map(|(_, name, kinds)| (name, kinds))
+            .collect()
+    }
+
     pub fn is_empty(&self) -> bool {
         !(self.server_crashes
             || self.partitions

@@ -222,6 +222,36 @@ async fn world(sc: Scenario, seed: u64) -> Outcome {
             }
         }
     }
+    // A run that never exercised its subject fails rather than passes unseen.
+    if healed && !sc.faults.beyond_claim {
+        let c = checks.lock().expect("checks");
+        let mut missing = Vec::new();
+        if sc.workload.kind == workload::Kind::Private
+            && c.listings_checked < sc.shape.clients as u64
+        {
+            missing.push(format!(
+                "{} of {} clients' directories listed",
+                c.listings_checked, sc.shape.clients
+            ));
+        }
+        if matches!(sc.workload.kind, workload::Kind::Appends { .. }) && c.records_checked == 0 {
+            missing.push("no record read back".to_string());
+        }
+        if c.reads_checked == 0 && !sc.workload.no_reads {
+            missing.push("no read checked".to_string());
+        }
+        drop(c);
+        if !missing.is_empty() {
+            fail(
+                &checks,
+                &cluster,
+                format!(
+                    "the run did not exercise its subject: {}",
+                    missing.join("; ")
+                ),
+            );
+        }
+    }
     let c = checks.lock().expect("checks");
     Outcome {
         seed,
@@ -321,6 +351,14 @@ async fn silent_corruption(cluster: &Cluster, checks: &Shared) {
                 flipped.push((s.addr.clone(), h));
             }
         }
+    }
+    if flipped.is_empty() {
+        fail(
+            checks,
+            cluster,
+            "silent corruption found no copy to flip: the scrubber was not tested".into(),
+        );
+        return;
     }
     let deadline = cluster.true_ms() + 120_000;
     loop {
