@@ -444,6 +444,7 @@ pub async fn verify_all(
         let f = run.model.files[path].clone();
         match patiently(|| client.read(path, 0, u64::MAX)).await {
             Ok(got) => {
+                checks.lock().expect("checks").reads_checked += 1;
                 if let Err(e) = f.check_read(0, u64::MAX, &got) {
                     violation(checks, start, format!("after healing, {path}: {e}"));
                 }
