@@ -226,6 +226,8 @@ pub async fn run(
             } else if roll < 200 + w.delete_permille {
                 let to = format!("{dir}/{}", name(seq));
                 rename(&client, &mut run, &path, &to, &checks).await;
+            } else if roll < 220 + w.delete_permille {
+                list_check(&client, &mut run, &checks, start).await;
             } else if roll < 600 || w.no_reads {
                 write(&client, &mut run, &path, seq, &w, &checks).await;
             } else {
@@ -508,42 +510,12 @@ async fn verify_namespace(
         }
     };
     checks.lock().expect("checks").listings_checked += 1;
-    let doubt = |p: &str| run.model.limbo.iter().any(|l| l == p);
-    for e in &listed {
-        match run.model.files.get(&e.path) {
-            _ if doubt(&e.path) => {}
-            None => violation(
-                checks,
-                start,
-                format!(
-                    "after healing, {dir} lists {}, which was never made or is gone",
-                    e.path
-                ),
-            ),
-            Some(_) if e.is_dir => violation(
-                checks,
-                start,
-                format!("after healing, {} is listed as a directory", e.path),
-            ),
-            Some(f) if e.length < f.len_min || e.length > f.len_max => violation(
-                checks,
-                start,
-                format!(
-                    "after healing, {} is listed {} bytes long; its writes allow {}..={}",
-                    e.path, e.length, f.len_min, f.len_max
-                ),
-            ),
-            Some(_) => {}
-        }
+    for m in listing_mismatches(&run.model, &dir, &listed) {
+        violation(checks, start, format!("after healing, {m}"));
     }
     for (path, f) in &run.model.files {
         if !listed.iter().any(|e| &e.path == path) {
-            violation(
-                checks,
-                start,
-                format!("after healing, {path} is missing from the listing of {dir}"),
-            );
-            continue;
+            continue; // reported above
         }
         match patiently(|| client.stat(path)).await {
             Ok(info) if info.length < f.len_min || info.length > f.len_max => violation(
@@ -562,6 +534,58 @@ async fn verify_namespace(
             ),
         }
     }
+}
+
+/// Lists the client's directory in the middle of its work, faults and all: a listing
+/// that succeeds must match the model as `verify_namespace` demands.
+async fn list_check(
+    client: &C,
+    run: &mut ClientRun,
+    checks: &Shared,
+    start: madsim::time::Instant,
+) {
+    let dir = format!("/c{}", run.id);
+    match client.list(&dir, false).await {
+        Ok(listed) => {
+            run.ok += 1;
+            checks.lock().expect("checks").listings_checked += 1;
+            for m in listing_mismatches(&run.model, &dir, &listed) {
+                violation(checks, start, format!("a listing during the run: {m}"));
+            }
+        }
+        Err(_) => run.errors += 1,
+    }
+}
+
+/// How a listing of `dir` differs from the model of its files (paths in doubt aside).
+fn listing_mismatches(
+    model: &Model,
+    dir: &str,
+    listed: &[tessera_core::pb::FileInfo],
+) -> Vec<String> {
+    let doubt = |p: &str| model.limbo.iter().any(|l| l == p);
+    let mut out = Vec::new();
+    for e in listed {
+        match model.files.get(&e.path) {
+            _ if doubt(&e.path) => {}
+            None => out.push(format!(
+                "{dir} lists {}, which was never made or is gone",
+                e.path
+            )),
+            Some(_) if e.is_dir => out.push(format!("{} is listed as a directory", e.path)),
+            Some(f) if e.length < f.len_min || e.length > f.len_max => out.push(format!(
+                "{} is listed {} bytes long; its writes allow {}..={}",
+                e.path, e.length, f.len_min, f.len_max
+            )),
+            Some(_) => {}
+        }
+    }
+    for path in model.files.keys() {
+        if !listed.iter().any(|e| &e.path == path) {
+            out.push(format!("{path} is missing from the listing of {dir}"));
+        }
+    }
+    out
 }
 
 /// For a failed read check: what the master and each replica say about the first bad
