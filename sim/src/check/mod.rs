@@ -53,7 +53,7 @@ pub struct Checks {
     pub records_checked: u64,
     /// How often each kind of fault actually happened (changed what a node saw).
     pub faults: BTreeMap<&'static str, u64>,
-    /// The servers the master lists for each chunk, as of its last tick.
+    /// The servers the master lists for each chunk not being granted, as of its last step.
     pub listed: std::collections::HashMap<u64, Vec<String>>,
     /// (server, chunk) copies whose bytes the run corrupted on purpose (see
     /// `corruption.rs`).

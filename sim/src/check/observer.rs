@@ -91,21 +91,25 @@ impl Observer for SimObserver {
         if let Some(v) = super::locations::check(master, &c.versions) {
             found.push(v);
         }
+        // Every step: a copy counted as spare must still be counted when a fault is
+        // placed. A chunk whose version is being granted has no spare copy (the grant
+        // may drop any of them when it ends).
+        c.listed = master
+            .meta()
+            .chunks
+            .iter()
+            .filter(|(h, _)| !master.leases().is_granting(*h))
+            .map(|(h, chunk)| {
+                let addrs = chunk
+                    .replicas
+                    .as_slice()
+                    .iter()
+                    .map(|&s| master.servers().get(s).addr.clone())
+                    .collect();
+                (h, addrs)
+            })
+            .collect();
         if matches!(input, ms::Input::Tick) {
-            c.listed = master
-                .meta()
-                .chunks
-                .iter()
-                .map(|(h, chunk)| {
-                    let addrs = chunk
-                        .replicas
-                        .as_slice()
-                        .iter()
-                        .map(|&s| master.servers().get(s).addr.clone())
-                        .collect();
-                    (h, addrs)
-                })
-                .collect();
             let mut r = ReplicationReport::of(master, t);
             if let (Some(e), Some(h)) = (&mut r.example, r.example_handle) {
                 e.push_str(&format!(" held by {:?}", c.versions.holders(h)));
