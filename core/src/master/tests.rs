@@ -178,6 +178,14 @@ impl H {
         all
     }
 
+    /// A server an outstanding grant's `SetVersion` goes to: its primary, or a secondary.
+    fn grant_target(&self, primary: bool) -> Option<String> {
+        self.calls.iter().find_map(|c| match &c.req.req {
+            Some(CReq::SetVersion(s)) if (s.lease_ms > 0) == primary => Some(c.to.clone()),
+            _ => None,
+        })
+    }
+
     fn write_target(&mut self, path: &str, idx: u64) -> Result<pb::WriteTarget, FsError> {
         self.target(path, idx, false)
     }
@@ -1556,14 +1564,7 @@ fn a_grant_stuck_on_a_disk_is_refused_when_it_lands() {
     }));
     h.sync();
     // A secondary's disk sticks (the primary's would leave no lease to protect).
-    let stuck = h
-        .calls
-        .iter()
-        .find_map(|c| match &c.req.req {
-            Some(CReq::SetVersion(s)) if s.lease_ms == 0 => Some(c.to.clone()),
-            _ => None,
-        })
-        .expect("a secondary");
+    let stuck = h.grant_target(false).expect("a secondary");
     let e = h.answer_calls(&[&stuck]);
     let Some(Resp::WriteTarget(t)) = reply_for(&e, id).unwrap().resp else {
         panic!()
@@ -2504,14 +2505,7 @@ fn a_copy_late_for_a_grant_without_a_lease_is_kept() {
         append: false,
     }));
     h.sync();
-    let primary = h
-        .calls
-        .iter()
-        .find_map(|c| match &c.req.req {
-            Some(CReq::SetVersion(s)) if s.lease_ms > 0 => Some(c.to.clone()),
-            _ => None,
-        })
-        .expect("a grant");
+    let primary = h.grant_target(true).expect("a grant");
     let e = h.answer_calls(&[&primary]);
     let err = reply_for(&e, id)
         .unwrap()
