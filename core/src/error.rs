@@ -106,6 +106,9 @@ pub enum RpcError {
     Decode(String),
     #[error("message too large: {0} bytes")]
     TooLarge(usize),
+    /// A server could not take its address (in use, not this machine's, no permission).
+    #[error("cannot listen on {0}")]
+    Listen(String),
 }
 
 /// A storage operation that failed on a chunkserver's disk or the master's metadata store.

@@ -228,11 +228,11 @@ impl Transport for GrpcTransport {
                 .await
                 .ok()
                 .and_then(|mut a| a.next())
-                .ok_or_else(|| RpcError::Unreachable(format!("cannot resolve {addr}")))?;
+                .ok_or_else(|| RpcError::Listen(format!("{addr}: no such address")))?;
             // Bind here, so a port in use is an error now rather than in a background task.
             let listener = tokio::net::TcpListener::bind(sock)
                 .await
-                .map_err(|e| RpcError::Unreachable(format!("cannot listen on {addr}: {e}")))?;
+                .map_err(|e| RpcError::Listen(format!("{addr}: {e}")))?;
             let silent = this.limits.receive_timeout;
             let incoming = accept(listener, this.slots.clone(), this.open.clone(), silent);
             let (tx, rx) = mpsc::channel(QUEUE);

@@ -18,11 +18,32 @@ use tessera_core::runtime::{Runtime, Transport};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tessera");
 
+/// A port for a server to listen on. Not one the kernel hands out (`bind` to port 0,
+/// then released): the same range serves outgoing connections, so another process's
+/// client could take it before the server binds it, or while a killed server is down
+/// and before it comes back on its address. These come from below the ephemeral range
+/// (`ip_local_port_range` starts at 32768 by default), each one given out once per
+/// test binary, starting at a place that depends on the process id so two test
+/// binaries at once rarely meet, and checked free when given.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 12_000;
+    const HIGH: u32 = 32_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let _ = NEXT.compare_exchange(
+        0,
+        LOW + (std::process::id() * 97) % (HIGH - LOW),
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..(HIGH - LOW) {
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let port = LOW + (n - LOW) % (HIGH - LOW);
+        if TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+            return port as u16;
+        }
+    }
+    panic!("no free port in {LOW}..{HIGH}");
 }
 
 /// The master's chunk size; chunkservers learn it from the master.
@@ -267,10 +288,31 @@ fn report_until(c: &Cluster, within: Duration, what: &str, ok: impl Fn(&str) -> 
         }
         assert!(
             Instant::now() < until,
-            "waited {within:?} for {what}; last report:\n{text}"
+            "waited {within:?} for {what}; last report:\n{text}\n{}",
+            log_tails(&c.root)
         );
         std::thread::sleep(Duration::from_millis(500));
     }
+}
+
+/// The last lines of every server log under `root`, for a failure message.
+fn log_tails(root: &Path) -> String {
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(root)
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    logs.retain(|p| p.extension().is_some_and(|e| e == "log"));
+    logs.sort();
+    let mut out = String::new();
+    for p in logs {
+        let text = std::fs::read_to_string(&p).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        out += &format!("--- {} (last lines)\n", p.display());
+        for l in &lines[lines.len().saturating_sub(15)..] {
+            out += l;
+            out.push('\n');
+        }
+    }
+    out
 }
 
 fn wait_for(within: Duration, what: &str, mut ok: impl FnMut() -> bool) {
@@ -611,6 +653,21 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
     assert!(
         err.contains(&format!("the master at {nobody} did not answer for 2s"))
             && !err.contains("tessera dev"),
+        "{err}"
+    );
+
+    // A server whose address is taken says so and stops (before it does anything).
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = Command::new(BIN)
+        .args(["chunkserver", "--master", &nobody, "--data-dir"])
+        .arg(root.join("taken"))
+        .args(["--listen", &addr])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains(&format!("cannot listen on {addr}: ")),
         "{err}"
     );
 

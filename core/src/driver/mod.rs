@@ -66,7 +66,7 @@ impl Observer for Tracing {
 pub enum DriverError {
     #[error("storage failed: {0}")]
     Store(#[from] StoreError),
-    #[error("cannot listen: {0}")]
+    #[error("{0}")]
     Listen(#[from] crate::error::RpcError),
     #[error("recovery failed: {0}")]
     Recovery(String),
