@@ -583,9 +583,9 @@ impl<R: Runtime, T: Transport> Client<R, T> {
 
     /// Appends `data` at the file's end, as a plain write, and returns where it went. The
     /// master picks the offset ([`Client::reserve_append`]), so concurrent appends each
-    /// land whole, in some order, never over one another. An append that fails, or
-    /// whose reservation had to be asked for again (a lost reply), may leave a region
-    /// of its length that reads as zeros. Do not mix with record appends on one file:
+    /// land whole, in some order, never over one another. An append that fails may
+    /// leave a region of its length that reads as zeros (one: a reservation asked for
+    /// again after a lost reply gets the same region). Do not mix with record appends on one file:
     /// a record append may land inside a region reserved and not yet written.
     pub async fn append(&self, path: &str, data: Bytes) -> Result<u64, FsError> {
         let at = self.reserve_append(path, data.len() as u64).await?;
@@ -602,10 +602,14 @@ impl<R: Runtime, T: Transport> Client<R, T> {
     /// file's length.
     pub async fn reserve_append(&self, path: &str, length: u64) -> Result<u64, FsError> {
         self.forget(path);
+        // One token for every attempt: a request asked again after a lost reply gets
+        // the region the first one was given.
+        let token = self.rt.random_u64() | 1;
         match self
             .master(Req::ReserveAppend(pb::ReserveAppendRequest {
                 path: path.into(),
                 length,
+                token,
             }))
             .await?
         {

@@ -750,6 +750,13 @@ async fn plain_append(
     start: madsim::time::Instant,
 ) -> bool {
     let data = pattern(run.id, seq, 1 + rand() % max);
+    checks
+        .lock()
+        .expect("checks")
+        .plain_appends
+        .get_mut(path)
+        .expect("plain append file")
+        .begin(data.len() as u64);
     match crashable(checks, client.append(path, data.clone())).await {
         Ok(at) => {
             run.ok += 1;
@@ -788,7 +795,10 @@ async fn read_plain_appends(
     let verdict = {
         let mut c = checks.lock().expect("checks");
         c.reads_checked += 1;
-        c.plain_appends[path].check(&got, 0, u64::MAX, rs)
+        let model = &c.plain_appends[path];
+        model
+            .check_length(got.len() as u64)
+            .and_then(|()| model.check(&got, 0, u64::MAX, rs))
     };
     if let Err(e) = verdict {
         violation(checks, start, format!("{when}{path}: {e}"));

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::types::{ChunkHandle, LogSeq, Version};
 
+use super::append::{Reservation, Reservations};
 use super::chunks::ChunkTable;
 use super::namespace::{Namespace, Node};
 
@@ -26,6 +27,9 @@ pub struct Meta {
     /// The cluster's id (0 until its record is applied). Set once, by the first record of
     /// a log, and never changed: chunkservers hold the master to it.
     pub cluster_id: u64,
+    /// The latest plain-append reservations, by the appender's token: a retry gets its
+    /// region again (see `append.rs`).
+    pub appends: Reservations,
     /// The chunk size of files whose create record (or checkpoint entry) names none: the
     /// master's configured default when it recovers. Records made before files kept
     /// their own size have none; no cluster was deployed then, so this only serves old
@@ -52,6 +56,7 @@ impl Meta {
             retired: BTreeMap::new(),
             reserved: HashMap::new(),
             cluster_id: 0,
+            appends: Reservations::default(),
             default_chunk_size,
         }
     }
@@ -134,7 +139,25 @@ impl Meta {
                 let r = self.reserved.entry(o.handle).or_insert(o.version);
                 *r = (*r).max(o.version);
             }
-            Some(Op::SetLength(o)) => self.ns.set_length(&o.path, o.length, t)?,
+            Some(Op::SetLength(o)) => {
+                self.ns.set_length(&o.path, o.length, t)?;
+                if o.append_token != 0 {
+                    let length = o.length.checked_sub(o.append_offset).ok_or_else(|| {
+                        FsError::Internal(format!(
+                            "{}: append region from {} to {}",
+                            o.path, o.append_offset, o.length
+                        ))
+                    })?;
+                    self.appends.insert(
+                        o.append_token,
+                        Reservation {
+                            path: o.path.clone(),
+                            offset: o.append_offset,
+                            length,
+                        },
+                    );
+                }
+            }
             Some(Op::ClusterId(o)) => {
                 // A second id would turn away every chunkserver that took the first.
                 if self.cluster_id != 0 || o.cluster_id == 0 {
@@ -229,6 +252,16 @@ impl Meta {
             chunks,
             retired,
             reserved,
+            appends: self
+                .appends
+                .iter()
+                .map(|(token, r)| pb::AppendReservation {
+                    token,
+                    path: r.path.clone(),
+                    offset: r.offset,
+                    length: r.length,
+                })
+                .collect(),
         }
     }
 
@@ -291,6 +324,19 @@ impl Meta {
                 }
                 _ => return Err(bad(format!("reserved version of chunk {}", r.handle))),
             }
+        }
+        for a in &cp.appends {
+            if a.token == 0 || a.offset.checked_add(a.length).is_none() {
+                return Err(bad(format!("append reservation {:#x}", a.token)));
+            }
+            meta.appends.insert(
+                a.token,
+                Reservation {
+                    path: a.path.clone(),
+                    offset: a.offset,
+                    length: a.length,
+                },
+            );
         }
         Ok(meta)
     }

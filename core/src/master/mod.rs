@@ -11,7 +11,7 @@
 //!   step and all before it; the driver writes it after those records.
 
 mod admin;
-mod append;
+pub(crate) mod append;
 mod chunks;
 mod config;
 mod gc;
@@ -706,6 +706,7 @@ impl Master {
                     Op::SetLength(pb::SetLengthOp {
                         path,
                         length: r.length,
+                        ..Default::default()
                     }),
                 )
             }

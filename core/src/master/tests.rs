@@ -465,7 +465,80 @@ fn reserve(p: &str, length: u64) -> MReq {
     MReq::ReserveAppend(pb::ReserveAppendRequest {
         path: p.into(),
         length,
+        token: 0,
     })
+}
+
+fn reserve_as(p: &str, length: u64, token: u64) -> MReq {
+    MReq::ReserveAppend(pb::ReserveAppendRequest {
+        path: p.into(),
+        length,
+        token,
+    })
+}
+
+/// A reservation asked for again with its token (its reply was lost) gets the region it
+/// was given, from the live master, one recovered from its log, and one recovered from
+/// a checkpoint; the file does not grow. Without this a retried append left a hole of
+/// zeros of its length.
+#[test]
+fn a_reservation_asked_for_again_gets_the_same_region() {
+    let mut h = H::new();
+    assert!(is_ok(&h.call(create("/f"))));
+    assert_eq!(reserved_at(&h.call(reserve_as("/f", 100, 7))), Ok(0));
+    assert_eq!(reserved_at(&h.call(reserve_as("/f", 50, 9))), Ok(100));
+    // Asked again before its record is durable: the answer waits, and logs nothing.
+    let (id, e) = h.send(reserve_as("/f", 100, 7));
+    assert!(e.log.is_empty(), "a second reservation was logged");
+    assert_eq!(reserved_at(&reply_for(&e, id).unwrap()), Ok(0));
+    assert_eq!(length_of(&mut h, "/f"), 150);
+    // The same token for another region is an error, not a second region.
+    assert!(matches!(
+        reserved_at(&h.call(reserve_as("/f", 99, 7))),
+        Err(FsError::InvalidArgument(_))
+    ));
+    assert_eq!(length_of(&mut h, "/f"), 150);
+
+    let m = Master::recover(cfg(), Time(0), None, h.log.clone()).unwrap();
+    let mut r = recovered(m, Time(0));
+    assert_eq!(reserved_at(&r.call(reserve_as("/f", 50, 9))), Ok(100));
+    assert_eq!(reserved_at(&r.call(reserve_as("/f", 100, 7))), Ok(0));
+    assert_eq!(length_of(&mut r, "/f"), 150);
+
+    let cp = h.m.meta().checkpoint(h.m.last_seq());
+    let m = Master::recover(cfg(), Time(0), Some(&cp), vec![]).unwrap();
+    assert_eq!(m.meta().fingerprint(), h.m.meta().fingerprint());
+    let mut r = recovered(m, Time(0));
+    assert_eq!(reserved_at(&r.call(reserve_as("/f", 100, 7))), Ok(0));
+    assert_eq!(reserved_at(&r.call(reserve_as("/f", 10, 11))), Ok(150));
+    assert_eq!(length_of(&mut r, "/f"), 160);
+
+    // The file made again at the path: the old region is not there; a new one is given.
+    assert!(is_ok(&h.call(delete("/f"))));
+    assert!(is_ok(&h.call(create("/f"))));
+    assert_eq!(reserved_at(&h.call(reserve_as("/f", 100, 7))), Ok(0));
+    assert_eq!(reserved_at(&h.call(reserve_as("/f", 100, 7))), Ok(0));
+    assert_eq!(length_of(&mut h, "/f"), 100);
+    assert!(h.m.is_quiescent());
+}
+
+/// The master remembers a bounded number of reservations, oldest forgotten first.
+#[test]
+fn reservations_kept_are_bounded() {
+    use crate::master::append::{RESERVATIONS_KEPT, Reservation, Reservations};
+    let mut r = Reservations::default();
+    let at = |offset| Reservation {
+        path: "/f".into(),
+        offset,
+        length: 1,
+    };
+    for t in 1..=(RESERVATIONS_KEPT as u64 + 2) {
+        r.insert(t, at(t));
+    }
+    assert!(r.get(1).is_none() && r.get(2).is_none());
+    assert_eq!(r.get(3), Some(&at(3)));
+    assert_eq!(r.iter().count(), RESERVATIONS_KEPT);
+    assert_eq!(r.iter().next().map(|(t, _)| t), Some(3));
 }
 
 /// The offset a reservation's reply gives, or its error.
@@ -1243,8 +1316,25 @@ fn recovery_rejects_gaps_and_bad_records() {
         retired: vec![],
         reserved: vec![],
         cluster_id: 1,
+        appends: vec![],
     };
     assert!(Master::recover(cfg(), Time(0), Some(&cp), vec![]).is_err());
+    // An append reservation without a token, or whose region passes the largest offset.
+    for (token, offset) in [(0, 1), (5, u64::MAX)] {
+        let cp = pb::Checkpoint {
+            through_seq: 1,
+            next_handle: 1,
+            cluster_id: 1,
+            appends: vec![pb::AppendReservation {
+                token,
+                path: "/x".into(),
+                offset,
+                length: 2,
+            }],
+            ..Default::default()
+        };
+        assert!(Master::recover(cfg(), Time(0), Some(&cp), vec![]).is_err());
+    }
 }
 
 // ---- property tests -------------------------------------------------------------------

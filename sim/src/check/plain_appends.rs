@@ -5,6 +5,11 @@
 //! ever writes there: an acknowledged append is never overwritten, and its bytes must
 //! show in any read that began after it was acknowledged. Bytes outside acknowledged
 //! regions are not judged here (a failed append may leave zeros or part of its data).
+//!
+//! Each append reserves its region once, however often it has to ask (a lost reply is
+//! asked for again with the same token), so the file is never longer than the appends
+//! begun so far put together: a longer file holds a region given out twice, zeros no
+//! failed append accounts for.
 
 use bytes::Bytes;
 
@@ -12,9 +17,29 @@ use bytes::Bytes;
 pub struct PlainAppends {
     /// Acknowledged appends: the offset returned, the bytes, and when (true ms).
     acked: Vec<(u64, Bytes, i64)>,
+    /// Bytes of every append begun so far, acknowledged, failed or still going.
+    begun: u64,
 }
 
 impl PlainAppends {
+    /// An append of `len` bytes is about to ask for its region.
+    pub fn begin(&mut self, len: u64) {
+        self.begun += len;
+    }
+
+    /// Judges the file's length, read when the appends begun so far are all there are
+    /// (the read has returned): no longer than their bytes together.
+    pub fn check_length(&self, length: u64) -> Result<(), String> {
+        if length > self.begun {
+            return Err(format!(
+                "the file is {length} bytes, but the appends begun so far add up to {}: \
+                 a region was given out twice",
+                self.begun
+            ));
+        }
+        Ok(())
+    }
+
     pub fn acked(&mut self, at: u64, data: Bytes, when: i64) {
         self.acked.push((at, data, when));
     }
@@ -75,5 +100,16 @@ mod tests {
         assert_eq!(a.check(b"bc", 3, 5, 11), Ok(1));
         assert!(a.check(b"bx", 3, 5, 11).is_err());
         assert_eq!(a.check(b"\0\0", 0, 2, 11), Ok(0));
+    }
+
+    #[test]
+    fn a_file_longer_than_its_appends_is_refused() {
+        let mut a = PlainAppends::default();
+        assert_eq!(a.check_length(0), Ok(()));
+        a.begin(3);
+        a.begin(2);
+        assert_eq!(a.check_length(5), Ok(()));
+        assert_eq!(a.check_length(3), Ok(()));
+        assert!(a.check_length(6).is_err());
     }
 }
