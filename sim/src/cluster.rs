@@ -13,7 +13,7 @@ use madsim::task::NodeId;
 use madsim::time::Instant;
 use tessera_core::chunkserver::ChunkserverConfig;
 use tessera_core::client::{Client, ClientConfig};
-use tessera_core::driver::{chunkserver, master};
+use tessera_core::driver::{DriverError, chunkserver, master};
 use tessera_core::master::MasterConfig;
 
 use crate::check::{Shared, observer::SimObserver};
@@ -219,10 +219,14 @@ impl Cluster {
                     async move {
                         if let Err(e) = master::run(rt, net, store, opts, obs).await {
                             let t = start.elapsed().as_millis() as i64;
-                            checks
-                                .lock()
-                                .expect("checks")
-                                .violation(t, format!("master stopped: {e}"));
+                            let mut c = checks.lock().expect("checks");
+                            match (&c.log_damage, &e) {
+                                (Some(d), DriverError::Recovery(m)) => {
+                                    tracing::info!(t, damage = %d, "master refused: {m}");
+                                    c.master_refusals += 1;
+                                }
+                                _ => c.violation(t, format!("master stopped: {e}")),
+                            }
                         }
                     }
                 })

@@ -79,7 +79,11 @@ impl FaultMix {
             (self.server_crashes, "server_crashes", &["crash"]),
             (self.partitions, "partitions", &["partition"]),
             (self.master_cut, "master_cut", &["partition", "one_way"]),
-            (self.master_restarts, "master_restarts", &["master_crash"]),
+            (
+                self.master_restarts,
+                "master_restarts",
+                &["master_crash", "log_damage"],
+            ),
             (self.corruption, "corruption", &["bit_flip", "meta_flip"]),
             (self.full_disks, "full_disks", &["full_disk"]),
             (self.slow_disks, "slow_disks", &["slow_disk"]),
@@ -165,6 +169,13 @@ pub struct Scheduler {
     mix: FaultMix,
     impaired: Vec<Option<Impairment>>,
     master_down_until: Option<i64>,
+    /// A value of the master's log damaged while it was down (see `damage_log`), and
+    /// when it is to be restored once the master was seen to refuse it.
+    log_damage: Option<crate::metastore::Damage>,
+    repair_log_at: Option<i64>,
+    /// When the master was started again on the damaged log.
+    restarted_on_damage: Option<i64>,
+    log_damages: u32,
     pub log: Vec<String>,
     wiped: bool,
     /// Links cut between two nodes (by their places in `Cluster::node_ids`), and until
@@ -210,6 +221,10 @@ impl Scheduler {
             mix: m,
             impaired: vec![None; servers],
             master_down_until: None,
+            log_damage: None,
+            repair_log_at: None,
+            restarted_on_damage: None,
+            log_damages: 0,
             log: Vec::new(),
             wiped: false,
             links: Vec::new(),
@@ -285,7 +300,55 @@ impl Scheduler {
                 .master_chunk_size
                 .load(std::sync::atomic::Ordering::Relaxed);
             self.note(cluster, format!("restart master (chunk size {size})"));
+            if self.log_damage.is_some() {
+                // Long enough for recovery to have read the log and stopped.
+                self.repair_log_at = Some(now + 1_000 + (rand() % 2_000) as i64);
+                self.restarted_on_damage = Some(now);
+            }
         }
+        if self.repair_log_at.is_some_and(|at| at <= now) {
+            self.repair_log(cluster);
+        }
+    }
+
+    /// While the master is down, damages one durable value of its log (a bit flipped or
+    /// the value cut short), as a failing disk might. The master must refuse to start on
+    /// it; [`Scheduler::repair_log`] then checks it did, and restores the value.
+    fn damage_log(&mut self, cluster: &mut Cluster) {
+        let Some(d) = cluster.master_store.damage(rand()) else {
+            return;
+        };
+        let key = String::from_utf8_lossy(&d.key).into_owned();
+        let what = format!("{} of log key {key:?}", d.what);
+        cluster.checks.lock().expect("checks").log_damage = Some(what.clone());
+        cluster.count_fault("log_damage", 1);
+        self.log_damages += 1;
+        self.log_damage = Some(d);
+        self.note(cluster, format!("damage the master's log: {what}"));
+    }
+
+    /// The operator's part after a damaged log: the master must have refused to start
+    /// on it (a master that started served a namespace built from a damaged record);
+    /// then the value is restored from a copy and the master started again.
+    fn repair_log(&mut self, cluster: &mut Cluster) {
+        self.repair_log_at = None;
+        self.restarted_on_damage = None;
+        let Some(d) = self.log_damage.take() else {
+            return;
+        };
+        let t = cluster.true_ms();
+        {
+            let mut c = cluster.checks.lock().expect("checks");
+            let what = c.log_damage.take().unwrap_or_default();
+            if c.master_refusals == 0 {
+                c.violation(t, format!("the master started on a damaged log ({what})"));
+            }
+            c.master_refusals = 0;
+        }
+        cluster.master_store.restore(&d);
+        cluster.kill_master();
+        cluster.restart_master();
+        self.note(cluster, "restore the master's log; restart master".into());
     }
 
     /// One scheduling step: maybe inject a fault.
@@ -308,7 +371,7 @@ impl Scheduler {
             options.push(2);
             options.push(9);
         }
-        if m.master_restarts && self.master_down_until.is_none() {
+        if m.master_restarts && self.master_down_until.is_none() && self.log_damage.is_none() {
             options.push(3);
         }
         if m.corruption && free && !cluster.servers[pick].disk.chunks().is_empty() {
@@ -393,6 +456,10 @@ impl Scheduler {
                 let down = 500 + (rand() % 5_000) as i64;
                 self.master_down_until = Some(now + down);
                 self.note(cluster, format!("crash master for {down}ms"));
+                // Now and then its disk damaged the log too (twice a run at most).
+                if self.log_damages < 2 && rand().is_multiple_of(10) {
+                    self.damage_log(cluster);
+                }
             }
             4 => {
                 // Many blocks of many copies on this server, data or checksums; only
@@ -595,6 +662,20 @@ impl Scheduler {
         cluster.net.set(0, 0);
         cluster.checks.lock().expect("checks").client_crash_permille = 0;
         cluster.master_store.set_delay(Duration::ZERO);
+        let now = cluster.true_ms();
+        if self.restarted_on_damage.is_some_and(|t| t < now) {
+            // The master was restarted on the damaged log at an earlier step.
+            self.repair_log(cluster);
+        } else if let Some(d) = self.log_damage.take() {
+            // Not restarted on it, or only just now: nothing to judge yet; the log is
+            // restored.
+            self.repair_log_at = None;
+            self.restarted_on_damage = None;
+            cluster.checks.lock().expect("checks").log_damage = None;
+            cluster.kill_master();
+            cluster.master_store.restore(&d);
+            self.note(cluster, "restore the master's log".into());
+        }
         cluster.restart_master();
         cluster.reconnect(cluster.master_id);
         self.master_down_until = None;

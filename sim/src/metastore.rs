@@ -56,6 +56,62 @@ impl SimMetaStore {
     }
 }
 
+/// A durable value damaged by [`SimMetaStore::damage`]: its key, what it held, what it
+/// holds now, and how it was damaged.
+#[derive(Clone, Debug)]
+pub struct Damage {
+    pub key: Vec<u8>,
+    pub was: Bytes,
+    pub now: Bytes,
+    pub what: String,
+}
+
+impl SimMetaStore {
+    /// Damages one durable value as a failing disk under the store might: a bit
+    /// flipped (three times in four) or the value cut short. `r` picks which and where.
+    /// Nothing if the store holds nothing.
+    pub fn damage(&self, r: u64) -> Option<Damage> {
+        let mut s = self.0.lock().expect("meta lock");
+        let n = s.durable.len() as u64;
+        let (key, was) = s
+            .durable
+            .iter()
+            .nth((r % n.max(1)) as usize)
+            .map(|(k, v)| (k.clone(), v.clone()))?;
+        let at = (r >> 20) as usize;
+        let mut now = was.to_vec();
+        let what = if (r >> 16).is_multiple_of(4) && !now.is_empty() {
+            now.truncate(at % now.len());
+            format!("cut to {} of {} bytes", now.len(), was.len())
+        } else if now.is_empty() {
+            return None;
+        } else {
+            let bit = at % (now.len() * 8);
+            now[bit / 8] ^= 1 << (bit % 8);
+            format!("bit {bit} of {} bytes flipped", was.len())
+        };
+        let now = Bytes::from(now);
+        s.durable.insert(key.clone(), now.clone());
+        s.written.insert(key.clone(), now.clone());
+        Some(Damage {
+            key,
+            was,
+            now,
+            what,
+        })
+    }
+
+    /// Puts back what `d` damaged (an operator restoring the log), if the value is still
+    /// the damaged one.
+    pub fn restore(&self, d: &Damage) {
+        let mut s = self.0.lock().expect("meta lock");
+        if s.durable.get(&d.key) == Some(&d.now) {
+            s.durable.insert(d.key.clone(), d.was.clone());
+            s.written.insert(d.key.clone(), d.was.clone());
+        }
+    }
+}
+
 impl MetaStore for SimMetaStore {
     fn write(&mut self, batch: Batch) -> impl Future<Output = Result<(), StoreError>> + Send {
         let mut s = self.0.lock().expect("meta lock");

@@ -3,6 +3,12 @@
 //! The op log lives in the store as `log/<seq, 8 bytes big-endian>` → record, and the
 //! latest checkpoint as `checkpoint`. Writing a checkpoint deletes the records it covers
 //! in the same batch.
+//!
+//! Each value is sealed ([`seal`]): a format byte, the CRC32C of the encoded message,
+//! then the message. A bit flipped or a value cut short on the disk under the store is
+//! found at recovery, and the master refuses to start rather than serve a namespace
+//! built from a damaged record (a record that still decodes would be believed). The
+//! operator restores the log; nothing is dropped silently.
 
 use std::collections::HashMap;
 use std::task::Poll;
@@ -28,6 +34,53 @@ pub fn log_key(seq: LogSeq) -> Vec<u8> {
     let mut k = LOG_PREFIX.to_vec();
     k.extend_from_slice(&seq.to_be_bytes());
     k
+}
+
+/// The first byte of a sealed value. Values written before values were sealed start
+/// with a field tag of their message; no tag the two messages use lies one bit away
+/// from it, so a flip of this byte is never taken for an old value.
+const SEALED: u8 = 0xC5;
+
+/// First bytes of values written before sealing: a `LogRecord` or `Checkpoint` encoding
+/// starts with the tag of its lowest set field (1-11, varint or length-delimited).
+const UNSEALED_FIRST: &[u8] = &[
+    0x08, 0x10, 0x12, 0x1a, 0x22, 0x2a, 0x32, 0x38, 0x3a, 0x42, 0x4a, 0x52, 0x5a,
+];
+
+/// `msg` as stored: [`SEALED`], CRC32C of the encoding (little-endian), the encoding.
+pub fn seal(msg: &impl Message) -> Bytes {
+    let body = msg.encode_to_vec();
+    let mut v = Vec::with_capacity(5 + body.len());
+    v.push(SEALED);
+    v.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+    v.extend_from_slice(&body);
+    Bytes::from(v)
+}
+
+/// The message a stored value holds, checked against its checksum. A value from before
+/// sealing (see [`UNSEALED_FIRST`]) is taken as it is: it cannot be checked.
+pub fn unseal<T: Message + Default>(v: &[u8]) -> Result<T, String> {
+    let body = match v.first() {
+        Some(&SEALED) => {
+            let (sum, body) = v
+                .get(1..5)
+                .zip(v.get(5..))
+                .ok_or_else(|| format!("cut short: {} bytes", v.len()))?;
+            let want = u32::from_le_bytes(sum.try_into().expect("four bytes"));
+            let got = crc32c::crc32c(body);
+            if got != want {
+                return Err(format!(
+                    "checksum mismatch ({} bytes: stored {want:#010x}, computed {got:#010x})",
+                    v.len()
+                ));
+            }
+            body
+        }
+        Some(b) if UNSEALED_FIRST.contains(b) => v,
+        Some(b) => return Err(format!("unknown format (first byte {b:#04x})")),
+        None => return Err("empty".into()),
+    };
+    T::decode(body).map_err(|e| format!("does not decode: {e}"))
 }
 
 #[derive(Clone, Debug)]
@@ -56,6 +109,12 @@ pub async fn recover<M: MetaStore>(
     now: crate::Time,
 ) -> Result<(Master, LogSeq), DriverError> {
     let bad = |what: String| DriverError::Recovery(what);
+    let damaged = |what: String, e: String| {
+        DriverError::Recovery(format!(
+            "the master's log is damaged: {what}: {e}; refusing to start on it \
+             (restore the data directory from a copy)"
+        ))
+    };
     let checkpoint = match store
         .scan(CHECKPOINT_KEY)
         .await?
@@ -63,7 +122,7 @@ pub async fn recover<M: MetaStore>(
         .find(|(k, _)| k == CHECKPOINT_KEY)
     {
         Some((_, v)) => {
-            Some(pb::Checkpoint::decode(v).map_err(|e| bad(format!("checkpoint: {e}")))?)
+            Some(unseal::<pb::Checkpoint>(&v).map_err(|e| damaged("checkpoint".into(), e))?)
         }
         None => None,
     };
@@ -73,7 +132,8 @@ pub async fn recover<M: MetaStore>(
             .try_into()
             .map_err(|_| bad(format!("log key {k:?}")))?;
         let seq = u64::from_be_bytes(seq);
-        let rec = pb::LogRecord::decode(v).map_err(|e| bad(format!("log record {seq}: {e}")))?;
+        let rec =
+            unseal::<pb::LogRecord>(&v).map_err(|e| damaged(format!("log record {seq}"), e))?;
         tail.push((seq, rec));
     }
     let records = tail.len();
@@ -130,7 +190,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
         let mut last = None;
         let mut checkpoint = carried_checkpoint.take();
         for (seq, rec) in carried.drain(..) {
-            batch.push((log_key(seq), Some(Bytes::from(rec.encode_to_vec()))));
+            batch.push((log_key(seq), Some(seal(&rec))));
             last = Some(seq);
         }
         let mut ev = if batch.is_empty() && checkpoint.is_none() {
@@ -169,7 +229,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
             };
             let effects = step(&rt, &mut master, &mut observer, input);
             for (seq, rec) in &effects.log {
-                batch.push((log_key(*seq), Some(Bytes::from(rec.encode_to_vec()))));
+                batch.push((log_key(*seq), Some(seal(rec))));
                 last = Some(*seq);
             }
             if effects.checkpoint.is_some() {
@@ -185,10 +245,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
             batch.retain(|(k, _)| {
                 !(k.starts_with(LOG_PREFIX) && k.as_slice() <= log_key(through).as_slice())
             });
-            batch.push((
-                CHECKPOINT_KEY.to_vec(),
-                Some(Bytes::from(cp.encode_to_vec())),
-            ));
+            batch.push((CHECKPOINT_KEY.to_vec(), Some(seal(&cp))));
             batch.extend((low_seq..=through).map(|seq| (log_key(seq), None)));
             low_seq = through + 1;
         }
@@ -282,5 +339,107 @@ fn dispatch<R: Runtime, T: Transport>(
                 });
             let _ = tx.unbounded_send(Event::CallResult(call.id, result));
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb::log_record::Op;
+    use crate::runtime::MetaStore;
+    use crate::testkit::MemMetaStore;
+
+    fn rec(time_ms: u64, op: Op) -> pb::LogRecord {
+        pb::LogRecord {
+            time_ms,
+            op: Some(op),
+        }
+    }
+
+    fn mkdir(p: &str) -> Op {
+        Op::Mkdir(pb::MkdirOp { path: p.into() })
+    }
+
+    /// CRC32C finds every flipped bit of a value (the format byte and the checksum
+    /// included) and every cut; a value from before sealing is still read.
+    #[test]
+    fn a_sealed_value_shows_every_flipped_bit_and_every_cut() {
+        let r = rec(1234, mkdir("/some/dir"));
+        let v = seal(&r);
+        assert_eq!(unseal::<pb::LogRecord>(&v), Ok(r.clone()));
+        for bit in 0..v.len() * 8 {
+            let mut bad = v.to_vec();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert!(unseal::<pb::LogRecord>(&bad).is_err(), "bit {bit}");
+        }
+        for len in 0..v.len() {
+            assert!(unseal::<pb::LogRecord>(&v[..len]).is_err(), "cut to {len}");
+        }
+        assert_eq!(unseal::<pb::LogRecord>(&r.encode_to_vec()), Ok(r.clone()));
+        let cp = pb::Checkpoint {
+            through_seq: 3,
+            ..Default::default()
+        };
+        assert_eq!(
+            unseal::<pb::Checkpoint>(&cp.encode_to_vec()),
+            Ok(cp.clone())
+        );
+        assert_eq!(unseal::<pb::Checkpoint>(&seal(&cp)), Ok(cp));
+    }
+
+    /// A record that still decodes after a bit flips in it (a directory's name changes)
+    /// is refused at recovery, as is a damaged checkpoint; the store is left as it was.
+    #[test]
+    fn a_master_refuses_to_start_on_a_damaged_log() {
+        let mut store = MemMetaStore::default();
+        let records = [
+            rec(1, Op::ClusterId(pb::ClusterIdOp { cluster_id: 7 })),
+            rec(2, mkdir("/a")),
+        ];
+        let batch = records
+            .iter()
+            .zip(1..)
+            .map(|(r, seq)| (log_key(seq), Some(seal(r))))
+            .collect();
+        let start = |store: &mut MemMetaStore| {
+            futures::executor::block_on(recover(store, MasterConfig::default(), crate::Time(0)))
+        };
+        futures::executor::block_on(async {
+            store.write(batch).await.unwrap();
+            store.sync().await.unwrap();
+        });
+        let (m, _) = start(&mut store).expect("a sound log");
+        assert!(m.meta().ns.dir_id("/a").is_ok());
+
+        // '/a' becomes '/c': still a valid record.
+        let mut v = seal(&records[1]).to_vec();
+        let at = v.len() - 1;
+        v[at] ^= 0b10;
+        assert_eq!(
+            pb::LogRecord::decode(&v[5..]).map(|r| r.op),
+            Ok(Some(mkdir("/c")))
+        );
+        futures::executor::block_on(store.write(vec![(log_key(2), Some(v.into()))])).unwrap();
+        let err = start(&mut store).map(|_| ()).unwrap_err().to_string();
+        assert!(
+            err.contains("log is damaged: log record 2: checksum mismatch"),
+            "{err}"
+        );
+
+        let mut cp = seal(&pb::Checkpoint {
+            through_seq: 2,
+            next_handle: 1,
+            cluster_id: 7,
+            ..Default::default()
+        })
+        .to_vec();
+        cp[6] ^= 1;
+        futures::executor::block_on(store.write(vec![
+            (log_key(2), Some(seal(&records[1]))),
+            (CHECKPOINT_KEY.to_vec(), Some(cp.into())),
+        ]))
+        .unwrap();
+        let err = start(&mut store).map(|_| ()).unwrap_err().to_string();
+        assert!(err.contains("log is damaged: checkpoint: "), "{err}");
     }
 }

@@ -28,6 +28,11 @@ pub struct Checks {
     pub leases: leases::LeaseBoard,
     pub versions: versions::Versions,
     pub replication: replication::ReplicationReport,
+    /// Set while the master's log holds a damaged value (what and where); a master
+    /// that stops at recovery then counts in `master_refusals`, not as a violation.
+    pub log_damage: Option<String>,
+    /// Times the master refused to start on a damaged log.
+    pub master_refusals: u64,
     /// Counters for the run's summary.
     pub steps: u64,
     pub reads_checked: u64,
