@@ -51,7 +51,10 @@ impl MasterHarness {
             self.now,
             Input::Request {
                 id,
-                req: pb::MasterRequest { req: Some(req) },
+                req: pb::MasterRequest {
+                    req: Some(req),
+                    ..Default::default()
+                },
             },
         );
         loop {

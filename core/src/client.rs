@@ -164,8 +164,9 @@ impl<R: Runtime, T: Transport> Client<R, T> {
 
     // ---- master calls -----------------------------------------------------------------
 
-    async fn master_once(&self, req: &Req) -> Result<Resp, FsError> {
+    async fn master_once(&self, req: &Req, token: u64) -> Result<Resp, FsError> {
         let body = pb::MasterRequest {
+            token,
             req: Some(req.clone()),
         }
         .encode_to_vec();
@@ -193,12 +194,17 @@ impl<R: Runtime, T: Transport> Client<R, T> {
     }
 
     /// Calls the master, retrying while the failure is `Unavailable` (unreachable master,
-    /// lease settling). A retried mutation may have been applied the first time; such an
-    /// outcome (e.g. `AlreadyExists` after a lost reply) is the caller's to judge.
+    /// lease settling). Every attempt carries the same token, so a mutation whose first
+    /// attempt was done but whose reply was lost is answered as it was then (the master's
+    /// retry cache), not done again; only a call that fails for good leaves its outcome
+    /// unknown.
     async fn master(&self, req: Req) -> Result<Resp, FsError> {
         let mut retry = self.retry();
+        // One token for every attempt: a mutation asked again after a lost reply is
+        // answered as the first attempt was, not done twice.
+        let token = self.rt.random_u64() | 1;
         loop {
-            match self.master_once(&req).await {
+            match self.master_once(&req, token).await {
                 Err(e @ FsError::Unavailable(_)) => {
                     if !retry.pause(&self.rt, "master call", &e).await {
                         return Err(e);
@@ -602,14 +608,10 @@ impl<R: Runtime, T: Transport> Client<R, T> {
     /// file's length.
     pub async fn reserve_append(&self, path: &str, length: u64) -> Result<u64, FsError> {
         self.forget(path);
-        // One token for every attempt: a request asked again after a lost reply gets
-        // the region the first one was given.
-        let token = self.rt.random_u64() | 1;
         match self
             .master(Req::ReserveAppend(pb::ReserveAppendRequest {
                 path: path.into(),
                 length,
-                token,
             }))
             .await?
         {
@@ -623,8 +625,7 @@ impl<R: Runtime, T: Transport> Client<R, T> {
     /// a random number), which `write` is given, and renamed to `path` once `write`
     /// succeeds. The rename fails if `path` exists, so of two puts to one path at once
     /// at most one succeeds, and that one leaves its own bytes there; the other fails
-    /// with `AlreadyExists` and removes what it wrote, as any failed put does. (A put
-    /// whose rename was applied but whose reply was lost fails with its file in place.)
+    /// with `AlreadyExists` and removes what it wrote, as any failed put does.
     pub async fn put_with<E, F, Fut>(
         &self,
         path: &str,

@@ -724,7 +724,11 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
             length: u64::MAX,
         }),
     ] {
-        let body = pb::MasterRequest { req: Some(req) }.encode_to_vec();
+        let body = pb::MasterRequest {
+            req: Some(req),
+            ..Default::default()
+        }
+        .encode_to_vec();
         let r = pb::MasterResponse::decode(call(&c.master_addr, body)).unwrap();
         assert!(r.error.is_some(), "{r:?}");
     }

@@ -460,6 +460,7 @@ impl Cluster {
                     cluster_id,
                     changing: vec![],
                 })),
+                ..Default::default()
             };
             (self.master_addr.clone(), req.encode_to_vec())
         } else {

@@ -611,6 +611,7 @@ async fn explain(client: &C, path: &str, off: u64, want: u64, got: &[u8], f: &Fi
             first_index: 0,
             count: 0,
         })),
+        ..Default::default()
     };
     let Ok(bytes) = call(master.to_string(), req.encode_to_vec()).await else {
         return "master unreachable".into();
@@ -1222,6 +1223,7 @@ async fn get_chunks(client: &C, path: &str) -> Result<tessera_core::pb::GetChunk
             first_index: 0,
             count: 0,
         })),
+        ..Default::default()
     };
     let deadline = rt.now() + Duration::from_secs(5);
     let bytes = net

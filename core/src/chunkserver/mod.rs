@@ -917,6 +917,7 @@ impl Chunkserver {
                 server_id: self.server_id,
                 cluster_id: self.cluster_id,
             })),
+            ..Default::default()
         };
         self.call(Dest::Master, Outgoing::Master(req), CallCtx::ReportCorrupt);
     }
@@ -2100,6 +2101,7 @@ impl Chunkserver {
                 cluster_id: self.cluster_id,
                 changing,
             })),
+            ..Default::default()
         };
         self.call(
             Dest::Master,

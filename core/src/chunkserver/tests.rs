@@ -294,13 +294,14 @@ fn corrupt_block_never_leaves_and_is_reported() {
     // A read of a clean block still works; the bad block is refused.
     assert_eq!(h.read(3, 0, 10).unwrap().len(), 10);
     assert!(matches!(h.read(3, 99_990, 20), Err(FsError::Corrupt(_))));
-    let reported = h.calls.iter().any(|c| matches!(&c.req, Outgoing::Master(pb::MasterRequest { req: Some(MReq::ReportCorrupt(r)) }) if r.handle == 3));
+    let reported = h.calls.iter().any(|c| matches!(&c.req, Outgoing::Master(pb::MasterRequest { req: Some(MReq::ReportCorrupt(r)), .. }) if r.handle == 3));
     assert!(reported, "master not told");
     // Never served again, even the clean block, and not reported in heartbeats.
     assert!(matches!(h.read(3, 0, 10), Err(FsError::Corrupt(_))));
     h.run(Input::Tick);
     let Outgoing::Master(pb::MasterRequest {
         req: Some(MReq::Heartbeat(hb)),
+        ..
     }) = &h.calls.last().unwrap().req
     else {
         panic!()
@@ -609,6 +610,7 @@ fn heartbeat_reports_and_deletes_on_command() {
     let c = h.calls.pop().unwrap();
     let Outgoing::Master(pb::MasterRequest {
         req: Some(MReq::Heartbeat(hb)),
+        ..
     }) = &c.req
     else {
         panic!()
@@ -671,6 +673,7 @@ fn extensions(h: &mut H) -> Vec<u64> {
     let c = h.calls.pop().unwrap();
     let Outgoing::Master(pb::MasterRequest {
         req: Some(MReq::Heartbeat(hb)),
+        ..
     }) = c.req
     else {
         panic!()
@@ -1352,7 +1355,7 @@ fn scrubber_finds_corruption_in_an_idle_chunk_before_any_read() {
         h.now = h.now + scrub;
         h.calls.clear();
         h.run(Input::Tick);
-        reported |= h.calls.iter().any(|c| matches!(&c.req, Outgoing::Master(pb::MasterRequest { req: Some(MReq::ReportCorrupt(r)) }) if r.handle == 2));
+        reported |= h.calls.iter().any(|c| matches!(&c.req, Outgoing::Master(pb::MasterRequest { req: Some(MReq::ReportCorrupt(r)), .. }) if r.handle == 2));
     }
     assert!(reported, "the scrubber did not report chunk 2");
     assert!(h.cs.corrupt.contains(&2));
@@ -1710,6 +1713,7 @@ fn heartbeat_capacity_is_capped_by_the_disk_free_space() {
         let c = h.calls.pop().expect("a heartbeat");
         let Outgoing::Master(pb::MasterRequest {
             req: Some(MReq::Heartbeat(hb)),
+            ..
         }) = &c.req
         else {
             panic!("{:?}", c.req)
@@ -1754,7 +1758,8 @@ impl H {
                 matches!(
                     c.req,
                     Outgoing::Master(pb::MasterRequest {
-                        req: Some(MReq::Heartbeat(_))
+                        req: Some(MReq::Heartbeat(_)),
+                        ..
                     })
                 )
             })
@@ -1762,6 +1767,7 @@ impl H {
         let c = self.calls.remove(at);
         let Outgoing::Master(pb::MasterRequest {
             req: Some(MReq::Heartbeat(hb)),
+            ..
         }) = c.req
         else {
             unreachable!()

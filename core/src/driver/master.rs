@@ -352,6 +352,7 @@ mod tests {
     fn rec(time_ms: u64, op: Op) -> pb::LogRecord {
         pb::LogRecord {
             time_ms,
+            token: 0,
             op: Some(op),
         }
     }

@@ -12,62 +12,13 @@
 //! A region whose writer fails or dies stays a hole: it reads as zeros, as any
 //! unwritten part of a file does.
 //!
-//! A reply can be lost after the record is durable, and the client asks again. Each
-//! append carries a token the client drew for it; the record names the token and the
-//! region, and the master keeps the latest [`RESERVATIONS_KEPT`] of them (rebuilt on
-//! replay, kept in checkpoints), so a second request with the same token gets the same
-//! region back instead of leaving the first as a hole.
-
-use std::collections::{HashMap, VecDeque};
+//! A reply can be lost after the record is durable, and the client asks again: the
+//! retry cache (`retries.rs`) answers it with the region given the first time.
 
 use super::locks::{LockSet, Mode};
 use super::{Master, RequestId, ok};
 use crate::error::FsError;
 use crate::pb::{self, log_record::Op, master_response::Resp};
-
-/// How many reservations the master remembers for retries. A client asks again within
-/// its retry time (90 s by default); at 700 appends a second this covers that.
-pub const RESERVATIONS_KEPT: usize = 65_536;
-
-/// A region given to a plain append.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Reservation {
-    pub path: String,
-    pub offset: u64,
-    pub length: u64,
-}
-
-/// The latest reservations by token, oldest dropped first. Part of the master's
-/// persistent state ([`super::meta::Meta`]): a retry may reach a restarted master.
-#[derive(Debug, Default)]
-pub struct Reservations {
-    by_token: HashMap<u64, Reservation>,
-    order: VecDeque<u64>,
-}
-
-impl Reservations {
-    pub fn get(&self, token: u64) -> Option<&Reservation> {
-        self.by_token.get(&token)
-    }
-
-    /// Remembers `r` under `token` (not 0), forgetting the oldest beyond the bound.
-    pub fn insert(&mut self, token: u64, r: Reservation) {
-        assert_ne!(token, 0, "token 0 means none");
-        if self.by_token.insert(token, r).is_none() {
-            self.order.push_back(token);
-        }
-        while self.order.len() > RESERVATIONS_KEPT {
-            let old = self.order.pop_front().expect("not empty");
-            self.by_token.remove(&old);
-        }
-        debug_assert_eq!(self.order.len(), self.by_token.len());
-    }
-
-    /// Oldest first, as checkpoints keep them.
-    pub fn iter(&self) -> impl Iterator<Item = (u64, &Reservation)> {
-        self.order.iter().map(|t| (*t, &self.by_token[t]))
-    }
-}
 
 impl Master {
     pub(super) fn on_reserve_append(
@@ -80,40 +31,17 @@ impl Master {
         if !self.lock(&set) {
             return Ok(false);
         }
-        let length_now = match self.meta.ns.file(&path) {
+        let offset = match self.meta.ns.file(&path) {
             Ok(f) => f.length,
             Err(e) => {
                 self.locks.release(&set);
                 return Err(e);
             }
         };
-        let answer = |offset| {
-            Some((
-                id,
-                ok(Resp::ReserveAppend(pb::ReserveAppendResponse { offset })),
-            ))
-        };
-        // Asked again: the region given the first time, if the file still covers it
-        // (its record may not be durable yet: answer once everything logged is).
-        if let Some(was) = self.meta.appends.get(r.token).filter(|_| r.token != 0) {
-            if was.path != path || was.length != r.length {
-                self.locks.release(&set);
-                return Err(FsError::InvalidArgument(format!(
-                    "append token {:#x} was given for {} bytes at {}",
-                    r.token, was.length, was.path
-                )));
-            }
-            if was.offset + was.length <= length_now {
-                let reply = answer(was.offset);
-                let last = self.last_seq;
-                self.hold(last, reply, Some(set));
-                return Ok(true);
-            }
-            // The file is not the one the region was cut from (deleted and made
-            // again): a new region, as for a first request.
-        }
-        let offset = length_now;
-        let reply = answer(offset);
+        let reply = Some((
+            id,
+            ok(Resp::ReserveAppend(pb::ReserveAppendResponse { offset })),
+        ));
         if r.length == 0 {
             // Nothing to reserve; but the length answered may come from a record not yet
             // durable: answer once everything logged so far is.
@@ -132,10 +60,9 @@ impl Master {
                 )));
             }
         };
-        match self.log(Op::SetLength(pb::SetLengthOp {
+        match self.log_for_request(Op::SetLength(pb::SetLengthOp {
             path: path.clone(),
             length: end,
-            append_token: r.token,
             append_offset: offset,
         })) {
             Ok((seq, _)) => {
@@ -145,12 +72,13 @@ impl Master {
                     "a reservation extends the file over its region"
                 );
                 assert!(
-                    r.token == 0
+                    self.request_token == 0
                         || self
                             .meta
-                            .appends
-                            .get(r.token)
-                            .is_some_and(|w| w.offset == offset),
+                            .retries
+                            .get(self.request_token)
+                            .and_then(|c| c.append)
+                            == Some((offset, r.length)),
                     "a reservation is remembered under its token"
                 );
                 self.hold(seq, reply, Some(set));

@@ -8,9 +8,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::types::{ChunkHandle, LogSeq, Version};
 
-use super::append::{Reservation, Reservations};
 use super::chunks::ChunkTable;
 use super::namespace::{Namespace, Node};
+use super::retries::{Completed, Retries};
 
 #[derive(Debug)]
 pub struct Meta {
@@ -27,9 +27,9 @@ pub struct Meta {
     /// The cluster's id (0 until its record is applied). Set once, by the first record of
     /// a log, and never changed: chunkservers hold the master to it.
     pub cluster_id: u64,
-    /// The latest plain-append reservations, by the appender's token: a retry gets its
-    /// region again (see `append.rs`).
-    pub appends: Reservations,
+    /// The latest requests completed with a token: asked again, they are answered as
+    /// before (see `retries.rs`).
+    pub retries: Retries,
     /// The chunk size of files whose create record (or checkpoint entry) names none: the
     /// master's configured default when it recovers. Records made before files kept
     /// their own size have none; no cluster was deployed then, so this only serves old
@@ -56,7 +56,7 @@ impl Meta {
             retired: BTreeMap::new(),
             reserved: HashMap::new(),
             cluster_id: 0,
-            appends: Reservations::default(),
+            retries: Retries::default(),
             default_chunk_size,
         }
     }
@@ -74,6 +74,13 @@ impl Meta {
     pub fn apply(&mut self, rec: &pb::LogRecord) -> Result<Applied, FsError> {
         let t = rec.time_ms;
         let mut out = Applied::default();
+        // Checked before anything changes: an error leaves the state as it was.
+        let done = match rec.token {
+            0 => None,
+            token => Some(rec.op.as_ref().and_then(Completed::of).ok_or_else(|| {
+                FsError::Internal(format!("token {token:#x} on a record no request makes"))
+            })?),
+        };
         match &rec.op {
             None => return Err(FsError::InvalidArgument("log record without an op".into())),
             Some(Op::Mkdir(o)) => self.ns.mkdir(&o.path, t)?,
@@ -140,23 +147,13 @@ impl Meta {
                 *r = (*r).max(o.version);
             }
             Some(Op::SetLength(o)) => {
-                self.ns.set_length(&o.path, o.length, t)?;
-                if o.append_token != 0 {
-                    let length = o.length.checked_sub(o.append_offset).ok_or_else(|| {
-                        FsError::Internal(format!(
-                            "{}: append region from {} to {}",
-                            o.path, o.append_offset, o.length
-                        ))
-                    })?;
-                    self.appends.insert(
-                        o.append_token,
-                        Reservation {
-                            path: o.path.clone(),
-                            offset: o.append_offset,
-                            length,
-                        },
-                    );
+                if o.append_offset > o.length {
+                    return Err(FsError::Internal(format!(
+                        "{}: append region from {} to {}",
+                        o.path, o.append_offset, o.length
+                    )));
                 }
+                self.ns.set_length(&o.path, o.length, t)?
             }
             Some(Op::ClusterId(o)) => {
                 // A second id would turn away every chunkserver that took the first.
@@ -182,6 +179,9 @@ impl Meta {
                         .insert((o.handle, o.address.clone()), o.version);
                 }
             }
+        }
+        if let Some(done) = done {
+            self.retries.insert(rec.token, done);
         }
         // Orders about versions the chunk has left, or chunks that are gone, are moot.
         if matches!(&rec.op, Some(Op::SetVersion(_)) | Some(Op::Remove(_))) {
@@ -252,14 +252,15 @@ impl Meta {
             chunks,
             retired,
             reserved,
-            appends: self
-                .appends
+            completed: self
+                .retries
                 .iter()
-                .map(|(token, r)| pb::AppendReservation {
+                .map(|(token, c)| pb::Completed {
                     token,
-                    path: r.path.clone(),
-                    offset: r.offset,
-                    length: r.length,
+                    path: c.path.clone(),
+                    offset: c.append.map_or(0, |a| a.0),
+                    length: c.append.map_or(0, |a| a.1),
+                    append: c.append.is_some(),
                 })
                 .collect(),
         }
@@ -325,16 +326,15 @@ impl Meta {
                 _ => return Err(bad(format!("reserved version of chunk {}", r.handle))),
             }
         }
-        for a in &cp.appends {
-            if a.token == 0 || a.offset.checked_add(a.length).is_none() {
-                return Err(bad(format!("append reservation {:#x}", a.token)));
+        for c in &cp.completed {
+            if c.token == 0 || c.offset.checked_add(c.length).is_none() {
+                return Err(bad(format!("completed request {:#x}", c.token)));
             }
-            meta.appends.insert(
-                a.token,
-                Reservation {
-                    path: a.path.clone(),
-                    offset: a.offset,
-                    length: a.length,
+            meta.retries.insert(
+                c.token,
+                Completed {
+                    path: c.path.clone(),
+                    append: c.append.then_some((c.offset, c.length)),
                 },
             );
         }

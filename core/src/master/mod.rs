@@ -11,7 +11,7 @@
 //!   step and all before it; the driver writes it after those records.
 
 mod admin;
-pub(crate) mod append;
+mod append;
 mod chunks;
 mod config;
 mod gc;
@@ -23,6 +23,7 @@ mod meta;
 mod namespace;
 mod placement;
 mod replication;
+pub(crate) mod retries;
 mod servers;
 
 #[cfg(test)]
@@ -142,6 +143,9 @@ pub struct Master {
     /// the log it recovered). No heartbeat reply names the id before it is durable: a
     /// chunkserver stores it for good, and a master that crashed first would make another.
     cluster_id_seq: LogSeq,
+    /// The token of the request being handled (0: none); the record that completes it
+    /// names it ([`Master::log_for_request`]).
+    request_token: u64,
     out: Effects,
 }
 
@@ -187,6 +191,7 @@ impl Master {
             retired_at: HashMap::new(),
             deferred_targets: BTreeMap::new(),
             cluster_id_seq: 0,
+            request_token: 0,
             out: Effects::default(),
         }
         .with_cluster_id()
@@ -308,8 +313,19 @@ impl Master {
 
     /// Applies `op` and logs it. On error nothing is logged.
     fn log(&mut self, op: Op) -> Result<(LogSeq, Applied), FsError> {
+        self.log_with(op, 0)
+    }
+
+    /// Logs the one record that completes the request being handled, naming its token
+    /// so that the request asked again is answered as now (see `retries.rs`).
+    fn log_for_request(&mut self, op: Op) -> Result<(LogSeq, Applied), FsError> {
+        self.log_with(op, self.request_token)
+    }
+
+    fn log_with(&mut self, op: Op, token: u64) -> Result<(LogSeq, Applied), FsError> {
         let rec = pb::LogRecord {
             time_ms: self.now.as_millis(),
+            token,
             op: Some(op),
         };
         let applied = self.meta.apply(&rec)?;
@@ -428,7 +444,28 @@ impl Master {
             self.reply_err(id, FsError::InvalidArgument("empty request".into()));
             return true;
         };
-        let result = match r {
+        let result = match self.answer_repeat(id, req, r) {
+            Some(answered) => answered,
+            None => {
+                if retries::mutation(r).is_some() {
+                    self.request_token = req.token;
+                }
+                let result = self.dispatch(id, r);
+                self.request_token = 0;
+                result
+            }
+        };
+        match result {
+            Ok(done) => done,
+            Err(e) => {
+                self.reply_err(id, e);
+                true
+            }
+        }
+    }
+
+    fn dispatch(&mut self, id: RequestId, r: &Req) -> Result<bool, FsError> {
+        match r {
             Req::Mkdir(r) => self.on_mkdir(id, r),
             Req::Create(r) => self.on_create(id, r),
             Req::Delete(r) => self.on_delete(id, r),
@@ -452,13 +489,6 @@ impl Master {
                 Ok(true)
             }
             Req::Fsck(r) => self.on_fsck(id, r),
-        };
-        match result {
-            Ok(done) => done,
-            Err(e) => {
-                self.reply_err(id, e);
-                true
-            }
         }
     }
 
@@ -467,13 +497,14 @@ impl Master {
         self.locks.try_acquire(set)
     }
 
-    /// Runs a one-record mutation under `set`: applied and logged, reply held until
-    /// durable; or refused, locks released and the error returned at once.
+    /// Runs a one-record mutation under `set`: applied and logged (naming the request's
+    /// token), reply held until durable; or refused, locks released and the error
+    /// returned at once.
     fn mutate(&mut self, id: RequestId, set: LockSet, op: Op) -> Result<bool, FsError> {
         if !self.lock(&set) {
             return Ok(false);
         }
-        match self.log(op) {
+        match self.log_for_request(op) {
             Ok((seq, _)) => {
                 self.hold(seq, Some((id, ok(Resp::Empty(pb::Empty {})))), Some(set));
                 Ok(true)

@@ -55,13 +55,28 @@ impl H {
 
     /// Sends a request; returns its id and the effects of that step alone.
     fn send(&mut self, req: MReq) -> (RequestId, Effects) {
+        self.send_as(req, 0)
+    }
+
+    /// Sends a request carrying `token` (see `retries.rs`).
+    fn send_as(&mut self, req: MReq, token: u64) -> (RequestId, Effects) {
         let id = self.next_id;
         self.next_id += 1;
         let e = self.step(Input::Request {
             id,
-            req: pb::MasterRequest { req: Some(req) },
+            req: pb::MasterRequest {
+                req: Some(req),
+                token,
+            },
         });
         (id, e)
+    }
+
+    /// A request carrying `token`, answered (syncing as needed).
+    fn call_as(&mut self, req: MReq, token: u64) -> pb::MasterResponse {
+        let (id, mut e) = self.send_as(req, token);
+        e.replies.extend(self.sync().replies);
+        reply_for(&e, id).unwrap_or_else(|| panic!("no reply to request {id}"))
     }
 
     /// One `LogSynced` step, through the last record.
@@ -233,6 +248,10 @@ fn is_ok(r: &pb::MasterResponse) -> bool {
     r.error.is_none()
 }
 
+fn err_of(r: &pb::MasterResponse) -> Option<FsError> {
+    r.error.as_ref().map(FsError::from_pb)
+}
+
 fn mkdir(p: &str) -> MReq {
     MReq::Mkdir(pb::MkdirRequest {
         path: p.into(),
@@ -334,7 +353,10 @@ fn malformed_requests_get_errors() {
     );
     let e = h.step(Input::Request {
         id: 99,
-        req: pb::MasterRequest { req: None },
+        req: pb::MasterRequest {
+            req: None,
+            ..Default::default()
+        },
     });
     assert!(reply_for(&e, 99).unwrap().error.is_some());
     let r = h.call(MReq::Create(pb::CreateRequest {
@@ -465,15 +487,6 @@ fn reserve(p: &str, length: u64) -> MReq {
     MReq::ReserveAppend(pb::ReserveAppendRequest {
         path: p.into(),
         length,
-        token: 0,
-    })
-}
-
-fn reserve_as(p: &str, length: u64, token: u64) -> MReq {
-    MReq::ReserveAppend(pb::ReserveAppendRequest {
-        path: p.into(),
-        length,
-        token,
     })
 }
 
@@ -485,60 +498,120 @@ fn reserve_as(p: &str, length: u64, token: u64) -> MReq {
 fn a_reservation_asked_for_again_gets_the_same_region() {
     let mut h = H::new();
     assert!(is_ok(&h.call(create("/f"))));
-    assert_eq!(reserved_at(&h.call(reserve_as("/f", 100, 7))), Ok(0));
-    assert_eq!(reserved_at(&h.call(reserve_as("/f", 50, 9))), Ok(100));
+    assert_eq!(reserved_at(&h.call_as(reserve("/f", 100), 7)), Ok(0));
+    assert_eq!(reserved_at(&h.call_as(reserve("/f", 50), 9)), Ok(100));
     // Asked again before its record is durable: the answer waits, and logs nothing.
-    let (id, e) = h.send(reserve_as("/f", 100, 7));
+    let (id, e) = h.send_as(reserve("/f", 100), 7);
     assert!(e.log.is_empty(), "a second reservation was logged");
     assert_eq!(reserved_at(&reply_for(&e, id).unwrap()), Ok(0));
     assert_eq!(length_of(&mut h, "/f"), 150);
     // The same token for another region is an error, not a second region.
     assert!(matches!(
-        reserved_at(&h.call(reserve_as("/f", 99, 7))),
+        reserved_at(&h.call_as(reserve("/f", 99), 7)),
         Err(FsError::InvalidArgument(_))
     ));
     assert_eq!(length_of(&mut h, "/f"), 150);
 
     let m = Master::recover(cfg(), Time(0), None, h.log.clone()).unwrap();
     let mut r = recovered(m, Time(0));
-    assert_eq!(reserved_at(&r.call(reserve_as("/f", 50, 9))), Ok(100));
-    assert_eq!(reserved_at(&r.call(reserve_as("/f", 100, 7))), Ok(0));
+    assert_eq!(reserved_at(&r.call_as(reserve("/f", 50), 9)), Ok(100));
+    assert_eq!(reserved_at(&r.call_as(reserve("/f", 100), 7)), Ok(0));
     assert_eq!(length_of(&mut r, "/f"), 150);
 
     let cp = h.m.meta().checkpoint(h.m.last_seq());
     let m = Master::recover(cfg(), Time(0), Some(&cp), vec![]).unwrap();
     assert_eq!(m.meta().fingerprint(), h.m.meta().fingerprint());
     let mut r = recovered(m, Time(0));
-    assert_eq!(reserved_at(&r.call(reserve_as("/f", 100, 7))), Ok(0));
-    assert_eq!(reserved_at(&r.call(reserve_as("/f", 10, 11))), Ok(150));
+    assert_eq!(reserved_at(&r.call_as(reserve("/f", 100), 7)), Ok(0));
+    assert_eq!(reserved_at(&r.call_as(reserve("/f", 10), 11)), Ok(150));
     assert_eq!(length_of(&mut r, "/f"), 160);
 
     // The file made again at the path: the old region is not there; a new one is given.
     assert!(is_ok(&h.call(delete("/f"))));
     assert!(is_ok(&h.call(create("/f"))));
-    assert_eq!(reserved_at(&h.call(reserve_as("/f", 100, 7))), Ok(0));
-    assert_eq!(reserved_at(&h.call(reserve_as("/f", 100, 7))), Ok(0));
+    assert_eq!(reserved_at(&h.call_as(reserve("/f", 100), 7)), Ok(0));
+    assert_eq!(reserved_at(&h.call_as(reserve("/f", 100), 7)), Ok(0));
     assert_eq!(length_of(&mut h, "/f"), 100);
     assert!(h.m.is_quiescent());
 }
 
-/// The master remembers a bounded number of reservations, oldest forgotten first.
+/// The master remembers a bounded number of completed requests, oldest forgotten first.
 #[test]
-fn reservations_kept_are_bounded() {
-    use crate::master::append::{RESERVATIONS_KEPT, Reservation, Reservations};
-    let mut r = Reservations::default();
-    let at = |offset| Reservation {
+fn completed_requests_kept_are_bounded() {
+    use crate::master::retries::{Completed, KEPT, Retries};
+    let mut r = Retries::default();
+    let at = |offset| Completed {
         path: "/f".into(),
-        offset,
-        length: 1,
+        append: Some((offset, 1)),
     };
-    for t in 1..=(RESERVATIONS_KEPT as u64 + 2) {
+    for t in 1..=(KEPT as u64 + 2) {
         r.insert(t, at(t));
     }
     assert!(r.get(1).is_none() && r.get(2).is_none());
     assert_eq!(r.get(3), Some(&at(3)));
-    assert_eq!(r.iter().count(), RESERVATIONS_KEPT);
+    assert_eq!(r.iter().count(), KEPT);
     assert_eq!(r.iter().next().map(|(t, _)| t), Some(3));
+}
+
+/// Creates, deletes, renames and mkdirs asked again with their token (the reply was
+/// lost) are answered as the first time, from the live master and after recovery from
+/// the log or a checkpoint; nothing is done twice. Without the retry cache each repeat
+/// fails because of its own first attempt (AlreadyExists, NotFound).
+#[test]
+fn a_mutation_asked_for_again_is_answered_as_before() {
+    let mut h = H::new();
+    let done = |h: &mut H, req: MReq, token: u64| is_ok(&h.call_as(req, token));
+    assert!(done(&mut h, mkdir("/d"), 1));
+    assert!(done(&mut h, create("/d/a"), 2));
+    assert!(done(&mut h, rename("/d/a", "/d/b"), 3));
+    assert!(done(&mut h, create("/d/c"), 4));
+    assert!(done(&mut h, delete("/d/c"), 5));
+    let records = h.log.len();
+    // Asked again: the same answers, no record.
+    for (req, token) in [
+        (mkdir("/d"), 1),
+        (create("/d/a"), 2),
+        (rename("/d/a", "/d/b"), 3),
+        (create("/d/c"), 4),
+        (delete("/d/c"), 5),
+    ] {
+        assert!(done(&mut h, req.clone(), token), "{req:?} asked again");
+    }
+    assert_eq!(h.log.len(), records, "a repeat was logged");
+    // With a new token they are done again, and fail.
+    assert!(matches!(
+        err_of(&h.call_as(create("/d/b"), 6)),
+        Some(FsError::AlreadyExists(_))
+    ));
+    assert!(matches!(
+        err_of(&h.call_as(delete("/d/c"), 7)),
+        Some(FsError::NotFound(_))
+    ));
+    // A token used for another request is refused.
+    assert!(matches!(
+        err_of(&h.call_as(create("/d/x"), 2)),
+        Some(FsError::InvalidArgument(_))
+    ));
+    // A refused request is not remembered: asked again, it is done again.
+    assert!(done(&mut h, create("/d/c"), 7));
+    assert_eq!(listing(&mut h, "/d", false), vec!["/d/b", "/d/c"]);
+
+    for from_checkpoint in [false, true] {
+        let m = if from_checkpoint {
+            let cp = h.m.meta().checkpoint(h.m.last_seq());
+            Master::recover(cfg(), Time(0), Some(&cp), vec![]).unwrap()
+        } else {
+            Master::recover(cfg(), Time(0), None, h.log.clone()).unwrap()
+        };
+        assert_eq!(m.meta().fingerprint(), h.m.meta().fingerprint());
+        let mut r = recovered(m, Time(0));
+        let records = r.log.len();
+        assert!(done(&mut r, create("/d/a"), 2));
+        assert!(done(&mut r, rename("/d/a", "/d/b"), 3));
+        assert!(done(&mut r, delete("/d/c"), 5));
+        assert_eq!(r.log.len(), records);
+        assert_eq!(listing(&mut r, "/d", false), vec!["/d/b", "/d/c"]);
+    }
 }
 
 /// The offset a reservation's reply gives, or its error.
@@ -1271,6 +1344,7 @@ fn a_create_record_without_a_chunk_size_takes_the_default() {
         1,
         pb::LogRecord {
             time_ms: 0,
+            token: 0,
             op: Some(Op::Create(pb::CreateOp {
                 path: "/old".into(),
                 replication: 3,
@@ -1297,6 +1371,7 @@ fn recovery_rejects_gaps_and_bad_records() {
         1,
         pb::LogRecord {
             time_ms: 0,
+            token: 0,
             op: Some(Op::Remove(pb::RemoveOp {
                 path: "/nope".into(),
             })),
@@ -1316,20 +1391,21 @@ fn recovery_rejects_gaps_and_bad_records() {
         retired: vec![],
         reserved: vec![],
         cluster_id: 1,
-        appends: vec![],
+        completed: vec![],
     };
     assert!(Master::recover(cfg(), Time(0), Some(&cp), vec![]).is_err());
-    // An append reservation without a token, or whose region passes the largest offset.
+    // A completed request without a token, or an append region past the largest offset.
     for (token, offset) in [(0, 1), (5, u64::MAX)] {
         let cp = pb::Checkpoint {
             through_seq: 1,
             next_handle: 1,
             cluster_id: 1,
-            appends: vec![pb::AppendReservation {
+            completed: vec![pb::Completed {
                 token,
                 path: "/x".into(),
                 offset,
                 length: 2,
+                append: true,
             }],
             ..Default::default()
         };
@@ -2388,6 +2464,7 @@ fn the_cluster_id_is_made_once_and_survives_recovery() {
         next,
         pb::LogRecord {
             time_ms: 0,
+            token: 0,
             op: Some(Op::ClusterId(pb::ClusterIdOp { cluster_id: 5 })),
         },
     ));
@@ -2565,10 +2642,13 @@ fn invariants_hold_and_their_check_catches_a_broken_promise() {
     // More requests waiting than the bound allows.
     let mut broken = H::new();
     for i in 0..=broken.m.cfg.max_queued as u64 {
-        broken
-            .m
-            .queued
-            .push_back((i, pb::MasterRequest { req: None }));
+        broken.m.queued.push_back((
+            i,
+            pb::MasterRequest {
+                req: None,
+                ..Default::default()
+            },
+        ));
     }
     let e = broken.m.check_invariants().expect_err("an overfull queue");
     assert!(e.contains("queued"), "{e}");

@@ -187,6 +187,7 @@ impl Observer for SimObserver {
         for call in &effects.calls {
             if let cs::Outgoing::Master(tessera_core::pb::MasterRequest {
                 req: Some(tessera_core::pb::master_request::Req::ReportCorrupt(r)),
+                ..
             }) = &call.req
             {
                 if r.by_scrubber {

@@ -1,0 +1,148 @@
+//! Requests asked for twice: the retry cache.
+//!
+//! A client retries a call whose reply did not come, and the first attempt may have been
+//! done: its record durable, its reply lost. Done again, a create would fail with
+//! `AlreadyExists` because of itself, a delete with `NotFound`, a rename would fail with
+//! its file already moved, and a plain append would take a second region. So every call
+//! carries a token the client drew once for it (`MasterRequest.token`), the record of a
+//! mutation that succeeded names it (`LogRecord.token`), and the master keeps the latest
+//! [`KEPT`] of them, rebuilt on replay and kept in checkpoints: a mutation asked again
+//! with a token it knows is answered as the first time, and nothing is done.
+//!
+//! Only success is remembered: a mutation refused changed nothing, so asked again it is
+//! simply done again (and may succeed now). A request lost with a master that crashed
+//! before its record was durable left no record and no token; asked again, it is done.
+
+use std::collections::{HashMap, VecDeque};
+
+use super::{Master, RequestId, ok};
+use crate::error::FsError;
+use crate::pb::{self, log_record::Op, master_request::Req, master_response::Resp};
+
+/// How many completed requests the master remembers. A client asks again within its
+/// retry time (90 s by default); at 700 mutations a second this covers that.
+pub const KEPT: usize = 65_536;
+
+/// A request that succeeded, as its record tells it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Completed {
+    /// The path the request named first (a rename's source).
+    pub path: String,
+    /// A plain append's region: (offset, length).
+    pub append: Option<(u64, u64)>,
+}
+
+impl Completed {
+    /// What a record made for a request with a token says of it; None for records no
+    /// request with a token makes.
+    pub fn of(op: &Op) -> Option<Completed> {
+        let (path, append) = match op {
+            Op::Mkdir(o) => (&o.path, None),
+            Op::Create(o) => (&o.path, None),
+            Op::Rename(o) => (&o.src, None),
+            Op::Remove(o) => (&o.path, None),
+            Op::SetLength(o) => (
+                &o.path,
+                Some((o.append_offset, o.length.checked_sub(o.append_offset)?)),
+            ),
+            _ => return None,
+        };
+        Some(Completed {
+            path: path.clone(),
+            append,
+        })
+    }
+}
+
+/// The latest completed requests by token, oldest forgotten first. Part of the master's
+/// persistent state ([`super::meta::Meta`]): a retry may reach a restarted master.
+#[derive(Debug, Default)]
+pub struct Retries {
+    by_token: HashMap<u64, Completed>,
+    order: VecDeque<u64>,
+}
+
+impl Retries {
+    pub fn get(&self, token: u64) -> Option<&Completed> {
+        self.by_token.get(&token)
+    }
+
+    /// Remembers `c` under `token` (not 0), forgetting the oldest beyond [`KEPT`].
+    pub fn insert(&mut self, token: u64, c: Completed) {
+        assert_ne!(token, 0, "token 0 means none");
+        if self.by_token.insert(token, c).is_none() {
+            self.order.push_back(token);
+        }
+        while self.order.len() > KEPT {
+            let old = self.order.pop_front().expect("not empty");
+            self.by_token.remove(&old);
+        }
+        debug_assert_eq!(self.order.len(), self.by_token.len());
+    }
+
+    /// Oldest first, as checkpoints keep them.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &Completed)> {
+        self.order.iter().map(|t| (*t, &self.by_token[t]))
+    }
+}
+
+/// The path a mutation names first, and the append length it asks for; None for calls
+/// that change nothing or that are safe to do twice (mkdir -p, extending a file).
+pub(super) fn mutation(r: &Req) -> Option<(&str, Option<u64>)> {
+    match r {
+        Req::Mkdir(m) if !m.parents => Some((&m.path, None)),
+        Req::Create(c) => Some((&c.path, None)),
+        Req::Delete(d) => Some((&d.path, None)),
+        Req::Rename(r) => Some((&r.src, None)),
+        Req::ReserveAppend(a) => Some((&a.path, Some(a.length))),
+        _ => None,
+    }
+}
+
+impl Master {
+    /// Answers a mutation asked again with the token of one that succeeded, as it was
+    /// answered then, once everything logged is durable (the first record may not be
+    /// yet). None: not a repeat; do the request.
+    pub(super) fn answer_repeat(
+        &mut self,
+        id: RequestId,
+        req: &pb::MasterRequest,
+        r: &Req,
+    ) -> Option<Result<bool, FsError>> {
+        if req.token == 0 {
+            return None;
+        }
+        let (path, append) = mutation(r)?;
+        let done = self.meta.retries.get(req.token)?;
+        let path = match crate::path::normalize(path) {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e)),
+        };
+        let same = done.path == path && done.append.map(|(_, len)| len) == append;
+        if !same {
+            return Some(Err(FsError::InvalidArgument(format!(
+                "request token {:#x} was used for another request",
+                req.token
+            ))));
+        }
+        let resp = match done.append {
+            // The file made again since (deleted, created anew): not the region given
+            // then; a new one, as for a first request.
+            Some((offset, len))
+                if self
+                    .meta
+                    .ns
+                    .file(&path)
+                    .is_ok_and(|f| f.length >= offset + len) =>
+            {
+                Resp::ReserveAppend(pb::ReserveAppendResponse { offset })
+            }
+            Some(_) => return None,
+            None => Resp::Empty(pb::Empty {}),
+        };
+        tracing::debug!(token = req.token, %path, "asked again; answered as before");
+        let last = self.last_seq;
+        self.hold(last, Some((id, ok(resp))), None);
+        Some(Ok(true))
+    }
+}
