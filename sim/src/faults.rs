@@ -245,6 +245,17 @@ impl Scheduler {
         self.log.push(format!("t={}ms {what}", cluster.true_ms()));
     }
 
+    /// Tells the checks which servers are impaired now (see [`Checks::spare_copy`]).
+    ///
+    /// [`Checks::spare_copy`]: crate::check::Checks::spare_copy
+    fn publish(&self, cluster: &Cluster) {
+        let set = (0..self.impaired.len())
+            .filter(|&i| self.impaired[i].is_some())
+            .map(|i| cluster.servers[i].addr.clone())
+            .collect();
+        cluster.checks.lock().expect("checks").impaired = set;
+    }
+
     /// Ends impairments whose time is up.
     fn expire(&mut self, cluster: &mut Cluster) {
         let now = cluster.true_ms();
@@ -353,12 +364,24 @@ impl Scheduler {
 
     /// One scheduling step: maybe inject a fault.
     pub fn step(&mut self, cluster: &mut Cluster) {
+        self.inject(cluster);
+        self.publish(cluster);
+    }
+
+    fn inject(&mut self, cluster: &mut Cluster) {
         self.expire(cluster);
         let now = cluster.true_ms();
         let n = self.impaired.len();
         let pick = (rand() % n as u64) as usize;
         let span = 1_000 + (rand() % 15_000) as i64;
-        let free = self.impaired[pick].is_none() && self.budget(cluster) > 0;
+        self.publish(cluster);
+        let free = self.impaired[pick].is_none()
+            && self.budget(cluster) > 0
+            && cluster
+                .checks
+                .lock()
+                .expect("checks")
+                .may_impair(&cluster.servers[pick].addr);
         let m = self.mix;
         let mut options: Vec<u8> = Vec::new();
         if m.server_crashes && free {
@@ -680,6 +703,7 @@ impl Scheduler {
         cluster.reconnect(cluster.master_id);
         self.master_down_until = None;
         NetSim::current().update_config(|c| *c = madsim::net::Config::default());
+        self.publish(cluster);
         self.note(cluster, "heal".into());
     }
 }

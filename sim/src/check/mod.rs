@@ -63,6 +63,9 @@ pub struct Checks {
     /// (server, chunk) copies whose bytes the run corrupted on purpose (see
     /// `corruption.rs`).
     pub corrupted: HashSet<(String, u64)>,
+    /// Servers the fault scheduler has impaired now (dead, cut off, disk full or stuck,
+    /// holding corrupted data): a copy there is no spare.
+    pub impaired: HashSet<String>,
     /// Of every thousand client operations, how many the client crashes in the middle of
     /// (`workload::crashable`); set by the fault scheduler.
     pub client_crash_permille: u64,
@@ -83,6 +86,13 @@ impl Checks {
     /// the version has fewer than R copies, so the R−1 budget is per chunk, not per
     /// server.
     pub fn spare_copy(&self, server: &str, h: u64) -> bool {
+        self.spare_copy_without(server, h, None)
+    }
+
+    /// As [`Checks::spare_copy`], with `also` (a server about to be impaired) not
+    /// counted either. A spare must be on a server not impaired now: a copy on a full or
+    /// dead server misses the next version and is deleted as stale.
+    fn spare_copy_without(&self, server: &str, h: u64, also: Option<&str>) -> bool {
         let want = self
             .versions
             .master_version(h)
@@ -91,9 +101,23 @@ impl Checks {
         let listed = self.listed.get(&h).map_or(&[][..], Vec::as_slice);
         self.versions.holders(h).iter().any(|(s, v)| {
             s != server
+                && Some(s.as_str()) != also
                 && *v >= want
                 && listed.contains(s)
+                && !self.impaired.contains(s)
                 && !self.corrupted.contains(&(s.clone(), h))
+        })
+    }
+
+    /// Whether `server` may be impaired without leaving a chunk with a corrupted copy
+    /// with no intact copy on a server that is not impaired: the R−1 budget holds per
+    /// chunk, and a corrupted copy already spends one of it (a chunk may also have fewer
+    /// than R copies, written while servers were down).
+    pub fn may_impair(&self, server: &str) -> bool {
+        self.corrupted.iter().all(|(s, h)| {
+            s == server
+                || self.versions.server_version(s, *h).is_none()
+                || self.spare_copy_without(s, *h, Some(server))
         })
     }
 
