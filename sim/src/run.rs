@@ -62,6 +62,7 @@ pub struct Outcome {
     pub steps: u64,
     pub reads_checked: u64,
     pub listings_checked: u64,
+    pub ns_ops_checked: u64,
     pub ops_ok: u64,
     pub ops_failed: u64,
     pub records_checked: u64,
@@ -234,6 +235,9 @@ async fn world(sc: Scenario, seed: u64) -> Outcome {
                 c.listings_checked, sc.shape.clients
             ));
         }
+        if matches!(sc.workload.kind, workload::Kind::Shared { .. }) && c.ns_ops_checked == 0 {
+            missing.push("no namespace operation on the shared directory checked".into());
+        }
         let acked = c.appends.values().any(|a| !a.acked.is_empty());
         if matches!(sc.workload.kind, workload::Kind::Appends { .. })
             && acked
@@ -267,6 +271,7 @@ async fn world(sc: Scenario, seed: u64) -> Outcome {
         steps: c.steps,
         reads_checked: c.reads_checked,
         listings_checked: c.listings_checked,
+        ns_ops_checked: c.ns_ops_checked,
         ops_ok: runs.iter().map(|r| r.ok).sum(),
         ops_failed: runs.iter().map(|r| r.errors).sum(),
         records_checked: c.records_checked,

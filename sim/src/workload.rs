@@ -21,6 +21,7 @@ use tessera_core::record;
 
 use crate::check::Shared;
 use crate::check::model::{FileModel, Model};
+use crate::check::namespace::{NAMES, NsOp, Outcome};
 use crate::net::SimNet;
 use crate::runtime::SimRuntime;
 
@@ -144,11 +145,13 @@ pub async fn setup(client: &C, w: &Workload, checks: &Shared) {
             c.puts.insert(p, Default::default());
         }
     }
-    while !matches!(
-        client.mkdir("/shared", true).await,
-        Ok(()) | Err(FsError::AlreadyExists(_))
-    ) {
-        madsim::time::sleep(Duration::from_millis(500)).await;
+    for dir in ["/shared", NS_DIR] {
+        while !matches!(
+            client.mkdir(dir, true).await,
+            Ok(()) | Err(FsError::AlreadyExists(_))
+        ) {
+            madsim::time::sleep(Duration::from_millis(500)).await;
+        }
     }
     let appended = plain_append_paths(w);
     for p in paths.iter().chain(&appended) {
@@ -288,6 +291,14 @@ async fn reserved(
     }
 }
 
+/// Waits until a call that failed can no longer take effect: a request of it may still
+/// be on its way when its client gave up (the client crashed, or a link holds it until
+/// just before its deadline, at most the longest RPC timeout), or wait at the master for
+/// a lock. Asking before that may see the state from before it lands.
+async fn settle() {
+    madsim::time::sleep(Duration::from_secs(5)).await;
+}
+
 async fn create(client: &C, run: &mut ClientRun, path: &str, checks: &Shared) {
     match crashable(checks, client.create(path, 0)).await {
         Ok(()) => {
@@ -298,7 +309,8 @@ async fn create(client: &C, run: &mut ClientRun, path: &str, checks: &Shared) {
         }
         Err(_) => {
             run.errors += 1;
-            // A lost reply may hide a success: ask.
+            // A lost reply may hide a success: ask, once the call can no longer land.
+            settle().await;
             match client.stat(path).await {
                 Ok(_) => {
                     run.model
@@ -320,6 +332,7 @@ async fn delete(client: &C, run: &mut ClientRun, path: &str, checks: &Shared) {
         }
         Err(_) => {
             run.errors += 1;
+            settle().await;
             match client.stat(path).await {
                 Ok(_) => {}
                 Err(FsError::NotFound(_)) => {
@@ -343,6 +356,7 @@ async fn rename(client: &C, run: &mut ClientRun, from: &str, to: &str, checks: &
         }
         Err(_) => {
             run.errors += 1;
+            settle().await;
             match (client.stat(from).await, client.stat(to).await) {
                 (Err(FsError::NotFound(_)), Ok(_)) => Some(true),
                 (Ok(_), Err(FsError::NotFound(_))) => Some(false),
@@ -730,11 +744,130 @@ async fn shared_run(
                 .get_mut(&path)
                 .expect("shared file")
                 .end(n, now_ms(start), ok);
+        } else if roll >= 600 {
+            ns_op(client, run, checks, start).await;
         } else {
             let off = rand() % w.max_file;
             let len = 1 + rand() % (2 * w.max_write);
             read_shared(client, run, &path, off, len, checks, start, "").await;
         }
+    }
+}
+
+// ---- namespace operations of several clients on one directory ---------------------------
+
+/// The directory shared clients create, delete, rename, stat and list names in.
+const NS_DIR: &str = "/shared/ns";
+
+fn ns_name(n: u8) -> String {
+    format!("{NS_DIR}/n{n}")
+}
+
+fn ns_outcome<T>(r: &Result<T, FsError>) -> Outcome {
+    match r {
+        Ok(_) => Outcome::Ok,
+        Err(FsError::AlreadyExists(_)) => Outcome::Exists,
+        Err(FsError::NotFound(_)) => Outcome::Missing,
+        Err(_) => Outcome::Unknown,
+    }
+}
+
+/// One namespace operation on [`NS_DIR`], recorded for the linearizability check
+/// ([`crate::check::namespace`]).
+async fn ns_op(client: &C, run: &mut ClientRun, checks: &Shared, start: madsim::time::Instant) {
+    let a = (rand() % u64::from(NAMES)) as u8;
+    let b = (a + 1 + (rand() % u64::from(NAMES - 1)) as u8) % NAMES;
+    let op = match rand() % 10 {
+        0..=2 => NsOp::Create(a),
+        3..=4 => NsOp::Delete(a),
+        5..=6 => NsOp::Rename(a, b),
+        7..=8 => NsOp::Stat(a),
+        _ => NsOp::List,
+    };
+    let n = checks
+        .lock()
+        .expect("checks")
+        .namespace
+        .begin(run.id, now_ms(start), op);
+    let outcome = match op {
+        NsOp::Create(a) => ns_outcome(&crashable(checks, client.create(&ns_name(a), 0)).await),
+        NsOp::Delete(a) => ns_outcome(&crashable(checks, client.delete(&ns_name(a), false)).await),
+        NsOp::Rename(a, b) => {
+            ns_outcome(&crashable(checks, client.rename(&ns_name(a), &ns_name(b))).await)
+        }
+        NsOp::Stat(a) => ns_outcome(&crashable(checks, client.stat(&ns_name(a))).await),
+        NsOp::List => match crashable(checks, client.list(NS_DIR, false)).await {
+            Ok(listed) => ns_listed(&listed, checks, start),
+            Err(_) => Outcome::Unknown,
+        },
+    };
+    if outcome == Outcome::Unknown {
+        run.errors += 1;
+    } else {
+        run.ok += 1;
+    }
+    checks
+        .lock()
+        .expect("checks")
+        .namespace
+        .end(n, now_ms(start), outcome);
+}
+
+/// A listing of [`NS_DIR`] as the set of names it shows; a name no client uses is a
+/// violation of its own.
+fn ns_listed(
+    listed: &[tessera_core::pb::FileInfo],
+    checks: &Shared,
+    start: madsim::time::Instant,
+) -> Outcome {
+    let mut names = 0u8;
+    for e in listed {
+        let n = e
+            .path
+            .strip_prefix(NS_DIR)
+            .and_then(|r| r.strip_prefix("/n"))
+            .and_then(|n| n.parse::<u8>().ok())
+            .filter(|&n| n < NAMES && !e.is_dir);
+        match n {
+            Some(n) => names |= 1 << n,
+            None => violation(
+                checks,
+                start,
+                format!("{NS_DIR} lists {}, which no client makes", e.path),
+            ),
+        }
+    }
+    Outcome::Listed(names)
+}
+
+/// After healing: one more listing of [`NS_DIR`], then the whole history must be
+/// linearizable.
+async fn verify_ns(client: &C, run: &mut ClientRun, checks: &Shared, start: madsim::time::Instant) {
+    let at = now_ms(start);
+    let outcome = match patiently(|| client.list(NS_DIR, false)).await {
+        Ok(listed) => ns_listed(&listed, checks, start),
+        Err(e) => {
+            violation(
+                checks,
+                start,
+                format!("after healing, {NS_DIR} cannot be listed: {e}"),
+            );
+            return;
+        }
+    };
+    run.ok += 1;
+    let verdict = {
+        let mut c = checks.lock().expect("checks");
+        let n = c.namespace.begin(run.id, at, NsOp::List);
+        c.namespace.end(n, now_ms(start), outcome);
+        let verdict = c.namespace.check();
+        c.ns_ops_checked = c.namespace.definite() as u64;
+        verdict
+    };
+    match verdict {
+        Ok(true) => {}
+        Ok(false) => tracing::warn!("the namespace history has too many orders to check"),
+        Err(e) => violation(checks, start, format!("after healing, {e}")),
     }
 }
 
@@ -1123,6 +1256,9 @@ pub async fn verify_shared(
     }
     for (n, path) in put_paths(w).iter().enumerate() {
         verify_puts(client, run, path, n, checks, start).await;
+    }
+    if matches!(w.kind, Kind::Shared { .. }) {
+        verify_ns(client, run, checks, start).await;
     }
 }
 

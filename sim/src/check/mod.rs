@@ -9,6 +9,7 @@ pub mod history;
 pub mod leases;
 pub mod locations;
 pub mod model;
+pub mod namespace;
 pub mod observer;
 pub mod plain_appends;
 pub mod puts;
@@ -38,6 +39,10 @@ pub struct Checks {
     pub reads_checked: u64,
     /// Directory listings compared with the namespace model.
     pub listings_checked: u64,
+    /// Shared clients' operations on one directory, checked for linearizability.
+    pub namespace: namespace::NsHistory,
+    /// Of those, how many had a known answer, once the check ran (0: it did not run).
+    pub ns_ops_checked: u64,
     pub writes_acked: u64,
     /// Files many clients write at once, by path.
     pub histories: BTreeMap<String, history::History>,
