@@ -1,0 +1,152 @@
+//! Data pushed ahead of writes: kept in bounded buffers by id, passed down the chain, and
+//! dropped when unused for long.
+
+use super::*;
+
+impl Chunkserver {
+    /// A piece of pushed data: keep it, and pass it down the chain.
+    pub(super) fn on_push(&mut self, id: RequestId, r: pb::PushDataRequest) {
+        if let Err(e) = self.keep_piece(&r) {
+            return self.out.replies.push((id, err(e)));
+        }
+        let Some((next, rest)) = r.chain.split_first() else {
+            return self.out.replies.push((id, empty()));
+        };
+        let req = pb::ChunkRequest {
+            req: Some(Req::Push(pb::PushDataRequest {
+                data_id: r.data_id,
+                offset: r.offset,
+                total: r.total,
+                piece: r.piece.clone(),
+                chain: rest.to_vec(),
+            })),
+        };
+        self.call(
+            Dest::Peer(next.clone()),
+            Outgoing::Chunk(req),
+            CallCtx::PushForward {
+                id,
+                to: next.clone(),
+            },
+        );
+    }
+
+    pub(super) fn keep_piece(&mut self, r: &pb::PushDataRequest) -> Result<(), FsError> {
+        let end = r.offset.checked_add(r.piece.len() as u64);
+        if r.data_id == 0
+            || r.total == 0
+            || r.total > MAX_CHUNK_SIZE
+            || end.is_none_or(|e| e > r.total)
+        {
+            return Err(FsError::InvalidArgument(format!(
+                "push of {} bytes at {} of {} (id {:x}) does not fit",
+                r.piece.len(),
+                r.offset,
+                r.total,
+                r.data_id
+            )));
+        }
+        let end = end.expect("checked");
+        if !self.pushed.contains_key(&r.data_id) {
+            // Make room, oldest first.
+            while self.pushed_bytes + r.total > self.cfg.push_buffer_bytes {
+                let Some((&old, _)) = self.pushed.iter().min_by_key(|(k, b)| (b.touched, **k))
+                else {
+                    return Err(FsError::Unavailable(format!(
+                        "{} has no room for {} bytes of pushed data",
+                        self.cfg.address, r.total
+                    )));
+                };
+                self.drop_pushed(old);
+            }
+            self.pushed_bytes += r.total;
+            self.pushed.insert(
+                r.data_id,
+                PushBuffer {
+                    total: r.total,
+                    pieces: Default::default(),
+                    touched: self.now,
+                },
+            );
+        }
+        let b = self.pushed.get_mut(&r.data_id).expect("present");
+        if b.total != r.total {
+            return Err(FsError::InvalidArgument(format!(
+                "pushed data {:x} changed its length",
+                r.data_id
+            )));
+        }
+        // The buffer is counted at its data's length, so it holds no more than that: of a
+        // piece sent again or split differently, only the bytes not yet held are kept (as
+        // slices of the piece, uncopied). Keeping every piece whole would let pieces at
+        // overlapping offsets hold many times the counted bytes alive.
+        let mut at = r.offset;
+        let mut gaps = Vec::new();
+        let first = b
+            .pieces
+            .range(..=r.offset)
+            .next_back()
+            .map_or(r.offset, |(&s, _)| s);
+        for (&s, p) in b.pieces.range(first..end) {
+            if s > at {
+                gaps.push((at, s));
+            }
+            at = at.max(s + p.len() as u64);
+        }
+        if at < end {
+            gaps.push((at, end));
+        }
+        for (s, e) in gaps {
+            let piece = r
+                .piece
+                .slice((s - r.offset) as usize..(e - r.offset) as usize);
+            b.pieces.insert(s, piece);
+        }
+        b.touched = self.now;
+        assert!(
+            b.pieces.values().map(|p| p.len() as u64).sum::<u64>() <= b.total,
+            "pushed data {:x} holds more than its length",
+            r.data_id
+        );
+        Ok(())
+    }
+
+    pub(super) fn drop_pushed(&mut self, id: u64) -> Option<PushBuffer> {
+        let b = self.pushed.remove(&id)?;
+        self.pushed_bytes -= b.total;
+        Some(b)
+    }
+
+    /// The data of a mutation: inline, or pushed ahead under `data_id` (used up here).
+    pub(super) fn data_of(&mut self, data_id: u64, inline: Bytes) -> Result<Bytes, FsError> {
+        if data_id == 0 {
+            return Ok(inline);
+        }
+        match self.drop_pushed(data_id) {
+            Some(b) if b.complete() => Ok(b.assemble()),
+            Some(_) => Err(FsError::Unavailable(format!(
+                "data {data_id:x} arrived only in part at {}",
+                self.cfg.address
+            ))),
+            None => Err(FsError::Unavailable(format!(
+                "data {data_id:x} is not at {} (never pushed, or dropped)",
+                self.cfg.address
+            ))),
+        }
+    }
+
+    /// Drops pushed data nobody used in time.
+    pub(super) fn expire_pushed(&mut self) {
+        let ttl = self.cfg.push_buffer_ttl;
+        let now = self.now;
+        let old: Vec<u64> = self
+            .pushed
+            .iter()
+            .filter(|(_, b)| b.touched + ttl <= now)
+            .map(|(k, _)| *k)
+            .collect();
+        for id in old {
+            self.drop_pushed(id);
+        }
+    }
+}
