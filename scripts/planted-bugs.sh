@@ -2,7 +2,8 @@
 # The planted-bug check: every patch in scripts/plants/ plants one bug in a copy of the
 # source. The scenario runner built from that copy must fail the scenario the patch's
 # header names, on one of the seeds its `seeds:` line lists or the first MAX, with a
-# violation containing the header's `expect:` text (the check the plant exists for),
+# violation containing the header's `expect:` text (the check the plant exists for; several
+# may be given, separated by " || "),
 # and the same seed must pass without the plant. Prints the catch table; exits non-zero if a plant goes uncaught or is caught
 # only by another check. Run by scripts/test.sh; the plants never touch the clone.
 #   ./scripts/planted-bugs.sh [max-seeds]     (PLANTS="early-ack no-padding" narrows it)
@@ -62,7 +63,10 @@ for p in $PLANTS; do
   for seed in $(header "$p" seeds) $(seq 1 "$MAX"); do
     out=$("$OUT/runner-$p" run "$scenario" --seed "$seed" 2>/dev/null || true)
     if grep -q 'result=FAIL' <<<"$out"; then
-      line=$(grep -m1 -F "$expect" <<<"$out" || true)
+      # `expect:` may name several checks, separated by " || ": any of them will do.
+      pats=()
+      while IFS= read -r e; do [ -n "$e" ] && pats+=(-e "$e"); done <<<"${expect// || /$'\n'}"
+      line=$(grep -m1 -F "${pats[@]}" <<<"$out" || true)
       if [ -z "$line" ]; then
         result="caught at seed $seed by another check: $(grep -m1 'violated:' <<<"$out")"
         break
