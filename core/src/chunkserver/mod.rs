@@ -983,13 +983,7 @@ impl Chunkserver {
     /// One replica's answer to a mutation; the client's answer once all are in: the
     /// mutation's reply if every replica applied it within the lease, else the primary's
     /// own failure, else a secondary's. Any failure leaves the region inconsistent; the writer retries.
-    fn settle(
-        &mut self,
-        h: ChunkHandle,
-        version: Version,
-        serial: u64,
-        answer: Settled,
-    ) {
+    fn settle(&mut self, h: ChunkHandle, version: Version, serial: u64, answer: Settled) {
         let Some(entry) = self.forwarding.get_mut(&(h, version, serial)) else {
             return;
         };

@@ -60,6 +60,12 @@ pub fn seal(msg: &impl Message) -> Bytes {
 /// The message a stored value holds, checked against its checksum. A value from before
 /// sealing (see [`UNSEALED_FIRST`]) is taken as it is: it cannot be checked.
 pub fn unseal<T: Message + Default>(v: &[u8]) -> Result<T, String> {
+    open(v).map(|(m, _)| m)
+}
+
+/// As [`unseal`], and whether the value was sealed.
+fn open<T: Message + Default>(v: &[u8]) -> Result<(T, bool), String> {
+    let sealed = v.first() == Some(&SEALED);
     let body = match v.first() {
         Some(&SEALED) => {
             let (sum, body) = v
@@ -80,7 +86,9 @@ pub fn unseal<T: Message + Default>(v: &[u8]) -> Result<T, String> {
         Some(b) => return Err(format!("unknown format (first byte {b:#04x})")),
         None => return Err("empty".into()),
     };
-    T::decode(body).map_err(|e| format!("does not decode: {e}"))
+    T::decode(body)
+        .map(|m| (m, sealed))
+        .map_err(|e| format!("does not decode: {e}"))
 }
 
 #[derive(Clone, Debug)]
@@ -122,18 +130,30 @@ pub async fn recover<M: MetaStore>(
         .find(|(k, _)| k == CHECKPOINT_KEY)
     {
         Some((_, v)) => {
-            Some(unseal::<pb::Checkpoint>(&v).map_err(|e| damaged("checkpoint".into(), e))?)
+            Some(open::<pb::Checkpoint>(&v).map_err(|e| damaged("checkpoint".into(), e))?)
         }
         None => None,
     };
+    // Values are written in order, checkpoint before the records after it; once one was
+    // sealed every later one is. An unsealed value after a sealed one is damage that
+    // happened to look like an old value (its first byte changed by several bits).
+    let mut sealed_seen = checkpoint.as_ref().is_some_and(|(_, sealed)| *sealed);
+    let checkpoint = checkpoint.map(|(cp, _)| cp);
     let mut tail = Vec::new();
     for (k, v) in store.scan(LOG_PREFIX).await? {
         let seq: [u8; 8] = k[LOG_PREFIX.len()..]
             .try_into()
             .map_err(|_| bad(format!("log key {k:?}")))?;
         let seq = u64::from_be_bytes(seq);
-        let rec =
-            unseal::<pb::LogRecord>(&v).map_err(|e| damaged(format!("log record {seq}"), e))?;
+        let (rec, sealed) =
+            open::<pb::LogRecord>(&v).map_err(|e| damaged(format!("log record {seq}"), e))?;
+        if sealed_seen && !sealed {
+            return Err(damaged(
+                format!("log record {seq}"),
+                "not sealed, after a value that was".into(),
+            ));
+        }
+        sealed_seen |= sealed;
         tail.push((seq, rec));
     }
     let records = tail.len();
@@ -442,5 +462,22 @@ mod tests {
         .unwrap();
         let err = start(&mut store).map(|_| ()).unwrap_err().to_string();
         assert!(err.contains("log is damaged: checkpoint: "), "{err}");
+
+        // An old (unsealed) record after a sealed one: damage that looks like an old
+        // value. Old records before sealed ones are read.
+        futures::executor::block_on(store.write(vec![
+            (CHECKPOINT_KEY.to_vec(), None),
+            (log_key(1), Some(records[0].encode_to_vec().into())),
+            (log_key(2), Some(seal(&records[1]))),
+        ]))
+        .unwrap();
+        assert!(start(&mut store).is_ok(), "old records before sealed ones");
+        futures::executor::block_on(store.write(vec![
+            (log_key(1), Some(seal(&records[0]))),
+            (log_key(2), Some(records[1].encode_to_vec().into())),
+        ]))
+        .unwrap();
+        let err = start(&mut store).map(|_| ()).unwrap_err().to_string();
+        assert!(err.contains("log record 2: not sealed"), "{err}");
     }
 }

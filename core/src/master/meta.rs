@@ -180,6 +180,13 @@ impl Meta {
                 }
             }
         }
+        // A name moved away or removed: regions given in the file(s) it named belong
+        // to no file a later request can reach by that name.
+        match &rec.op {
+            Some(Op::Rename(o)) => self.retries.forget_appends_under(&o.src),
+            Some(Op::Remove(o)) => self.retries.forget_appends_under(&o.path),
+            _ => {}
+        }
         if let Some(done) = done {
             self.retries.insert(rec.token, done);
         }

@@ -60,6 +60,8 @@ impl Completed {
 pub struct Retries {
     by_token: HashMap<u64, Completed>,
     order: VecDeque<u64>,
+    /// How many of them are append regions.
+    appends: usize,
 }
 
 impl Retries {
@@ -70,12 +72,41 @@ impl Retries {
     /// Remembers `c` under `token` (not 0), forgetting the oldest beyond [`KEPT`].
     pub fn insert(&mut self, token: u64, c: Completed) {
         assert_ne!(token, 0, "token 0 means none");
-        if self.by_token.insert(token, c).is_none() {
-            self.order.push_back(token);
+        self.appends += usize::from(c.append.is_some());
+        match self.by_token.insert(token, c) {
+            None => self.order.push_back(token),
+            Some(was) => self.appends -= usize::from(was.append.is_some()),
         }
         while self.order.len() > KEPT {
             let old = self.order.pop_front().expect("not empty");
-            self.by_token.remove(&old);
+            if let Some(was) = self.by_token.remove(&old) {
+                self.appends -= usize::from(was.append.is_some());
+            }
+        }
+        debug_assert_eq!(self.order.len(), self.by_token.len());
+    }
+
+    /// Forgets the append regions given in the file at `path`, or in any file below it:
+    /// the name is being moved away or removed, and a file made there later is another
+    /// file. A reservation asked for again then gets a new region in whatever file has the
+    /// name by then, never the old region, which in the new file may be someone else's.
+    pub fn forget_appends_under(&mut self, path: &str) {
+        if self.appends == 0 {
+            return;
+        }
+        let under = |p: &str| {
+            p == path
+                || (p.len() > path.len()
+                    && p.starts_with(path)
+                    && (path == "/" || p.as_bytes()[path.len()] == b'/'))
+        };
+        let before = self.by_token.len();
+        self.by_token
+            .retain(|_, c| c.append.is_none() || !under(&c.path));
+        if self.by_token.len() != before {
+            let kept = &self.by_token;
+            self.order.retain(|t| kept.contains_key(t));
+            self.appends -= before - self.by_token.len();
         }
         debug_assert_eq!(self.order.len(), self.by_token.len());
     }
@@ -126,8 +157,9 @@ impl Master {
             ))));
         }
         let resp = match done.append {
-            // The file made again since (deleted, created anew): not the region given
-            // then; a new one, as for a first request.
+            // The region is forgotten when its file's name moves away (see
+            // `forget_appends_under`); a file shorter than the region is not the one it
+            // was cut from either: a new region, as for a first request.
             Some((offset, len))
                 if self
                     .meta

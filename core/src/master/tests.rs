@@ -535,6 +535,43 @@ fn a_reservation_asked_for_again_gets_the_same_region() {
     assert!(h.m.is_quiescent());
 }
 
+/// A reservation asked for again after its file's name moved away (the file renamed,
+/// its directory renamed, or deleted) and a new file took the name is not answered with
+/// the old region: in the new file that region may be another appender's.
+#[test]
+fn a_retried_append_never_gets_a_region_of_another_file_at_its_path() {
+    for how in ["rename the directory", "delete the file"] {
+        let mut h = H::new();
+        assert!(is_ok(&h.call(mkdir("/d"))));
+        assert!(is_ok(&h.call(create("/d/log"))));
+        // A's reply is lost; B appends after it.
+        assert_eq!(reserved_at(&h.call_as(reserve("/d/log", 10), 7)), Ok(0));
+        assert_eq!(reserved_at(&h.call_as(reserve("/d/log", 100), 8)), Ok(10));
+        match how {
+            "rename the directory" => {
+                assert!(is_ok(&h.call(rename("/d", "/old"))));
+                assert!(is_ok(&h.call(mkdir("/d"))));
+            }
+            _ => assert!(is_ok(&h.call(delete("/d/log")))),
+        }
+        assert!(is_ok(&h.call(create("/d/log"))));
+        // C appends to the new file; A asks again.
+        assert_eq!(reserved_at(&h.call_as(reserve("/d/log", 200), 9)), Ok(0));
+        assert_eq!(
+            reserved_at(&h.call_as(reserve("/d/log", 10), 7)),
+            Ok(200),
+            "{how}: a retried append was given a region of another file"
+        );
+        // C's own repeat still gets its region; replay and checkpoint agree.
+        assert_eq!(reserved_at(&h.call_as(reserve("/d/log", 200), 9)), Ok(0));
+        let m = Master::recover(cfg(), Time(0), None, h.log.clone()).unwrap();
+        assert_eq!(m.meta().fingerprint(), h.m.meta().fingerprint());
+        let cp = h.m.meta().checkpoint(h.m.last_seq());
+        let m = Master::recover(cfg(), Time(0), Some(&cp), vec![]).unwrap();
+        assert_eq!(m.meta().fingerprint(), h.m.meta().fingerprint());
+    }
+}
+
 /// The master remembers a bounded number of completed requests, oldest forgotten first.
 #[test]
 fn completed_requests_kept_are_bounded() {
