@@ -146,6 +146,8 @@ pub struct Master {
     /// The token of the request being handled (0: none); the record that completes it
     /// names it ([`Master::log_for_request`]).
     request_token: u64,
+    /// Mutations refused lately, refused again when asked again (`retries.rs`).
+    refusals: retries::Refusals,
     out: Effects,
 }
 
@@ -192,6 +194,7 @@ impl Master {
             deferred_targets: BTreeMap::new(),
             cluster_id_seq: 0,
             request_token: 0,
+            refusals: Default::default(),
             out: Effects::default(),
         }
         .with_cluster_id()
@@ -447,11 +450,15 @@ impl Master {
         let result = match self.answer_repeat(id, req, r) {
             Some(answered) => answered,
             None => {
-                if retries::mutation(r).is_some() {
+                let mutation = retries::mutation(r);
+                if mutation.is_some() {
                     self.request_token = req.token;
                 }
                 let result = self.dispatch(id, r);
                 self.request_token = 0;
+                if let (Err(e), Some((path, _))) = (&result, mutation) {
+                    self.refusals.insert(req.token, r, path, e);
+                }
                 result
             }
         };

@@ -9,9 +9,17 @@
 //! [`KEPT`] of them, rebuilt on replay and kept in checkpoints: a mutation asked again
 //! with a token it knows is answered as the first time, and nothing is done.
 //!
-//! Only success is remembered: a mutation refused changed nothing, so asked again it is
-//! simply done again (and may succeed now). A request lost with a master that crashed
-//! before its record was durable left no record and no token; asked again, it is done.
+//! A refusal is remembered too, in memory: a mutation refused for what the namespace
+//! held (not found, already exists, not a directory, not empty, invalid) is refused the
+//! same way when asked again. Otherwise a copy of the request that reached the master
+//! late (a client's earlier attempt, held up in the network while a later one was
+//! answered) would be done after its caller had been told it was not: a delete refused
+//! with `NotFound` would delete a directory made since. A refusal for a passing reason
+//! (unavailable, storage) is not remembered: the client asks again to have it done.
+//! Refusals log nothing, so a restarted master has forgotten them; a request held up
+//! across a master's restart would need a connection that outlived the master's process.
+//! A request lost with a master that crashed before its record was durable left no record
+//! and no token; asked again, it is done.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -63,6 +71,70 @@ pub struct Retries {
     /// How many of them are append regions.
     appends: usize,
 }
+
+/// The latest refused mutations by token (the path they named first, the refusal),
+/// oldest forgotten first; in memory only (see the module's text).
+#[derive(Debug, Default)]
+pub(super) struct Refusals {
+    by_token: HashMap<u64, (Kind, String, FsError)>,
+    order: VecDeque<u64>,
+}
+
+impl Refusals {
+    /// Whether a refusal says what the namespace held, so the same request asked again
+    /// must get it again; a passing one (unavailable, storage) invites asking again.
+    fn lasting(e: &FsError) -> bool {
+        matches!(
+            e,
+            FsError::NotFound(_)
+                | FsError::AlreadyExists(_)
+                | FsError::NotADirectory(_)
+                | FsError::IsADirectory(_)
+                | FsError::NotEmpty(_)
+                | FsError::InvalidArgument(_)
+        )
+    }
+
+    /// Remembers a lasting refusal of the request `r` with `token`, that named `path`.
+    pub(super) fn insert(&mut self, token: u64, r: &Req, path: &str, e: &FsError) {
+        if token == 0 || !Self::lasting(e) {
+            return;
+        }
+        if self
+            .by_token
+            .insert(
+                token,
+                (std::mem::discriminant(r), path.to_string(), e.clone()),
+            )
+            .is_none()
+        {
+            self.order.push_back(token);
+        }
+        while self.order.len() > KEPT {
+            let old = self.order.pop_front().expect("not empty");
+            self.by_token.remove(&old);
+        }
+        debug_assert_eq!(self.order.len(), self.by_token.len());
+    }
+
+    /// The refusal of `r` asked with `token` before, naming `path`.
+    fn of(&self, token: u64, r: &Req, path: &str) -> Option<&FsError> {
+        match self.by_token.get(&token) {
+            Some((kind, first, e)) if *kind == std::mem::discriminant(r) && first == path => {
+                Some(e)
+            }
+            _ => None,
+        }
+    }
+
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.by_token.len()
+    }
+}
+
+/// Which request a refusal answered.
+type Kind = std::mem::Discriminant<Req>;
 
 impl Retries {
     pub fn get(&self, token: u64) -> Option<&Completed> {
@@ -133,7 +205,7 @@ pub(super) fn mutation(r: &Req) -> Option<(&str, Option<u64>)> {
 impl Master {
     /// Answers a mutation asked again with the token of one that succeeded, as it was
     /// answered then, once everything logged is durable (the first record may not be
-    /// yet). None: not a repeat; do the request.
+    /// yet), or refuses it as it was refused. None: not a repeat; do the request.
     pub(super) fn answer_repeat(
         &mut self,
         id: RequestId,
@@ -144,6 +216,10 @@ impl Master {
             return None;
         }
         let (path, append) = mutation(r)?;
+        if let Some(e) = self.refusals.of(req.token, r, path) {
+            tracing::debug!(token = req.token, %path, "asked again; refused as before");
+            return Some(Err(e.clone()));
+        }
         let done = self.meta.retries.get(req.token)?;
         let path = match crate::path::normalize(path) {
             Ok(p) => p,
