@@ -63,6 +63,8 @@ pub struct Outcome {
     pub reads_checked: u64,
     pub listings_checked: u64,
     pub ns_ops_checked: u64,
+    /// Acknowledged writes into the shared directory's files found after healing.
+    pub ns_writes_checked: u64,
     pub ops_ok: u64,
     pub ops_failed: u64,
     pub records_checked: u64,
@@ -211,6 +213,7 @@ async fn world(sc: Scenario, seed: u64) -> Outcome {
                     model: Default::default(),
                     ok: 0,
                     errors: 0,
+                    ns_files: Vec::new(),
                 },
             );
             let h = cluster.clients[r.id].0.spawn(async move {
@@ -272,6 +275,7 @@ async fn world(sc: Scenario, seed: u64) -> Outcome {
         reads_checked: c.reads_checked,
         listings_checked: c.listings_checked,
         ns_ops_checked: c.ns_ops_checked,
+        ns_writes_checked: c.ns_writes_checked,
         ops_ok: runs.iter().map(|r| r.ok).sum(),
         ops_failed: runs.iter().map(|r| r.errors).sum(),
         records_checked: c.records_checked,

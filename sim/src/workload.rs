@@ -21,7 +21,7 @@ use tessera_core::record;
 
 use crate::check::Shared;
 use crate::check::model::{FileModel, Model};
-use crate::check::namespace::{NAMES, NsOp, Outcome};
+use crate::check::namespace::{CHILD, NAMES, NsOp, Outcome};
 use crate::net::SimNet;
 use crate::runtime::SimRuntime;
 
@@ -73,6 +73,10 @@ pub struct ClientRun {
     pub model: Model,
     pub ok: u64,
     pub errors: u64,
+    /// Files of the shared directory this client last saw there (made, or found by a
+    /// stat or listing), which its writes go to most of the time: others may have
+    /// moved or deleted them since.
+    pub ns_files: Vec<String>,
 }
 
 /// Runs a client operation, unless the client crashes in the middle of it: with the
@@ -194,6 +198,7 @@ pub async fn run(
         model: Model::default(),
         ok: 0,
         errors: 0,
+        ns_files: Vec::new(),
     };
     match w.kind {
         Kind::Private => {}
@@ -744,7 +749,7 @@ async fn shared_run(
                 .get_mut(&path)
                 .expect("shared file")
                 .end(n, now_ms(start), ok);
-        } else if roll >= 600 {
+        } else if roll >= 550 {
             ns_op(client, run, checks, start).await;
         } else {
             let off = rand() % w.max_file;
@@ -757,7 +762,7 @@ async fn shared_run(
 // ---- namespace operations of several clients on one directory ---------------------------
 
 /// The directory shared clients create, delete, rename, stat and list names in.
-const NS_DIR: &str = "/shared/ns";
+pub const NS_DIR: &str = "/shared/ns";
 
 fn ns_name(n: u8) -> String {
     format!("{NS_DIR}/n{n}")
@@ -768,22 +773,64 @@ fn ns_outcome<T>(r: &Result<T, FsError>) -> Outcome {
         Ok(_) => Outcome::Ok,
         Err(FsError::AlreadyExists(_)) => Outcome::Exists,
         Err(FsError::NotFound(_)) => Outcome::Missing,
+        Err(FsError::NotADirectory(_)) => Outcome::NotDir,
+        Err(FsError::NotEmpty(_)) => Outcome::NotEmpty,
         Err(_) => Outcome::Unknown,
     }
 }
 
+fn ns_stat(r: &Result<tessera_core::pb::FileInfo, FsError>) -> Outcome {
+    match r {
+        Ok(info) => Outcome::Found { dir: info.is_dir },
+        Err(_) => ns_outcome(r),
+    }
+}
+
+fn ns_child(n: u8) -> String {
+    format!("{}/{CHILD}", ns_name(n))
+}
+
 /// One namespace operation on [`NS_DIR`], recorded for the linearizability check
-/// ([`crate::check::namespace`]).
+/// ([`crate::check::namespace`]), or a write into one of its files.
 async fn ns_op(client: &C, run: &mut ClientRun, checks: &Shared, start: madsim::time::Instant) {
     let a = (rand() % u64::from(NAMES)) as u8;
     let b = (a + 1 + (rand() % u64::from(NAMES - 1)) as u8) % NAMES;
-    let op = match rand() % 10 {
-        0..=2 => NsOp::Create(a),
-        3..=4 => NsOp::Delete(a),
-        5..=6 => NsOp::Rename(a, b),
-        7..=8 => NsOp::Stat(a),
-        _ => NsOp::List,
+    let op = match rand() % 20 {
+        0..=1 => NsOp::Create(a),
+        2..=3 => NsOp::Mkdir(a),
+        4..=5 => NsOp::CreateIn(a),
+        6..=7 => NsOp::Delete(a, rand().is_multiple_of(2)),
+        8 => NsOp::DeleteIn(a),
+        9..=10 => NsOp::Rename(a, b),
+        11 => NsOp::Stat(a),
+        12 => NsOp::StatIn(a),
+        13 => NsOp::List,
+        _ => {
+            let path = match rand() % 4 {
+                0 => ns_name(a),
+                1 => ns_child(a),
+                _ if run.ns_files.is_empty() => ns_child(a),
+                _ => pick(&run.ns_files),
+            };
+            return ns_write(client, run, &path, checks, start).await;
+        }
     };
+    let outcome = ns_do(client, run, checks, start, op).await;
+    // Half the renames of a file are a rotation, as of a log: the name is made anew at
+    // once, while writers of the old file may still be at it.
+    if matches!(op, NsOp::Rename(..)) && outcome == Outcome::Ok && rand().is_multiple_of(2) {
+        ns_do(client, run, checks, start, NsOp::Create(a)).await;
+    }
+}
+
+/// Does `op`, records it with its answer, and returns the answer.
+async fn ns_do(
+    client: &C,
+    run: &mut ClientRun,
+    checks: &Shared,
+    start: madsim::time::Instant,
+    op: NsOp,
+) -> Outcome {
     let n = checks
         .lock()
         .expect("checks")
@@ -791,11 +838,19 @@ async fn ns_op(client: &C, run: &mut ClientRun, checks: &Shared, start: madsim::
         .begin(run.id, now_ms(start), op);
     let outcome = match op {
         NsOp::Create(a) => ns_outcome(&crashable(checks, client.create(&ns_name(a), 0)).await),
-        NsOp::Delete(a) => ns_outcome(&crashable(checks, client.delete(&ns_name(a), false)).await),
+        NsOp::Mkdir(a) => ns_outcome(&crashable(checks, client.mkdir(&ns_name(a), false)).await),
+        NsOp::CreateIn(a) => ns_outcome(&crashable(checks, client.create(&ns_child(a), 0)).await),
+        NsOp::Delete(a, recursive) => {
+            ns_outcome(&crashable(checks, client.delete(&ns_name(a), recursive)).await)
+        }
+        NsOp::DeleteIn(a) => {
+            ns_outcome(&crashable(checks, client.delete(&ns_child(a), false)).await)
+        }
         NsOp::Rename(a, b) => {
             ns_outcome(&crashable(checks, client.rename(&ns_name(a), &ns_name(b))).await)
         }
-        NsOp::Stat(a) => ns_outcome(&crashable(checks, client.stat(&ns_name(a))).await),
+        NsOp::Stat(a) => ns_stat(&crashable(checks, client.stat(&ns_name(a))).await),
+        NsOp::StatIn(a) => ns_stat(&crashable(checks, client.stat(&ns_child(a))).await),
         NsOp::List => match crashable(checks, client.list(NS_DIR, false)).await {
             Ok(listed) => ns_listed(&listed, checks, start),
             Err(_) => Outcome::Unknown,
@@ -806,30 +861,93 @@ async fn ns_op(client: &C, run: &mut ClientRun, checks: &Shared, start: madsim::
     } else {
         run.ok += 1;
     }
+    let seen = match (op, outcome) {
+        (NsOp::Create(a), Outcome::Ok | Outcome::Exists)
+        | (NsOp::Stat(a), Outcome::Found { dir: false }) => Some(ns_name(a)),
+        (NsOp::CreateIn(a), Outcome::Ok | Outcome::Exists)
+        | (NsOp::StatIn(a), Outcome::Found { dir: false }) => Some(ns_child(a)),
+        (NsOp::Rename(a, b), Outcome::Ok) => {
+            let (from, to) = (ns_name(a), ns_name(b));
+            for p in run.ns_files.iter_mut() {
+                if let Some(rest) = p.strip_prefix(&from) {
+                    *p = format!("{to}{rest}");
+                }
+            }
+            None
+        }
+        _ => None,
+    };
+    if let Some(p) = seen.filter(|p| !run.ns_files.contains(p)) {
+        run.ns_files.push(p);
+        if run.ns_files.len() > 4 {
+            run.ns_files.remove(0);
+        }
+    }
     checks
         .lock()
         .expect("checks")
         .namespace
         .end(n, now_ms(start), outcome);
+    outcome
 }
 
-/// A listing of [`NS_DIR`] as the set of names it shows; a name no client uses is a
-/// violation of its own.
+/// Bytes an [`ns_write`] writes: at an offset no other write of the run uses.
+const NS_SLOT: u64 = 16;
+
+/// Writes into a file of [`NS_DIR`], one after another while they succeed (up to
+/// four), as a writer filling a file would, while others may rename or delete it or
+/// move it with its directory. Every write has a region of its own (a slot of
+/// [`NS_SLOT`] bytes), so an acknowledged one must be found whole, at its offset, in
+/// some file of the tree after healing, whatever was renamed or deleted (a deleted file
+/// keeps its bytes under its hidden name until the collector takes it), see
+/// [`verify_ns_writes`].
+async fn ns_write(
+    client: &C,
+    run: &mut ClientRun,
+    path: &str,
+    checks: &Shared,
+    start: madsim::time::Instant,
+) {
+    for _ in 0..4 {
+        let began = now_ms(start);
+        let off = {
+            let mut c = checks.lock().expect("checks");
+            c.ns_slots += 1;
+            (c.ns_slots - 1) * NS_SLOT
+        };
+        let data = pattern(run.id, 3_000_000 + off, NS_SLOT);
+        if crashable(checks, client.write(path, off, data.clone()))
+            .await
+            .is_err()
+        {
+            run.errors += 1;
+            return;
+        }
+        run.ok += 1;
+        let mut c = checks.lock().expect("checks");
+        c.writes_acked += 1;
+        c.ns_writes.push((path.to_string(), off, data, began));
+    }
+}
+
+/// A listing of [`NS_DIR`] as the names it shows as files and as directories; a name no
+/// client uses is a violation of its own.
 fn ns_listed(
     listed: &[tessera_core::pb::FileInfo],
     checks: &Shared,
     start: madsim::time::Instant,
 ) -> Outcome {
-    let mut names = 0u8;
+    let (mut files, mut dirs) = (0u8, 0u8);
     for e in listed {
         let n = e
             .path
             .strip_prefix(NS_DIR)
             .and_then(|r| r.strip_prefix("/n"))
             .and_then(|n| n.parse::<u8>().ok())
-            .filter(|&n| n < NAMES && !e.is_dir);
+            .filter(|&n| n < NAMES);
         match n {
-            Some(n) => names |= 1 << n,
+            Some(n) if e.is_dir => dirs |= 1 << n,
+            Some(n) => files |= 1 << n,
             None => violation(
                 checks,
                 start,
@@ -837,7 +955,7 @@ fn ns_listed(
             ),
         }
     }
-    Outcome::Listed(names)
+    Outcome::Listed { files, dirs }
 }
 
 /// After healing: one more listing of [`NS_DIR`], then the whole history must be
@@ -856,10 +974,32 @@ async fn verify_ns(client: &C, run: &mut ClientRun, checks: &Shared, start: mads
         }
     };
     run.ok += 1;
-    let verdict = {
+    {
         let mut c = checks.lock().expect("checks");
         let n = c.namespace.begin(run.id, at, NsOp::List);
         c.namespace.end(n, now_ms(start), outcome);
+    }
+    // And what each directory holds: a file made in it moved and went with it.
+    for a in 0..NAMES {
+        let at = now_ms(start);
+        let (child, give_up) = (
+            ns_child(a),
+            madsim::time::Instant::now() + Duration::from_secs(120),
+        );
+        // Asked until it answers: found, missing, or not a directory.
+        let outcome = loop {
+            let o = ns_stat(&client.stat(&child).await);
+            if o != Outcome::Unknown || madsim::time::Instant::now() >= give_up {
+                break o;
+            }
+            madsim::time::sleep(Duration::from_secs(1)).await;
+        };
+        let mut c = checks.lock().expect("checks");
+        let n = c.namespace.begin(run.id, at, NsOp::StatIn(a));
+        c.namespace.end(n, now_ms(start), outcome);
+    }
+    let verdict = {
+        let mut c = checks.lock().expect("checks");
         let verdict = c.namespace.check();
         c.ns_ops_checked = c.namespace.definite() as u64;
         verdict
@@ -869,6 +1009,88 @@ async fn verify_ns(client: &C, run: &mut ClientRun, checks: &Shared, start: mads
         Ok(false) => tracing::warn!("the namespace history has too many orders to check"),
         Err(e) => violation(checks, start, format!("after healing, {e}")),
     }
+    verify_ns_writes(client, run, checks, start).await;
+}
+
+/// After healing: every acknowledged [`ns_write`] is found whole at its offset in some
+/// file of [`NS_DIR`] (deleted ones too, under their hidden names), unless it began
+/// before the deletion of a file the master has since removed for good (the collector,
+/// or a deleted name deleted again), which may have taken it.
+async fn verify_ns_writes(
+    client: &C,
+    run: &mut ClientRun,
+    checks: &Shared,
+    start: madsim::time::Instant,
+) {
+    let (writes, reclaimed) = {
+        let c = checks.lock().expect("checks");
+        (c.ns_writes.clone(), c.ns_reclaimed)
+    };
+    // A write that began before a file was deleted may have been in it; if the
+    // collector has taken that file since, the write may be gone with it.
+    let writes: Vec<_> = writes
+        .into_iter()
+        .filter(|w| reclaimed.is_none_or(|deleted| w.3 > deleted))
+        .collect();
+    if writes.is_empty() {
+        return;
+    }
+    let mut files: Vec<(String, Bytes)> = Vec::new();
+    let mut dirs = vec![NS_DIR.to_string()];
+    while let Some(dir) = dirs.pop() {
+        let listed = match patiently(|| client.list(&dir, true)).await {
+            Ok(l) => l,
+            Err(e) => {
+                violation(
+                    checks,
+                    start,
+                    format!("after healing, {dir} cannot be listed: {e}"),
+                );
+                return;
+            }
+        };
+        for e in listed {
+            if e.is_dir {
+                dirs.push(e.path);
+                continue;
+            }
+            match patiently(|| client.read(&e.path, 0, u64::MAX)).await {
+                Ok(bytes) => files.push((e.path, bytes)),
+                Err(err) => {
+                    violation(
+                        checks,
+                        start,
+                        format!("after healing, {} cannot be read: {err}", e.path),
+                    );
+                    return;
+                }
+            }
+        }
+    }
+    run.ok += 1;
+    for (path, off, data, _) in &writes {
+        let (from, to) = (*off as usize, (*off + NS_SLOT) as usize);
+        let found = files
+            .iter()
+            .any(|(_, bytes)| bytes.get(from..to) == Some(&data[..]));
+        if !found {
+            let held: Vec<String> = files
+                .iter()
+                .map(|(p, b)| format!("{p} ({} bytes)", b.len()))
+                .collect();
+            violation(
+                checks,
+                start,
+                format!(
+                    "after healing, the acknowledged write of {NS_SLOT} bytes at {off} to {path} \
+                     is in no file of {NS_DIR}: {}",
+                    held.join(", ")
+                ),
+            );
+            return;
+        }
+    }
+    checks.lock().expect("checks").ns_writes_checked += writes.len() as u64;
 }
 
 // ---- plain appends and puts to shared files ---------------------------------------------

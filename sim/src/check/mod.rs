@@ -18,7 +18,7 @@ pub mod replication;
 pub mod trace;
 pub mod versions;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 /// What every checker shares in one run.
@@ -43,6 +43,17 @@ pub struct Checks {
     pub namespace: namespace::NsHistory,
     /// Of those, how many had a known answer, once the check ran (0: it did not run).
     pub ns_ops_checked: u64,
+    /// Writes into the shared directory's files: slots given out (see
+    /// `workload::ns_write`), those acknowledged (path, offset, bytes, true ms begun),
+    /// and how many were found after healing.
+    pub ns_slots: u64,
+    pub ns_writes: Vec<(String, u64, bytes::Bytes, i64)>,
+    pub ns_writes_checked: u64,
+    /// Entries below the shared directory deleted (hidden name, true ms of the delete),
+    /// and the latest delete whose entry the master has since removed for good: a
+    /// write that began before it may be gone with it.
+    pub ns_deleted: HashMap<String, i64>,
+    pub ns_reclaimed: Option<i64>,
     pub writes_acked: u64,
     /// Files many clients write at once, by path.
     pub histories: BTreeMap<String, history::History>,

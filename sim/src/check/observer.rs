@@ -70,8 +70,27 @@ impl Observer for SimObserver {
             c.versions.master_synced(*through);
         }
         for (seq, rec) in &effects.log {
-            if let Some(tessera_core::pb::log_record::Op::SetVersion(o)) = &rec.op {
-                c.versions.master_logged(*seq, o.handle, o.version);
+            match &rec.op {
+                Some(tessera_core::pb::log_record::Op::SetVersion(o)) => {
+                    c.versions.master_logged(*seq, o.handle, o.version);
+                }
+                Some(tessera_core::pb::log_record::Op::Rename(o))
+                    if o.dst.starts_with(crate::workload::NS_DIR)
+                        && o.dst.rsplit('/').next().is_some_and(|n| {
+                            n.starts_with(tessera_core::master::DELETED_PREFIX)
+                        }) =>
+                {
+                    c.ns_deleted.insert(o.dst.clone(), t);
+                }
+                Some(tessera_core::pb::log_record::Op::Remove(o))
+                    if o.path.starts_with(crate::workload::NS_DIR) =>
+                {
+                    // Moved since it was deleted (with its directory): the delete was
+                    // before now, and now is the safe bound.
+                    let deleted = c.ns_deleted.get(&o.path).copied().unwrap_or(t);
+                    c.ns_reclaimed = Some(c.ns_reclaimed.map_or(deleted, |r| r.max(deleted)));
+                }
+                _ => {}
             }
         }
         let mut found = Vec::new();
