@@ -571,18 +571,26 @@ impl<R: Runtime, T: Transport> Client<R, T> {
             .checked_add(data.len() as u64)
             .ok_or_else(|| FsError::InvalidArgument("write past the largest offset".into()))?;
         let mut pos = offset;
+        // The chunk each piece went to: the master extends the file only if they are its
+        // own, so a write whose file was renamed away and its name given to another file
+        // meanwhile fails rather than lengthens the other file over bytes it lacks.
+        let mut handles = Vec::new();
         while pos < end {
             let idx = pos / chunk_size;
             let piece_end = end.min((idx + 1) * chunk_size);
             let piece = data.slice((pos - offset) as usize..(piece_end - offset) as usize);
-            self.write_piece(path, idx, pos % chunk_size, piece, chunk_size)
-                .await?;
+            handles.push(
+                self.write_piece(path, idx, pos % chunk_size, piece, chunk_size)
+                    .await?,
+            );
             pos = piece_end;
         }
         self.forget(path);
         self.master_empty(Req::ExtendFile(pb::ExtendFileRequest {
             path: path.into(),
             length: end,
+            first_index: offset / chunk_size,
+            handles,
         }))
         .await
     }
@@ -713,6 +721,7 @@ impl<R: Runtime, T: Transport> Client<R, T> {
                     index: i,
                     offset,
                     chunk_size,
+                    handle,
                 }) => {
                     self.set_last_append_index(path, i);
                     let at = i * chunk_size + offset;
@@ -720,6 +729,8 @@ impl<R: Runtime, T: Transport> Client<R, T> {
                     self.master_empty(Req::ExtendFile(pb::ExtendFileRequest {
                         path: path.into(),
                         length: at + data.len() as u64,
+                        first_index: i,
+                        handles: vec![handle],
                     }))
                     .await?;
                     return Ok(at);
@@ -790,6 +801,7 @@ impl<R: Runtime, T: Transport> Client<R, T> {
                     index: t.chunk_index,
                     offset: a.offset,
                     chunk_size: t.chunk_size,
+                    handle: t.handle,
                 }
             }),
             other => Err(FsError::Internal(format!(
@@ -853,7 +865,7 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         off: u64,
         data: Bytes,
         chunk_size: u64,
-    ) -> Result<(), FsError> {
+    ) -> Result<u64, FsError> {
         let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let mut retry = self.retry();
         loop {
@@ -879,7 +891,7 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         data: Bytes,
         seq: u64,
         chunk_size: u64,
-    ) -> Result<(), FsError> {
+    ) -> Result<u64, FsError> {
         let t = self.write_target(path, idx, false).await?;
         if t.chunk_size != chunk_size {
             // The path names another file than the one the write was placed in (it was
@@ -912,7 +924,7 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         if result.is_err() {
             self.forget_target(path, idx);
         }
-        result.map(|_| ())
+        result.map(|_| t.handle)
     }
 
     /// The replicas of `t` in push order: from this client, each next one the nearest to
@@ -1020,6 +1032,7 @@ enum Appended {
         index: u64,
         offset: u64,
         chunk_size: u64,
+        handle: u64,
     },
     Full {
         index: u64,

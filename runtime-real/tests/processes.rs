@@ -722,6 +722,8 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
         M::ExtendFile(pb::ExtendFileRequest {
             path: "/nope".into(),
             length: u64::MAX,
+            first_index: u64::MAX,
+            handles: vec![7; 3],
         }),
     ] {
         let body = pb::MasterRequest {

@@ -749,7 +749,7 @@ async fn shared_run(
                 .get_mut(&path)
                 .expect("shared file")
                 .end(n, now_ms(start), ok);
-        } else if roll >= 550 {
+        } else if roll >= 500 {
             ns_op(client, run, checks, start).await;
         } else {
             let off = rand() % w.max_file;
@@ -797,14 +797,29 @@ async fn ns_op(client: &C, run: &mut ClientRun, checks: &Shared, start: madsim::
     let b = (a + 1 + (rand() % u64::from(NAMES - 1)) as u8) % NAMES;
     let op = match rand() % 20 {
         0..=1 => NsOp::Create(a),
-        2..=3 => NsOp::Mkdir(a),
-        4..=5 => NsOp::CreateIn(a),
-        6..=7 => NsOp::Delete(a, rand().is_multiple_of(2)),
-        8 => NsOp::DeleteIn(a),
-        9..=10 => NsOp::Rename(a, b),
-        11 => NsOp::Stat(a),
-        12 => NsOp::StatIn(a),
-        13 => NsOp::List,
+        2 => NsOp::Mkdir(a),
+        3 => NsOp::CreateIn(a),
+        4..=5 => {
+            // A directory's life: made, given its file, written, then deleted (with or
+            // without `recursive`), its file deleted, or the whole moved.
+            if ns_do(client, run, checks, start, NsOp::Mkdir(a)).await == Outcome::Ok
+                && ns_do(client, run, checks, start, NsOp::CreateIn(a)).await == Outcome::Ok
+            {
+                ns_write(client, run, &ns_child(a), checks, start).await;
+            }
+            match rand() % 4 {
+                0 => NsOp::Delete(a, false),
+                1 => NsOp::Delete(a, true),
+                2 => NsOp::DeleteIn(a),
+                _ => NsOp::Rename(a, b),
+            }
+        }
+        6 => NsOp::Delete(a, rand().is_multiple_of(2)),
+        7 => NsOp::DeleteIn(a),
+        8..=9 => NsOp::Rename(a, b),
+        10 => NsOp::Stat(a),
+        11 => NsOp::StatIn(a),
+        12 => NsOp::List,
         _ => {
             let path = match rand() % 4 {
                 0 => ns_name(a),

@@ -727,7 +727,21 @@ impl Master {
         if !self.lock(&set) {
             return Ok(false);
         }
-        match self.meta.ns.file(&path) {
+        let file = self.meta.ns.file(&path).and_then(|f| {
+            // The chunks written must be this file's: else the name is another file's
+            // now, and the bytes written are not in it.
+            for (k, &h) in r.handles.iter().enumerate() {
+                let at = r.first_index.saturating_add(k as u64);
+                if usize::try_from(at).ok().and_then(|i| f.chunks.get(i)) != Some(&h) {
+                    return Err(FsError::NotFound(format!(
+                        "{path}: chunk {at} is not {h:#x}: the file written was renamed or \
+                         deleted meanwhile"
+                    )));
+                }
+            }
+            Ok(f)
+        });
+        match file {
             Ok(f) if f.length >= r.length => {
                 // Long enough already, but the record that made it so may not be durable
                 // yet: answer when everything logged so far is.

@@ -1575,6 +1575,7 @@ fn request(op: &NsOp) -> MReq {
         NsOp::Extend(i, l) => MReq::ExtendFile(pb::ExtendFileRequest {
             path: PATHS[i].into(),
             length: l,
+            ..Default::default()
         }),
     }
 }
@@ -2747,4 +2748,49 @@ fn a_copy_late_for_a_grant_without_a_lease_is_kept() {
         hb.delete_chunks
     );
     assert!(chunk_replicas(&mut h, "/f").contains(&primary));
+}
+
+/// A write whose file was renamed away and its name given to a new file while it wrote
+/// must not lengthen the new file over bytes it lacks: its bytes are in the old file's
+/// chunk, beyond that file's length, and the write must fail rather than be
+/// acknowledged with its bytes in neither file.
+#[test]
+fn a_write_whose_file_was_replaced_meanwhile_extends_nothing() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    let extend = |path: &str, length: u64, handles: Vec<u64>| {
+        MReq::ExtendFile(pb::ExtendFileRequest {
+            path: path.into(),
+            length,
+            first_index: 0,
+            handles,
+        })
+    };
+    assert!(is_ok(&h.call(create("/log"))));
+    let written = h.write_target("/log", 0).expect("a target").handle;
+    // Rotated while the write was on its way: the old file moved, a new one made.
+    assert!(is_ok(&h.call(rename("/log", "/log.1"))));
+    assert!(is_ok(&h.call(create("/log"))));
+    let r = h.call(extend("/log", 16, vec![written]));
+    assert!(
+        matches!(err_of(&r), Some(FsError::NotFound(_))),
+        "extended another file: {r:?}"
+    );
+    assert_eq!(length_of(&mut h, "/log"), 0);
+    assert_eq!(length_of(&mut h, "/log.1"), 0);
+    // The file written, under its new name, is extended; so is one whose chunks match.
+    assert!(is_ok(&h.call(extend("/log.1", 16, vec![written]))));
+    assert_eq!(length_of(&mut h, "/log.1"), 16);
+    let fresh = h.write_target("/log", 0).expect("a target").handle;
+    assert!(is_ok(&h.call(extend("/log", 16, vec![fresh]))));
+    assert_eq!(length_of(&mut h, "/log"), 16);
+    // A chunk index past any file's end is refused, not trusted.
+    let r = h.call(MReq::ExtendFile(pb::ExtendFileRequest {
+        path: "/log".into(),
+        length: 32,
+        first_index: u64::MAX,
+        handles: vec![fresh, fresh],
+    }));
+    assert!(matches!(err_of(&r), Some(FsError::NotFound(_))));
+    assert_eq!(length_of(&mut h, "/log"), 16);
 }

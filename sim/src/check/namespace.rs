@@ -20,7 +20,7 @@
 use std::collections::HashSet;
 
 /// How many names the clients share (two bits of the state each, see [`Kind`]).
-pub const NAMES: u8 = 6;
+pub const NAMES: u8 = 4;
 
 /// The one name a directory of the shared ones may hold.
 pub const CHILD: &str = "f";
