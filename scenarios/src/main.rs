@@ -174,7 +174,7 @@ mod madsim_main {
             let started = Instant::now();
             let mut sim_ms = 0i64;
             let (mut records, mut reads, mut stale_runs, mut scrubbed) = (0, 0, 0, 0);
-            let (mut listings, mut ns_ops, mut ns_writes) = (0, 0, 0);
+            let (mut listings, mut ns_ops, mut ns_writes, mut ns_files) = (0, 0, 0, 0);
             let mut faults = std::collections::BTreeMap::<&str, u64>::new();
             for &seed in &seeds {
                 let o = run_isolated(*sc, seed);
@@ -184,6 +184,7 @@ mod madsim_main {
                 listings += o.listings_checked;
                 ns_ops += o.ns_ops_checked;
                 ns_writes += o.ns_writes_checked;
+                ns_files += o.ns_files_checked;
                 stale_runs += usize::from(o.stale_seen > 0);
                 scrubbed += o.scrub_found;
                 for (k, n) in &o.fault_counts {
@@ -242,7 +243,7 @@ mod madsim_main {
             eprintln!(
                 "scenario={} seeds={} wall={wall:.1}s seeds_per_min={:.1} sim_per_wall={:.0}x \
                  reads_checked={reads} records_checked={records} listings_checked={listings} \
-                 ns_ops_checked={ns_ops} ns_writes_checked={ns_writes} \
+                 ns_ops_checked={ns_ops} ns_writes_checked={ns_writes} ns_files_checked={ns_files} \
                  runs_with_stale_copies={stale_runs} \
                  scrubber_finds={scrubbed} faults={}",
                 sc.name,

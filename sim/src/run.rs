@@ -65,6 +65,8 @@ pub struct Outcome {
     pub ns_ops_checked: u64,
     /// Acknowledged writes into the shared directory's files found after healing.
     pub ns_writes_checked: u64,
+    /// Files of the shared directory checked to end in the bytes of a write.
+    pub ns_files_checked: u64,
     pub ops_ok: u64,
     pub ops_failed: u64,
     pub records_checked: u64,
@@ -276,6 +278,7 @@ async fn world(sc: Scenario, seed: u64) -> Outcome {
         listings_checked: c.listings_checked,
         ns_ops_checked: c.ns_ops_checked,
         ns_writes_checked: c.ns_writes_checked,
+        ns_files_checked: c.ns_files_checked,
         ops_ok: runs.iter().map(|r| r.ok).sum(),
         ops_failed: runs.iter().map(|r| r.errors).sum(),
         records_checked: c.records_checked,

@@ -816,7 +816,43 @@ async fn ns_op(client: &C, run: &mut ClientRun, checks: &Shared, start: madsim::
         }
         6 => NsOp::Delete(a, rand().is_multiple_of(2)),
         7 => NsOp::DeleteIn(a),
-        8..=9 => NsOp::Rename(a, b),
+        8..=9 => {
+            // Most renames rotate a file another client is writing now, if one is (or
+            // the directory holding it): the race of a writer with a rotation, whose
+            // write must land in the old file or fail, never lengthen the new one. Wait
+            // a little for a write to be on its way, then strike at a moment of it the
+            // seed picks.
+            let give_up = madsim::time::Instant::now() + Duration::from_millis(300);
+            let writing = loop {
+                let w = checks.lock().expect("checks").ns_writing.clone();
+                if w.is_some() || madsim::time::Instant::now() >= give_up {
+                    break w;
+                }
+                madsim::time::sleep(Duration::from_millis(2)).await;
+            };
+            if writing.is_some() {
+                madsim::time::sleep(Duration::from_millis(rand() % 250)).await;
+            }
+            let busy = writing.and_then(|p| {
+                (0..NAMES)
+                    .find(|&k| p == ns_name(k) || p == ns_child(k))
+                    .map(|k| (k, p == ns_child(k)))
+            });
+            match busy {
+                Some((k, child)) if !rand().is_multiple_of(4) => {
+                    let b = (k + 1 + (rand() % u64::from(NAMES - 1)) as u8) % NAMES;
+                    let moved = ns_do(client, run, checks, start, NsOp::Rename(k, b)).await;
+                    if moved == Outcome::Ok && child {
+                        ns_do(client, run, checks, start, NsOp::Mkdir(k)).await;
+                        ns_do(client, run, checks, start, NsOp::CreateIn(k)).await;
+                    } else if moved == Outcome::Ok {
+                        ns_do(client, run, checks, start, NsOp::Create(k)).await;
+                    }
+                    return;
+                }
+                _ => NsOp::Rename(a, b),
+            }
+        }
         10 => NsOp::Stat(a),
         11 => NsOp::StatIn(a),
         12 => NsOp::List,
@@ -931,10 +967,15 @@ async fn ns_write(
             (c.ns_slots - 1) * NS_SLOT
         };
         let data = pattern(run.id, 3_000_000 + off, NS_SLOT);
-        if crashable(checks, client.write(path, off, data.clone()))
-            .await
-            .is_err()
-        {
+        checks
+            .lock()
+            .expect("checks")
+            .ns_tried
+            .insert(off, data.clone());
+        checks.lock().expect("checks").ns_writing = Some(path.to_string());
+        let result = crashable(checks, client.write(path, off, data.clone())).await;
+        checks.lock().expect("checks").ns_writing = None;
+        if result.is_err() {
             run.errors += 1;
             return;
         }
@@ -1027,34 +1068,45 @@ async fn verify_ns(client: &C, run: &mut ClientRun, checks: &Shared, start: mads
     verify_ns_writes(client, run, checks, start).await;
 }
 
-/// After healing: every acknowledged [`ns_write`] is found whole at its offset in some
-/// file of [`NS_DIR`] (deleted ones too, under their hidden names), unless it began
-/// before the deletion of a file the master has since removed for good (the collector,
-/// or a deleted name deleted again), which may have taken it.
+/// After healing, the files of [`NS_DIR`] and what they hold:
+/// - every acknowledged [`ns_write`] is found whole at its offset in some file (deleted
+///   ones too, under their hidden names), unless it began before the deletion of a file
+///   the master has since removed for good (the collector, or a deleted name deleted
+///   again), which may have taken it;
+/// - a file's length was set by a write into that file: its last [`NS_SLOT`] bytes are
+///   the bytes of the write (acknowledged or not) given that slot. A file lengthened
+///   over bytes it lacks (a write extending the file that took its name, say) ends in
+///   someone else's slot or in zeros.
 async fn verify_ns_writes(
     client: &C,
     run: &mut ClientRun,
     checks: &Shared,
     start: madsim::time::Instant,
 ) {
-    let (writes, reclaimed) = {
-        let c = checks.lock().expect("checks");
-        (c.ns_writes.clone(), c.ns_reclaimed)
-    };
-    // A write that began before a file was deleted may have been in it; if the
-    // collector has taken that file since, the write may be gone with it.
-    let writes: Vec<_> = writes
-        .into_iter()
-        .filter(|w| reclaimed.is_none_or(|deleted| w.3 > deleted))
-        .collect();
-    if writes.is_empty() {
-        return;
-    }
     let mut files: Vec<(String, Bytes)> = Vec::new();
     let mut dirs = vec![NS_DIR.to_string()];
+    // Asked until answered; a deleted entry may be collected meanwhile (NotFound).
+    async fn answered<T, F: std::future::Future<Output = Result<T, FsError>>>(
+        mut op: impl FnMut() -> F,
+    ) -> Result<T, FsError> {
+        let give_up = madsim::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            match op().await {
+                Err(e)
+                    if !matches!(e, FsError::NotFound(_))
+                        && madsim::time::Instant::now() < give_up =>
+                {
+                    madsim::time::sleep(Duration::from_secs(1)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+    let hidden = |p: &str| p.contains(tessera_core::master::DELETED_PREFIX);
     while let Some(dir) = dirs.pop() {
-        let listed = match patiently(|| client.list(&dir, true)).await {
+        let listed = match answered(|| client.list(&dir, true)).await {
             Ok(l) => l,
+            Err(FsError::NotFound(_)) if hidden(&dir) => continue,
             Err(e) => {
                 violation(
                     checks,
@@ -1069,8 +1121,9 @@ async fn verify_ns_writes(
                 dirs.push(e.path);
                 continue;
             }
-            match patiently(|| client.read(&e.path, 0, u64::MAX)).await {
+            match answered(|| client.read(&e.path, 0, u64::MAX)).await {
                 Ok(bytes) => files.push((e.path, bytes)),
+                Err(FsError::NotFound(_)) if hidden(&e.path) => {}
                 Err(err) => {
                     violation(
                         checks,
@@ -1083,6 +1136,48 @@ async fn verify_ns_writes(
         }
     }
     run.ok += 1;
+    let (writes, tried, reclaimed) = {
+        let c = checks.lock().expect("checks");
+        (c.ns_writes.clone(), c.ns_tried.clone(), c.ns_reclaimed)
+    };
+    for (path, bytes) in &files {
+        let Some(last) = (bytes.len() as u64).checked_sub(NS_SLOT) else {
+            if bytes.is_empty() {
+                continue;
+            }
+            violation(
+                checks,
+                start,
+                format!(
+                    "after healing, {path} is {} bytes long, which no write made it",
+                    bytes.len()
+                ),
+            );
+            return;
+        };
+        if tried
+            .get(&last)
+            .is_none_or(|d| bytes[last as usize..] != d[..])
+        {
+            violation(
+                checks,
+                start,
+                format!(
+                    "after healing, {path} is {} bytes long but does not end in the bytes of \
+                     the write that made it so (given offset {last}): lengthened over bytes \
+                     it lacks",
+                    bytes.len()
+                ),
+            );
+            return;
+        }
+    }
+    // A write that began before a file was deleted may have been in it; if the
+    // collector has taken that file since, the write may be gone with it.
+    let writes: Vec<_> = writes
+        .into_iter()
+        .filter(|w| reclaimed.is_none_or(|deleted| w.3 > deleted))
+        .collect();
     for (path, off, data, _) in &writes {
         let (from, to) = (*off as usize, (*off + NS_SLOT) as usize);
         let found = files
@@ -1105,7 +1200,9 @@ async fn verify_ns_writes(
             return;
         }
     }
-    checks.lock().expect("checks").ns_writes_checked += writes.len() as u64;
+    let mut c = checks.lock().expect("checks");
+    c.ns_writes_checked += writes.len() as u64;
+    c.ns_files_checked += files.len() as u64;
 }
 
 // ---- plain appends and puts to shared files ---------------------------------------------

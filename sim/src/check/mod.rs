@@ -49,6 +49,13 @@ pub struct Checks {
     pub ns_slots: u64,
     pub ns_writes: Vec<(String, u64, bytes::Bytes, i64)>,
     pub ns_writes_checked: u64,
+    /// Every write's slot (offset) and bytes, acknowledged or not, and how many files
+    /// were checked to end in the bytes of one.
+    pub ns_tried: HashMap<u64, bytes::Bytes>,
+    pub ns_files_checked: u64,
+    /// The file of the shared directory a write is on its way to, if any (renames go
+    /// for it, to race with it).
+    pub ns_writing: Option<String>,
     /// Entries below the shared directory deleted (hidden name, true ms of the delete),
     /// and the latest delete whose entry the master has since removed for good: a
     /// write that began before it may be gone with it.
