@@ -398,6 +398,20 @@ impl Cluster {
         s.alive = true;
     }
 
+    /// Loses chunkserver `i`'s copy of `h` from its disk (while it is down: it comes back
+    /// under its old identity without it), and notes the copy as damaged, as a corrupted
+    /// one is (it spends one of the chunk's R−1 budget). Returns false if it had none.
+    pub fn lose_chunk(&self, i: usize, h: u64) -> bool {
+        let s = &self.servers[i];
+        let lost = s.disk.lose_chunk(h);
+        if lost {
+            let mut c = self.checks.lock().expect("checks");
+            c.fault("lost_chunk", 1);
+            c.corrupted.insert((s.addr.clone(), h));
+        }
+        lost
+    }
+
     /// Flips one bit of chunkserver `i`'s copy of `h`, and notes that this copy may now
     /// fail its checksums. Returns false if there is no such byte.
     pub fn flip_bit(&self, i: usize, h: u64, offset: usize, bit: u8) -> bool {

@@ -207,6 +207,15 @@ impl SimDisk {
         s.last_write.clear();
     }
 
+    /// Loses every trace of chunk `h`, data and metadata (a file the disk or its file
+    /// system lost while the server was down). Returns false if there was none.
+    pub fn lose_chunk(&self, h: ChunkHandle) -> bool {
+        let mut s = self.state();
+        let had = s.written.remove(&h).is_some() | s.durable.remove(&h).is_some();
+        s.last_write.remove(&h);
+        had
+    }
+
     /// Flips one bit of a stored chunk (durably). Returns false if there is no such byte.
     pub fn flip_bit(&self, h: ChunkHandle, offset: usize, bit: u8) -> bool {
         let mut guard = self.state();

@@ -75,7 +75,7 @@ impl FaultMix {
     /// The fault kinds (as counted in `faults=`) each kind of fault in the mix shows up
     /// as: a sweep in which one of them never happened did not test what it claims.
     pub fn kinds(&self) -> Vec<(&'static str, &'static [&'static str])> {
-        let all: [(bool, &'static str, &'static [&'static str]); 17] = [
+        let all: [(bool, &'static str, &'static [&'static str]); 18] = [
             (self.server_crashes, "server_crashes", &["crash"]),
             (self.partitions, "partitions", &["partition"]),
             (self.master_cut, "master_cut", &["partition", "one_way"]),
@@ -85,6 +85,11 @@ impl FaultMix {
                 &["master_crash", "log_damage"],
             ),
             (self.corruption, "corruption", &["bit_flip", "meta_flip"]),
+            (
+                self.corruption && self.server_crashes,
+                "corruption with crashes",
+                &["lost_chunk"],
+            ),
             (self.full_disks, "full_disks", &["full_disk"]),
             (self.slow_disks, "slow_disks", &["slow_disk"]),
             (self.lossy_net, "lossy_net", &["loss"]),
@@ -141,6 +146,8 @@ impl FaultMix {
 enum Impairment {
     Dead {
         until: i64,
+        /// Comes back having lost a chunk file (see [`Scheduler::expire`]).
+        lose: bool,
     },
     Isolated {
         until: i64,
@@ -261,11 +268,38 @@ impl Scheduler {
         let now = cluster.true_ms();
         for i in 0..self.impaired.len() {
             match self.impaired[i] {
-                Some(Impairment::Dead { until }) if until <= now => {
+                Some(Impairment::Dead { until, lose }) if until <= now => {
+                    // A chunk file lost (one with an intact copy elsewhere): the master
+                    // must stop listing the server for it once it reports what it holds.
+                    let lost = if lose {
+                        let addr = cluster.servers[i].addr.clone();
+                        let spares: Vec<u64> = {
+                            let c = cluster.checks.lock().expect("checks");
+                            let chunks = cluster.servers[i].disk.chunks();
+                            chunks
+                                .into_iter()
+                                .map(|(h, _)| h)
+                                .filter(|&h| c.spare_copy(&addr, h))
+                                .collect()
+                        };
+                        (!spares.is_empty())
+                            .then(|| spares[(rand() % spares.len() as u64) as usize])
+                            .filter(|&h| cluster.lose_chunk(i, h))
+                    } else {
+                        None
+                    };
                     cluster.restart_server(i);
                     cluster.count_fault("restart", 1);
-                    self.impaired[i] = None;
-                    self.note(cluster, format!("restart cs{i}"));
+                    if let Some(h) = lost {
+                        self.impaired[i] = Some(Impairment::Corrupted);
+                        self.note(
+                            cluster,
+                            format!("restart cs{i} without its copy of chunk {h}"),
+                        );
+                    } else {
+                        self.impaired[i] = None;
+                        self.note(cluster, format!("restart cs{i}"));
+                    }
                 }
                 Some(Impairment::Isolated { until }) if until <= now => {
                     cluster.reconnect(cluster.servers[i].id);
@@ -443,8 +477,20 @@ impl Scheduler {
         }
         match options[(rand() % options.len() as u64) as usize] {
             0 => {
+                // With corruption in the mix, one crash in three is short (the master
+                // does not declare the server dead) and its disk loses a chunk file
+                // meanwhile: the server comes back under its old identity without it.
+                let lose = m.corruption && rand().is_multiple_of(3);
+                let span = if lose {
+                    300 + (rand() % (cluster.knobs.heartbeat_timeout.as_millis() as u64 / 2)) as i64
+                } else {
+                    span
+                };
                 cluster.kill_server(pick);
-                self.impaired[pick] = Some(Impairment::Dead { until: now + span });
+                self.impaired[pick] = Some(Impairment::Dead {
+                    until: now + span,
+                    lose,
+                });
                 self.note(cluster, format!("crash cs{pick} for {span}ms"));
             }
             1 => {
@@ -558,7 +604,10 @@ impl Scheduler {
                         .versions
                         .server_wiped(&addr);
                     cluster.count_fault("wipe", 1);
-                    self.impaired[i] = Some(Impairment::Dead { until: now + 3_000 });
+                    self.impaired[i] = Some(Impairment::Dead {
+                        until: now + 3_000,
+                        lose: false,
+                    });
                 }
                 self.wiped = true;
                 self.note(cluster, format!("wipe the disks of {r} chunkservers"));
@@ -568,7 +617,10 @@ impl Scheduler {
                 let down = 500 + (rand() % 3_000) as i64;
                 for i in 0..n {
                     cluster.kill_server(i);
-                    self.impaired[i] = Some(Impairment::Dead { until: now + down });
+                    self.impaired[i] = Some(Impairment::Dead {
+                        until: now + down,
+                        lose: false,
+                    });
                 }
                 cluster.count_fault("power_cut", 1);
                 self.note(

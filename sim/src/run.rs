@@ -114,6 +114,12 @@ async fn world(sc: Scenario, seed: u64) -> Outcome {
         knobs.clocks_near_the_bound(if rand().is_multiple_of(2) { 0.45 } else { 0.2 });
     }
     let checks = check::shared();
+    // A copy lost by a server is listed until its report reaches the master: a heartbeat
+    // or two (one may be lost), each within an RPC's time, and at most until the master
+    // declares the server dead.
+    checks.lock().expect("checks").missing.grace_ms =
+        (knobs.heartbeat_timeout + 3 * knobs.heartbeat + 2 * knobs.rpc_timeout).as_millis() as i64
+            + 1_000;
     let mut cluster = Cluster::start(sc.shape, knobs.clone(), checks.clone());
     madsim::time::sleep(Duration::from_secs(2)).await;
 

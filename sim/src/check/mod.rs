@@ -49,6 +49,8 @@ pub struct Checks {
     pub ns_slots: u64,
     pub ns_writes: Vec<(String, u64, bytes::Bytes, i64)>,
     pub ns_writes_checked: u64,
+    /// Copies the master lists on live servers that do not hold them (`locations.rs`).
+    pub missing: locations::Missing,
     /// Every write's slot (offset) and bytes, acknowledged or not, and how many files
     /// were checked to end in the bytes of one.
     pub ns_tried: HashMap<u64, bytes::Bytes>,

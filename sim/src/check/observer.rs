@@ -107,7 +107,8 @@ impl Observer for SimObserver {
         if let Some(v) = references::check(master) {
             found.push(v);
         }
-        if let Some(v) = super::locations::check(master, &c.versions) {
+        let cc = &mut *c;
+        if let Some(v) = super::locations::check(master, &cc.versions, &mut cc.missing, t) {
             found.push(v);
         }
         // Every step: a copy counted as spare must still be counted when a fault is

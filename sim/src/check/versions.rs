@@ -24,6 +24,8 @@ pub struct Versions {
     /// Version orders a server has taken and not yet answered: (server, request) ->
     /// (chunk, version).
     ordered: HashMap<(String, u64), (ChunkHandle, Version)>,
+    /// Servers that have taken a step since they last crashed.
+    stepped: std::collections::HashSet<String>,
 }
 
 impl Versions {
@@ -78,6 +80,7 @@ impl Versions {
 
     /// `server` crashed: what it held in memory is gone, what it acknowledged is not.
     pub fn server_crashed(&mut self, server: &str) {
+        self.stepped.remove(server);
         self.servers.retain(|(s, _), _| s != server);
         self.ordered.retain(|(s, _), _| s != server);
     }
@@ -141,8 +144,18 @@ impl Versions {
     }
 
     /// The running server no longer holds `h` (deleted): a later copy starts afresh.
+    /// Called after each of its steps, so it also says the server's holdings are known.
     pub fn server_dropped(&mut self, server: &str, keep: impl Fn(ChunkHandle) -> bool) {
         self.servers.retain(|(s, h), _| s != server || keep(*h));
         self.acked.retain(|(s, h), _| s != server || keep(*h));
+        if !self.stepped.contains(server) {
+            self.stepped.insert(server.to_string());
+        }
+    }
+
+    /// Whether what `server` holds is known: it has taken a step since it last crashed
+    /// (its chunks then are all those [`Versions::server_version`] names).
+    pub fn server_known(&self, server: &str) -> bool {
+        self.stepped.contains(server)
     }
 }
