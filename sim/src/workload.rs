@@ -1746,7 +1746,7 @@ async fn read_replica(
 }
 
 /// Which model judges a file's replicas.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Judge {
     /// A client's private file ([`FileModel`]).
     Model,
@@ -1798,6 +1798,8 @@ pub async fn verify_replicas(
         if c.version == 0 || extent == 0 {
             continue;
         }
+        // Each replica's bytes, to compare them with one another too.
+        let mut copies: Vec<(String, Bytes)> = Vec::new();
         for r in &c.replicas {
             let mut tries = 0;
             let mut d = loop {
@@ -1835,6 +1837,7 @@ pub async fn verify_replicas(
                 d.resize(extent as usize, 0);
             }
             let d = Bytes::from(d);
+            copies.push((r.clone(), d.clone()));
             let rs = now_ms(start);
             let verdict = {
                 let mut ch = checks.lock().expect("checks");
@@ -1875,5 +1878,51 @@ pub async fn verify_replicas(
                 );
             }
         }
+        if judge == Judge::History {
+            let unsettled = checks.lock().expect("checks").histories[path].unsettled();
+            if let Some(e) = differing(&copies, base, extent, &unsettled) {
+                violation(
+                    checks,
+                    start,
+                    format!(
+                        "replicas of {path} chunk {} (handle {} v{}) differ: {e}",
+                        c.index, c.handle, c.version
+                    ),
+                );
+            }
+        }
     }
+}
+
+/// Where two replicas of a chunk (holding the file's bytes from `base`) differ within
+/// its first `extent` bytes, outside every region in `unsettled` (see
+/// [`crate::check::history::History::unsettled`]).
+fn differing(
+    copies: &[(String, Bytes)],
+    base: u64,
+    extent: u64,
+    unsettled: &[(u64, u64)],
+) -> Option<String> {
+    let (first, rest) = copies.split_first()?;
+    let mut settled = vec![true; extent as usize];
+    for &(from, to) in unsettled {
+        let from = from.saturating_sub(base).min(extent) as usize;
+        let to = to.saturating_sub(base).min(extent) as usize;
+        settled[from..to.max(from)].fill(false);
+    }
+    for (r, d) in rest {
+        let Some(at) = (0..extent as usize).find(|&i| settled[i] && first.1.get(i) != d.get(i))
+        else {
+            continue;
+        };
+        return Some(format!(
+            "{} holds {:?} at file offset {}, {r} holds {:?}, where only acknowledged writes \
+             wrote (GFS: consistent)",
+            first.0,
+            first.1.get(at),
+            base + at as u64,
+            d.get(at)
+        ));
+    }
+    None
 }

@@ -74,6 +74,18 @@ impl History {
         self.writes.len()
     }
 
+    /// The regions (start, end offsets) of writes that failed or never ended: replicas
+    /// may differ there. Everywhere else only acknowledged writes touched the file, so
+    /// every replica holds the same bytes (GFS §2.7.1: consistent), whatever order
+    /// concurrent writes landed in.
+    pub fn unsettled(&self) -> Vec<(u64, u64)> {
+        self.writes
+            .iter()
+            .filter(|w| !w.ok || w.end.is_none())
+            .map(|w| (w.off, w.end_off()))
+            .collect()
+    }
+
     /// Judges a read of `want` bytes at `off` that began at `rs`, ended at `re`, and
     /// returned `got`.
     pub fn check_read(
