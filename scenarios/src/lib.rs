@@ -151,6 +151,7 @@ pub fn all() -> Vec<Scenario> {
                 "concurrent-writers",
                 FaultMix {
                     server_crashes: true,
+                    master_restarts: true,
                     partitions: true,
                     slow_disks: true,
                     lossy_net: true,
