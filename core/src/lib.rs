@@ -10,6 +10,7 @@ pub mod chunkserver;
 pub mod client;
 pub mod driver;
 pub mod error;
+pub mod fuzz;
 pub mod master;
 pub mod path;
 pub mod pb;

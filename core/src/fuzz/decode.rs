@@ -1,0 +1,489 @@
+//! `decode`: every decoder Tessera runs on bytes from a network or a disk, fed arbitrary
+//! bytes, and what the decoded value is handed to next: a master or chunkserver request
+//! to the state machine that serves it, a heartbeat reply to the chunkserver that asked,
+//! a log record to `Meta::apply`, a checkpoint to `Meta::restore`, chunk metadata to a
+//! chunkserver's recovery, a stored value to `unseal`, file bytes to the record scanner.
+//! Each must answer with an error, never panic, and the state machines must still pass
+//! their own invariants afterwards.
+//!
+//! The first byte picks the decoder; the rest is its input.
+
+use bytes::Bytes;
+use prost::Message;
+
+use crate::chunkserver::{self, Chunkserver, ChunkserverConfig};
+use crate::master::{self, Master, MasterConfig, Meta};
+use crate::pb::{self, log_record::Op};
+use crate::runtime::{Parts, PartsReader};
+use crate::types::Time;
+
+/// The cluster id of the master and chunkserver the decoded messages are fed to.
+pub const CLUSTER_ID: u64 = 7;
+
+/// The decoders, in the order the first byte picks them (modulo their count).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    MasterRequest,
+    ChunkRequest,
+    HeartbeatReply,
+    ChunkResponse,
+    LogRecord,
+    Checkpoint,
+    SealedValue,
+    ChunkMetas,
+    Records,
+}
+
+pub const KINDS: [Kind; 9] = [
+    Kind::MasterRequest,
+    Kind::ChunkRequest,
+    Kind::HeartbeatReply,
+    Kind::ChunkResponse,
+    Kind::LogRecord,
+    Kind::Checkpoint,
+    Kind::SealedValue,
+    Kind::ChunkMetas,
+    Kind::Records,
+];
+
+/// The input that feeds `body` to the decoder of `kind` (for seeding a corpus).
+pub fn input(kind: Kind, body: &[u8]) -> Vec<u8> {
+    let k = KINDS.iter().position(|&x| x == kind).expect("a kind") as u8;
+    let mut v = vec![k];
+    v.extend_from_slice(body);
+    v
+}
+
+/// Returns 1 when the input decoded and was handed on, else 0.
+pub fn run(data: &[u8]) -> usize {
+    let Some((&k, body)) = data.split_first() else {
+        return 0;
+    };
+    let handed_on = match KINDS[k as usize % KINDS.len()] {
+        Kind::MasterRequest => master_request(body),
+        Kind::ChunkRequest => chunk_request(body),
+        Kind::HeartbeatReply => heartbeat_reply(body),
+        Kind::ChunkResponse => pb::ChunkResponse::decode(body).is_ok(),
+        Kind::LogRecord => log_record(body),
+        Kind::Checkpoint => checkpoint(body),
+        Kind::SealedValue => sealed_value(body),
+        Kind::ChunkMetas => chunk_metas(body),
+        Kind::Records => records(body),
+    };
+    usize::from(handed_on)
+}
+
+fn sealed_value(body: &[u8]) -> bool {
+    use crate::driver::master::{seal, unseal};
+    // Whatever `unseal` accepts must be what was sealed: sealing it again and opening
+    // that gives the same message.
+    let record = unseal::<pb::LogRecord>(body).inspect(|r| {
+        assert_eq!(unseal::<pb::LogRecord>(&seal(r)).as_ref(), Ok(r));
+    });
+    let checkpoint = unseal::<pb::Checkpoint>(body).inspect(|c| {
+        assert_eq!(unseal::<pb::Checkpoint>(&seal(c)).as_ref(), Ok(c));
+    });
+    record.is_ok() || checkpoint.is_ok()
+}
+
+/// A master holding `/d/f` (one chunk of 100 bytes at version 1) in a cluster of its own.
+pub fn small_master() -> Master {
+    let recs = [
+        Op::ClusterId(pb::ClusterIdOp {
+            cluster_id: CLUSTER_ID,
+        }),
+        Op::Mkdir(pb::MkdirOp { path: "/d".into() }),
+        Op::Create(pb::CreateOp {
+            path: "/d/f".into(),
+            replication: 3,
+            chunk_size: 1 << 20,
+        }),
+        Op::AddChunk(pb::AddChunkOp {
+            path: "/d/f".into(),
+            handle: 1,
+        }),
+        Op::SetVersion(pb::SetVersionOp {
+            handle: 1,
+            version: 1,
+        }),
+        Op::SetLength(pb::SetLengthOp {
+            path: "/d/f".into(),
+            length: 100,
+            append_offset: 0,
+        }),
+    ];
+    let tail = recs.into_iter().zip(1..).map(|(op, seq)| {
+        (
+            seq,
+            pb::LogRecord {
+                time_ms: seq,
+                token: 0,
+                op: Some(op),
+            },
+        )
+    });
+    Master::recover(MasterConfig::default(), Time::ZERO, None, tail).expect("a sound log")
+}
+
+/// A chunkserver of [`CLUSTER_ID`] holding chunk 1 (100 zero bytes at version 1).
+pub fn small_chunkserver() -> Chunkserver {
+    let metas = vec![
+        pb::ChunkMeta {
+            handle: chunkserver::IDENTITY_HANDLE,
+            server_id: 11,
+            cluster_id: CLUSTER_ID,
+            ..Default::default()
+        },
+        pb::ChunkMeta {
+            handle: 1,
+            version: 1,
+            length: 100,
+            checksums: vec![crc32c::crc32c(&[0; 100])],
+            ..Default::default()
+        },
+    ];
+    let cfg = ChunkserverConfig {
+        address: "cs0".into(),
+        ..Default::default()
+    };
+    Chunkserver::recover(cfg, Time::ZERO, metas)
+}
+
+fn master_request(body: &[u8]) -> bool {
+    let Ok(req) = pb::MasterRequest::decode(body) else {
+        return false;
+    };
+    let mut m = small_master();
+    let now = Time::from_millis(1_000);
+    let mut effects = m.handle(now, master::Input::Request { id: 1, req });
+    // Whatever it logged becomes durable, so held replies and queued requests go on.
+    while let Some(&(through, _)) = effects.log.last() {
+        effects = m.handle(now, master::Input::LogSynced { through });
+    }
+    m.handle(now, master::Input::Tick);
+    m.check_invariants()
+        .expect("master invariants after a decoded request");
+    true
+}
+
+fn chunk_request(body: &[u8]) -> bool {
+    // The transport hands a request over in the pieces it arrived in: split it where the
+    // first two bytes say, and demand the same message as from one piece.
+    let Some((split, body)) = body.split_first_chunk::<2>() else {
+        return false;
+    };
+    let whole = pb::ChunkRequest::decode(body);
+    let at = usize::from(u16::from_le_bytes(*split)).min(body.len());
+    let bytes = Bytes::copy_from_slice(body);
+    let parts = Parts(vec![bytes.slice(..at), bytes.slice(at..)]);
+    let pieces = pb::ChunkRequest::decode(PartsReader::from(parts));
+    assert_eq!(whole.is_ok(), pieces.is_ok(), "split at {at}");
+    let Ok(req) = pieces else {
+        return false;
+    };
+    assert_eq!(Ok(&req), whole.as_ref().map_err(|_| ()));
+    let mut cs = small_chunkserver();
+    let now = Time::from_millis(1_000);
+    cs.handle(
+        now,
+        chunkserver::Input::Request {
+            id: 1,
+            req,
+            arrived: now,
+        },
+    );
+    cs.handle(now, chunkserver::Input::Tick);
+    cs.check_invariants()
+        .expect("chunkserver invariants after a decoded request");
+    true
+}
+
+fn heartbeat_reply(body: &[u8]) -> bool {
+    let Ok(resp) = pb::MasterResponse::decode(body) else {
+        return false;
+    };
+    let mut cs = small_chunkserver();
+    let now = Time::from_millis(1_000);
+    let effects = cs.handle(now, chunkserver::Input::Tick);
+    for call in effects.calls {
+        if matches!(call.req, chunkserver::Outgoing::Master(_)) {
+            cs.handle(
+                now,
+                chunkserver::Input::CallResult {
+                    id: call.id,
+                    result: Ok(chunkserver::Reply::Master(resp.clone())),
+                },
+            );
+        }
+    }
+    cs.handle(now, chunkserver::Input::Tick);
+    cs.check_invariants()
+        .expect("chunkserver invariants after a heartbeat reply");
+    true
+}
+
+fn log_record(body: &[u8]) -> bool {
+    let Ok(rec) = pb::LogRecord::decode(body) else {
+        return false;
+    };
+    let m = small_master();
+    let mut meta = Meta::restore(&m.meta().checkpoint(m.last_seq()), m.config().chunk_size)
+        .expect("a checkpoint of a sound state");
+    let before = super::oplog::dump(&meta);
+    if meta.apply(&rec).is_err() {
+        // A refused record changes nothing: on the live path it is never logged.
+        assert_eq!(
+            super::oplog::dump(&meta),
+            before,
+            "a refused record changed the state"
+        );
+    }
+    true
+}
+
+fn checkpoint(body: &[u8]) -> bool {
+    let Ok(cp) = pb::Checkpoint::decode(body) else {
+        return false;
+    };
+    let default = MasterConfig::default().chunk_size;
+    let Ok(meta) = Meta::restore(&cp, default) else {
+        return false;
+    };
+    // What restore accepted, checkpointed again, restores to the same state.
+    let again = meta.checkpoint(cp.through_seq);
+    let meta2 = Meta::restore(&again, default).expect("a checkpoint the master wrote");
+    assert_eq!(super::oplog::dump(&meta2), super::oplog::dump(&meta));
+    true
+}
+
+fn chunk_metas(mut body: &[u8]) -> bool {
+    let mut metas = Vec::new();
+    while !body.is_empty() {
+        match pb::ChunkMeta::decode_length_delimited(&mut body) {
+            Ok(m) => metas.push(m),
+            Err(_) => return false,
+        }
+    }
+    let mut cs = Chunkserver::recover(ChunkserverConfig::default(), Time::ZERO, metas);
+    let now = Time::from_millis(1_000);
+    cs.handle(now, chunkserver::Input::Tick);
+    cs.check_invariants()
+        .expect("chunkserver invariants after recovery");
+    true
+}
+
+fn records(body: &[u8]) -> bool {
+    let Some((size, body)) = body.split_first_chunk::<2>() else {
+        return false;
+    };
+    let chunk_size = u64::from(u16::from_le_bytes(*size)).max(1);
+    let data = Bytes::copy_from_slice(body);
+    let found = crate::record::scan(&data, 0, chunk_size);
+    for r in &found {
+        // A frame found lies in the data and within one chunk.
+        let len = crate::record::framed_len(r.payload.len()) as u64;
+        assert!(r.offset + len <= data.len() as u64);
+        assert_eq!(r.offset / chunk_size, (r.offset + len - 1) / chunk_size);
+    }
+    let any = !found.is_empty();
+    let _ = crate::record::dedup(found);
+    any
+}
+
+/// Inputs to start a corpus from: one sound encoding of each kind the decoders take.
+pub fn seeds() -> Vec<Vec<u8>> {
+    use pb::master_request::Req as M;
+    let master = |req: M, token: u64| pb::MasterRequest {
+        token,
+        req: Some(req),
+    };
+    let chunk = |req: pb::chunk_request::Req| {
+        let mut v = vec![0, 0];
+        v.extend(pb::ChunkRequest { req: Some(req) }.encode_to_vec());
+        v
+    };
+    let mut out = vec![];
+    for req in [
+        master(
+            M::Mkdir(pb::MkdirRequest {
+                path: "/d/e".into(),
+                parents: true,
+            }),
+            0,
+        ),
+        master(
+            M::Create(pb::CreateRequest {
+                path: "/d/g".into(),
+                replication: 2,
+            }),
+            5,
+        ),
+        master(
+            M::Rename(pb::RenameRequest {
+                src: "/d/f".into(),
+                dst: "/d/h".into(),
+            }),
+            6,
+        ),
+        master(
+            M::Delete(pb::DeleteRequest {
+                path: "/d".into(),
+                recursive: true,
+            }),
+            7,
+        ),
+        master(
+            M::GetWriteTarget(pb::GetWriteTargetRequest {
+                path: "/d/f".into(),
+                chunk_index: 0,
+                append: false,
+            }),
+            0,
+        ),
+        master(
+            M::ExtendFile(pb::ExtendFileRequest {
+                path: "/d/f".into(),
+                length: 200,
+                first_index: 0,
+                handles: vec![1],
+            }),
+            0,
+        ),
+        master(
+            M::ReserveAppend(pb::ReserveAppendRequest {
+                path: "/d/f".into(),
+                length: 10,
+            }),
+            9,
+        ),
+        master(
+            M::Heartbeat(pb::HeartbeatRequest {
+                address: "cs1:1".into(),
+                rack: "r".into(),
+                capacity_bytes: 1 << 30,
+                chunks: vec![pb::ChunkReport {
+                    handle: 1,
+                    version: 1,
+                    length: 100,
+                }],
+                server_id: 3,
+                cluster_id: CLUSTER_ID,
+                ..Default::default()
+            }),
+            0,
+        ),
+    ] {
+        out.push(input(Kind::MasterRequest, &req.encode_to_vec()));
+    }
+    use pb::chunk_request::Req as C;
+    for body in [
+        chunk(C::Read(pb::ReadChunkRequest {
+            handle: 1,
+            version: 1,
+            offset: 10,
+            length: 50,
+        })),
+        chunk(C::Push(pb::PushDataRequest {
+            data_id: 4,
+            offset: 0,
+            total: 5,
+            piece: b"hello".to_vec().into(),
+            chain: vec!["cs1:1".into()],
+        })),
+        chunk(C::Write(pb::WriteChunkRequest {
+            handle: 1,
+            version: 1,
+            offset: 20,
+            secondaries: vec!["cs1:1".into()],
+            client_id: 2,
+            client_seq: 1,
+            data_id: 4,
+            ..Default::default()
+        })),
+        chunk(C::SetVersion(pb::SetVersionRequest {
+            handle: 1,
+            version: 2,
+            create: false,
+            lease_ms: 60_000,
+            valid_ms: 60_000,
+            chunk_size: 1 << 20,
+            cluster_id: CLUSTER_ID,
+        })),
+        chunk(C::Apply(pb::ApplyMutationRequest {
+            handle: 1,
+            version: 1,
+            serial: 1,
+            offset: 0,
+            data_id: 4,
+            ..Default::default()
+        })),
+    ] {
+        out.push(input(Kind::ChunkRequest, &body));
+    }
+    let reply = pb::MasterResponse {
+        error: None,
+        resp: Some(pb::master_response::Resp::Heartbeat(
+            pb::HeartbeatResponse {
+                delete_chunks: vec![pb::ChunkVersion {
+                    handle: 1,
+                    version: 1,
+                }],
+                extended_leases: vec![1],
+                lease_duration_ms: 60_000,
+                cluster_id: CLUSTER_ID,
+            },
+        )),
+    };
+    out.push(input(Kind::HeartbeatReply, &reply.encode_to_vec()));
+    let read = pb::ChunkResponse {
+        error: None,
+        resp: Some(pb::chunk_response::Resp::Read(pb::ReadChunkResponse {
+            data: vec![1; 30].into(),
+            chunk_length: 100,
+        })),
+    };
+    out.push(input(Kind::ChunkResponse, &read.encode_to_vec()));
+    let rec = pb::LogRecord {
+        time_ms: 9,
+        token: 3,
+        op: Some(Op::Rename(pb::RenameOp {
+            src: "/d/f".into(),
+            dst: "/d/g".into(),
+        })),
+    };
+    out.push(input(Kind::LogRecord, &rec.encode_to_vec()));
+    out.push(input(Kind::SealedValue, &crate::driver::master::seal(&rec)));
+    let cp = small_master().meta().checkpoint(6);
+    out.push(input(Kind::Checkpoint, &cp.encode_to_vec()));
+    out.push(input(Kind::SealedValue, &crate::driver::master::seal(&cp)));
+    let mut metas = Vec::new();
+    for m in [
+        pb::ChunkMeta {
+            handle: chunkserver::IDENTITY_HANDLE,
+            server_id: 11,
+            cluster_id: CLUSTER_ID,
+            ..Default::default()
+        },
+        pb::ChunkMeta {
+            handle: 2,
+            version: 3,
+            length: 100,
+            checksums: vec![crc32c::crc32c(&[0; 100])],
+            writing: Some(pb::WriteIntent {
+                offset: 10,
+                length: 20,
+            }),
+            ..Default::default()
+        },
+    ] {
+        m.encode_length_delimited(&mut metas)
+            .expect("a vector grows");
+    }
+    out.push(input(Kind::ChunkMetas, &metas));
+    let mut file = 64u16.to_le_bytes().to_vec();
+    file.extend_from_slice(&crate::record::frame(1, b"first"));
+    file.extend_from_slice(&[0; 7]);
+    file.extend_from_slice(&crate::record::frame(2, b"second record"));
+    out.push(input(Kind::Records, &file));
+    out
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs every cargo-fuzz target for a while: ./scripts/fuzz.sh [seconds per target] [target...]
+# New inputs the fuzzer finds go to a scratch copy of the corpus (printed), never into
+# fuzz/corpus/; a crash leaves its input in fuzz/artifacts/<target>/ and fails the run.
+# Once the bug is fixed, add that input to fuzz/corpus/<target>/ so `cargo test` keeps
+# trying it. cargo-fuzz runs on the stable toolchain here with `--sanitizer none`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS="${1:-60}"
+shift || true
+CACHE="${TESSERA_CACHE:-$HOME/.cache/tessera}"
+if ! cargo fuzz --version >/dev/null 2>&1; then
+  echo "fuzz: installing cargo-fuzz"
+  cargo install cargo-fuzz --locked --quiet
+fi
+TARGETS="${*:-$(cargo fuzz list --fuzz-dir fuzz)}"
+SCRATCH="$(mktemp -d)"
+for t in $TARGETS; do
+  mkdir -p "$SCRATCH/$t"
+  echo "== fuzz $t for ${SECS}s (new inputs in $SCRATCH/$t)"
+  status=0
+  cargo fuzz run --fuzz-dir fuzz --sanitizer none --release --target-dir "$CACHE/target-fuzz" \
+    "$t" "$SCRATCH/$t" "fuzz/corpus/$t" -- -max_total_time="$SECS" -rss_limit_mb=2048 \
+    -malloc_limit_mb=512 -print_final_stats=1 > "$SCRATCH/$t.log" 2>&1 || status=$?
+  # libFuzzer's progress lines are left in the log; its verdict and figures are shown.
+  grep -E '^(stat::|Done |INFO: Running with|==[0-9]+== ERROR|SUMMARY|thread .* panicked|.*Test unit written|error)' \
+    "$SCRATCH/$t.log" || true
+  if [ "$status" != 0 ]; then
+    tail -n 40 "$SCRATCH/$t.log" >&2
+    echo "FAILED: fuzz target $t (its input is in fuzz/artifacts/$t/)" >&2
+    exit 1
+  fi
+done
