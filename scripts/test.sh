@@ -70,3 +70,7 @@ for s in $SCENARIOS; do
 done
 echo "== planted bugs: each must be caught by the check it exists for"
 ./scripts/planted-bugs.sh
+# A short real fuzzing run of every cargo-fuzz target (their committed corpora already
+# ran under cargo test); new inputs go to a scratch directory, a crash fails the run.
+echo "== fuzz: every target for ${TESSERA_FUZZ_SECS:-30}s"
+./scripts/fuzz.sh "${TESSERA_FUZZ_SECS:-30}"
