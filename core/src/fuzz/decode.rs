@@ -452,6 +452,49 @@ pub fn seeds() -> Vec<Vec<u8>> {
         })),
     };
     out.push(input(Kind::LogRecord, &rec.encode_to_vec()));
+    // A record of every other kind, against the small master's state.
+    for op in [
+        Op::Mkdir(pb::MkdirOp { path: "/e".into() }),
+        Op::Create(pb::CreateOp {
+            path: "/d/g".into(),
+            replication: 2,
+            chunk_size: 1 << 16,
+        }),
+        Op::Remove(pb::RemoveOp {
+            path: "/d/f".into(),
+        }),
+        Op::AddChunk(pb::AddChunkOp {
+            path: "/d/f".into(),
+            handle: 2,
+        }),
+        Op::SetVersion(pb::SetVersionOp {
+            handle: 1,
+            version: 2,
+        }),
+        Op::ReserveVersion(pb::ReserveVersionOp {
+            handle: 1,
+            version: 3,
+        }),
+        Op::SetLength(pb::SetLengthOp {
+            path: "/d/f".into(),
+            length: 150,
+            append_offset: 100,
+        }),
+        Op::RetireReplica(pb::RetireReplicaOp {
+            handle: 1,
+            address: "cs1:1".into(),
+            version: 1,
+            lift: false,
+        }),
+        Op::ClusterId(pb::ClusterIdOp { cluster_id: 8 }),
+    ] {
+        let rec = pb::LogRecord {
+            time_ms: 10,
+            token: 0,
+            op: Some(op),
+        };
+        out.push(input(Kind::LogRecord, &rec.encode_to_vec()));
+    }
     out.push(input(Kind::SealedValue, &crate::driver::master::seal(&rec)));
     let cp = small_master().meta().checkpoint(6);
     out.push(input(Kind::Checkpoint, &cp.encode_to_vec()));

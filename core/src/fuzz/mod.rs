@@ -7,12 +7,14 @@
 pub mod decode;
 pub mod oplog;
 
+/// A target's body: its input, and how much of it reached its subject.
+pub type Target = fn(&[u8]) -> usize;
+
 /// The targets, by the name of their file in `fuzz/fuzz_targets/` and corpus folder.
 /// Each returns how much of its input it got to exercise (decode: 1 when the input
 /// decoded and was handed on; oplog_roundtrip: the records applied), so tests can tell a
 /// seed that reaches its subject from one that is turned away at the door.
-pub const TARGETS: &[(&str, fn(&[u8]) -> usize)] =
-    &[("decode", decode::run), ("oplog_roundtrip", oplog::run)];
+pub const TARGETS: &[(&str, Target)] = &[("decode", decode::run), ("oplog_roundtrip", oplog::run)];
 
 /// Each target's seed inputs, by name: what a corpus starts from.
 pub fn seeds(target: &str) -> Vec<Vec<u8>> {
