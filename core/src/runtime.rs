@@ -37,6 +37,9 @@ pub struct Incoming {
     /// in any queue: a lease a request grants counts from then, so a request that
     /// waited must not pass for a fresh one.
     pub arrived: Time,
+    /// Where the request came from, as the transport saw it (an address; empty when it
+    /// cannot tell). For traces and logs only: it identifies nothing the protocol trusts.
+    pub peer: String,
     pub reply: oneshot::Sender<Parts>,
 }
 

@@ -177,6 +177,7 @@ impl Transport for MemNet {
                 .try_send(Incoming {
                     body,
                     arrived,
+                    peer: String::new(),
                     reply,
                 })
                 .is_err()

@@ -56,3 +56,11 @@ impl std::ops::Add<Duration> for Time {
 pub fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
+
+/// The hash maps and sets of the state machines. Their hasher has fixed keys, so
+/// iteration order depends on the contents alone: a node replayed from its trace in
+/// another process (`tessera replay node`) takes the same steps in the same order as
+/// the node that was recorded, as it does in the simulator.
+pub type HashMap<K, V> = std::collections::HashMap<K, V, FixedState>;
+pub type HashSet<K> = std::collections::HashSet<K, FixedState>;
+pub type FixedState = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;

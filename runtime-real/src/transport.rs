@@ -851,6 +851,12 @@ async fn serve(
             req.uri().path()
         )));
     }
+    let peer = req
+        .extensions()
+        .get::<TcpConnectInfo>()
+        .and_then(TcpConnectInfo::remote_addr)
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     let mut body = req.into_body();
     let receive = async {
         let Next::Message(msg) = read_message(&mut body, MAX_MESSAGE, Some(&mut held)).await?
@@ -877,6 +883,7 @@ async fn serve(
         .send(Incoming {
             body: msg,
             arrived,
+            peer,
             reply,
         })
         .await

@@ -207,6 +207,7 @@ impl Transport for SimNet {
                         .send(Incoming {
                             body,
                             arrived,
+                            peer: from.to_string(),
                             reply,
                         })
                         .await

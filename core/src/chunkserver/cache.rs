@@ -23,7 +23,8 @@
 //! Reads of data not in the cache come from disk and are not added: one-time scans would
 //! otherwise push out what was just written. The scrubber always reads the disk.
 
-use std::collections::{BTreeMap, HashMap};
+use crate::types::HashMap;
+use std::collections::BTreeMap;
 
 use bytes::{Bytes, BytesMut};
 
@@ -230,7 +231,7 @@ mod tests {
             ops in proptest::collection::vec(op(), 1..60),
         ) {
             let mut cache = ReadCache::new(budget);
-            let mut disk: HashMap<u64, Vec<u8>> = HashMap::new();
+            let mut disk: HashMap<u64, Vec<u8>> = HashMap::default();
             let mut scribbles = 0u8;
             for op in ops {
                 match op {

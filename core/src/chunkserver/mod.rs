@@ -24,7 +24,8 @@ mod writes;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use crate::types::{HashMap, HashSet};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -108,6 +109,12 @@ pub enum Input {
     },
     /// Time for a heartbeat.
     Tick,
+    /// The disk's free space changed (`None`: unknown); the next heartbeat offers at most
+    /// this much. The driver sends it when a reading differs from the last, so the
+    /// reading passes through `handle` and is recorded and replayed with the rest.
+    DiskSpace { free: Option<u64> },
+    /// A request that did not decode: answered as an invalid argument, changing nothing.
+    Malformed { id: RequestId, error: String },
 }
 
 /// A reply to one of this server's calls.
@@ -455,21 +462,21 @@ impl Chunkserver {
             next_scrub: now + cfg.scrub_interval,
             cfg,
             now,
-            chunks: HashMap::new(),
-            corrupt: HashSet::new(),
-            queues: HashMap::new(),
+            chunks: HashMap::default(),
+            corrupt: HashSet::default(),
+            queues: HashMap::default(),
             queued_requests: 0,
-            busy: HashSet::new(),
-            pending: HashMap::new(),
-            calls: HashMap::new(),
-            forwards: HashMap::new(),
-            forwarding: HashMap::new(),
+            busy: HashSet::default(),
+            pending: HashMap::default(),
+            calls: HashMap::default(),
+            forwards: HashMap::default(),
+            forwarding: HashMap::default(),
             held: Default::default(),
             scrub_cursor: 0,
-            pushed: HashMap::new(),
+            pushed: HashMap::default(),
             pushed_bytes: 0,
             cache: cache::ReadCache::new(read_cache_bytes),
-            fills: HashMap::new(),
+            fills: HashMap::default(),
             started: false,
             disk_available: None,
             server_id: 0,
@@ -514,7 +521,7 @@ impl Chunkserver {
                     lease_chunk_size: 0,
                     last_write: Time::ZERO,
                     serial: 0,
-                    writers: HashMap::new(),
+                    writers: HashMap::default(),
                 },
             );
         }
@@ -561,11 +568,6 @@ impl Chunkserver {
                 self.cfg.address, self.cluster_id
             ))
         })
-    }
-
-    /// The disk's free space (`ChunkStore::available_bytes`), for the next heartbeat.
-    pub fn set_disk_available(&mut self, free: Option<u64>) {
-        self.disk_available = free;
     }
 
     /// (handle, version, length) of every chunk held, for checks and tests.
@@ -650,6 +652,13 @@ impl Chunkserver {
                 self.expire_pushed();
                 self.release_held();
             }
+            Input::DiskSpace { free } => self.disk_available = free,
+            Input::Malformed { id, error } => self.out.replies.push((
+                id,
+                err(FsError::InvalidArgument(format!(
+                    "malformed request: {error}"
+                ))),
+            )),
         }
         std::mem::take(&mut self.out)
     }
@@ -882,7 +891,7 @@ impl Chunkserver {
                             lease_chunk_size: 0,
                             last_write: Time::ZERO,
                             serial: 0,
-                            writers: HashMap::new(),
+                            writers: HashMap::default(),
                         });
                         let moved_on = c.meta.version != meta.version;
                         if moved_on {

@@ -1707,7 +1707,7 @@ fn heartbeat_capacity_is_capped_by_the_disk_free_space() {
     let mut h = H::new();
     h.create(1);
     let capacity = |h: &mut H, free: Option<u64>| {
-        h.cs.set_disk_available(free);
+        h.run(Input::DiskSpace { free });
         h.calls.clear();
         h.run(Input::Tick);
         let c = h.calls.pop().expect("a heartbeat");

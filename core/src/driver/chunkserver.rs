@@ -9,12 +9,12 @@ use futures::stream::{FusedStream, FuturesUnordered};
 use futures::{SinkExt, StreamExt};
 use prost::Message;
 
-use super::{DriverError, Observer};
+use super::{ChunkserverStart, DriverError, Observer};
 use crate::chunkserver::{
     Chunkserver, ChunkserverConfig, Dest, Effects, IDENTITY_HANDLE, Input, OpId, Outgoing, Reply,
     RequestId, StoreOp, StoreOutput,
 };
-use crate::error::{FsError, RpcError, StoreError};
+use crate::error::{RpcError, StoreError};
 use crate::runtime::{ChunkStore, Incoming, Parts, PartsReader, Runtime, Transport};
 use crate::types::ChunkHandle;
 use crate::{pb, wire};
@@ -124,6 +124,8 @@ pub async fn ensure_server_id<R: Runtime, S: ChunkStore>(
 enum Step<E> {
     Event(E),
     Stored(OpId, ChunkHandle, Result<StoreOutput, StoreError>),
+    /// The tick that a disk-space reading went in ahead of.
+    TickNext,
 }
 
 /// Runs the chunkserver until it is stopped. Start-up is recovery from the store.
@@ -143,7 +145,19 @@ pub async fn run<R: Runtime, T: Transport, S: ChunkStore + Clone, O: Observer>(
     let mut metas = store.load().await?;
     ensure_server_id(&rt, &mut store, &mut metas).await?;
     tracing::info!(addr = %opts.config.address, chunks = metas.len() - 1, "chunkserver recovered");
-    let mut cs = Chunkserver::recover(opts.config.clone(), rt.now(), metas);
+    let now = rt.now();
+    observer.chunkserver_started(
+        now,
+        ChunkserverStart {
+            config: &opts.config,
+            metas: &metas,
+        },
+    );
+    let mut cs = Chunkserver::recover(opts.config.clone(), now, metas);
+    // The disk's free space as the state machine last heard it.
+    let mut disk_free = None;
+    // A tick waits behind the disk-space reading taken for it.
+    let mut tick_next = false;
     let mut inbound = transport.listen(&opts.config.address).await?;
     let (tx, mut events) = mpsc::unbounded::<Event>();
     {
@@ -172,6 +186,9 @@ pub async fn run<R: Runtime, T: Transport, S: ChunkStore + Clone, O: Observer>(
         // waits there (and its senders with it) rather than in memory here. Each request
         // carries the time it arrived, before it waited.
         let step = futures::future::poll_fn(|cx| {
+            if std::mem::take(&mut tick_next) {
+                return Poll::Ready(Some(Step::TickNext));
+            }
             if let Poll::Ready(Some((id, h, result))) = running.poll_next_unpin(cx) {
                 return Poll::Ready(Some(Step::Stored(id, h, result)));
             }
@@ -201,30 +218,31 @@ pub async fn run<R: Runtime, T: Transport, S: ChunkStore + Clone, O: Observer>(
             }
             Some(Step::Event(Event::Request(inc))) => {
                 let arrived = inc.arrived;
+                let id = next_request;
+                next_request += 1;
+                replies.insert(id, inc.reply);
+                observer.request(id, &inc.peer, arrived);
                 match pb::ChunkRequest::decode(PartsReader::from(inc.body)) {
-                    Ok(req) => {
-                        let id = next_request;
-                        next_request += 1;
-                        replies.insert(id, inc.reply);
-                        Input::Request { id, req, arrived }
-                    }
-                    Err(e) => {
-                        let resp = pb::ChunkResponse {
-                            error: Some(
-                                FsError::InvalidArgument(format!("malformed request: {e}")).to_pb(),
-                            ),
-                            resp: None,
-                        };
-                        let _ = inc.reply.send(resp.encode_to_vec().into());
-                        continue;
-                    }
+                    Ok(req) => Input::Request { id, req, arrived },
+                    Err(e) => Input::Malformed {
+                        id,
+                        error: e.to_string(),
+                    },
                 }
             }
             Some(Step::Event(Event::CallResult(id, result))) => Input::CallResult { id, result },
             Some(Step::Event(Event::Tick)) => {
-                cs.set_disk_available(store.available_bytes());
-                Input::Tick
+                let free = store.available_bytes();
+                if free != disk_free {
+                    // The reading goes in as an input of its own, the tick after it.
+                    disk_free = free;
+                    tick_next = true;
+                    Input::DiskSpace { free }
+                } else {
+                    Input::Tick
+                }
             }
+            Some(Step::TickNext) => Input::Tick,
         };
         let now = rt.now();
         let effects: Effects = cs.handle(now, input.clone());

@@ -20,8 +20,8 @@ use futures::stream::FusedStream;
 use futures::{SinkExt, StreamExt};
 use prost::Message;
 
-use super::{DriverError, Observer};
-use crate::error::{FsError, RpcError};
+use super::{DriverError, MasterStart, Observer};
+use crate::error::RpcError;
 use crate::master::{Effects, Input, Master, MasterConfig, RequestId};
 use crate::pb;
 use crate::runtime::{MetaStore, Parts, PartsReader, Runtime, Transport};
@@ -109,6 +109,12 @@ enum Event {
 
 type Incoming = crate::runtime::Incoming;
 
+/// The master's durable state: its latest checkpoint and the log records after it.
+pub struct Durable {
+    pub checkpoint: Option<pb::Checkpoint>,
+    pub tail: Vec<(LogSeq, pb::LogRecord)>,
+}
+
 /// Loads the checkpoint and the log tail from `store` and rebuilds the master.
 /// Also returns the lowest log record left in the store.
 pub async fn recover<M: MetaStore>(
@@ -116,6 +122,11 @@ pub async fn recover<M: MetaStore>(
     cfg: MasterConfig,
     now: crate::Time,
 ) -> Result<(Master, LogSeq), DriverError> {
+    rebuild(cfg, now, load(store).await?)
+}
+
+/// Reads the checkpoint and the log tail from `store`, each value checked.
+pub async fn load<M: MetaStore>(store: &mut M) -> Result<Durable, DriverError> {
     let bad = |what: String| DriverError::Recovery(what);
     let damaged = |what: String, e: String| {
         DriverError::Recovery(format!(
@@ -156,9 +167,20 @@ pub async fn recover<M: MetaStore>(
         sealed_seen |= sealed;
         tail.push((seq, rec));
     }
+    Ok(Durable { checkpoint, tail })
+}
+
+/// The master `durable` describes, and the lowest log record left in the store.
+pub fn rebuild(
+    cfg: MasterConfig,
+    now: crate::Time,
+    durable: Durable,
+) -> Result<(Master, LogSeq), DriverError> {
+    let Durable { checkpoint, tail } = durable;
     let records = tail.len();
     let low = tail.first().map(|(s, _)| *s);
-    let m = Master::recover(cfg, now, checkpoint.as_ref(), tail).map_err(|e| bad(e.to_string()))?;
+    let m = Master::recover(cfg, now, checkpoint.as_ref(), tail)
+        .map_err(|e| DriverError::Recovery(e.to_string()))?;
     tracing::info!(
         records,
         through = m.last_seq(),
@@ -178,7 +200,20 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
     opts: MasterOptions,
     mut observer: O,
 ) -> Result<(), DriverError> {
-    let (mut master, mut low_seq) = recover(&mut store, opts.config.clone(), rt.now()).await?;
+    let durable = load(&mut store).await?;
+    let now = rt.now();
+    // The seed of the master's choices: with the durable state and the inputs, all a
+    // run needs to be replayed (`tessera replay node`).
+    tracing::info!(rng_seed = opts.config.rng_seed, "master starting");
+    observer.master_started(
+        now,
+        MasterStart {
+            config: &opts.config,
+            checkpoint: durable.checkpoint.as_ref(),
+            tail: &durable.tail,
+        },
+    );
+    let (mut master, mut low_seq) = rebuild(opts.config.clone(), now, durable)?;
     let mut inbound = transport.listen(&opts.listen).await?;
     tracing::info!(addr = %opts.listen, "master serving");
     // Requests are taken from the transport's bounded queue as the loop gets to them,
@@ -224,26 +259,19 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
         // Take every event that is ready, so one sync covers many records (group commit).
         while let Some(e) = ev.take() {
             let input = match e {
-                Event::Request(inc) => match pb::MasterRequest::decode(PartsReader::from(inc.body))
-                {
-                    Ok(req) => {
-                        let id = next_request;
-                        next_request += 1;
-                        replies.insert(id, inc.reply);
-                        Input::Request { id, req }
+                Event::Request(inc) => {
+                    let id = next_request;
+                    next_request += 1;
+                    replies.insert(id, inc.reply);
+                    observer.request(id, &inc.peer, inc.arrived);
+                    match pb::MasterRequest::decode(PartsReader::from(inc.body)) {
+                        Ok(req) => Input::Request { id, req },
+                        Err(e) => Input::Malformed {
+                            id,
+                            error: e.to_string(),
+                        },
                     }
-                    Err(e) => {
-                        let resp = pb::MasterResponse {
-                            error: Some(
-                                FsError::InvalidArgument(format!("malformed request: {e}")).to_pb(),
-                            ),
-                            resp: None,
-                        };
-                        let _ = inc.reply.send(resp.encode_to_vec().into());
-                        ev = try_event(&mut events, &mut inbound);
-                        continue;
-                    }
-                },
+                }
                 Event::CallResult(id, result) => Input::CallResult { id, result },
                 Event::Tick => Input::Tick,
             };

@@ -11,11 +11,40 @@ use crate::chunkserver as chunkserver_sm;
 use crate::master as master_sm;
 
 use crate::error::StoreError;
-use crate::types::Time;
+use crate::pb;
+use crate::types::{LogSeq, Time};
 
-/// Sees every step a driver takes: the input, the effects, and the state machine after
-/// it. Tracing, trace recording and the simulator's invariant checkers hook in here.
+/// What a master was rebuilt from: its settings (the random seed included) and the
+/// durable state recovery read. Given these and the inputs that followed, the master's
+/// every effect is determined.
+#[derive(Clone, Copy, Debug)]
+pub struct MasterStart<'a> {
+    pub config: &'a master_sm::MasterConfig,
+    pub checkpoint: Option<&'a pb::Checkpoint>,
+    pub tail: &'a [(LogSeq, pb::LogRecord)],
+}
+
+/// What a chunkserver was rebuilt from: its settings and the chunk metadata it loaded
+/// (its identity record included).
+#[derive(Clone, Copy, Debug)]
+pub struct ChunkserverStart<'a> {
+    pub config: &'a chunkserver_sm::ChunkserverConfig,
+    pub metas: &'a [pb::ChunkMeta],
+}
+
+/// Sees everything that reaches a node's state machine: what it was rebuilt from, then
+/// every step (the input, the clock reading it was given, the effects, and the state
+/// machine after it). Nothing changes a state machine except through these, so a record
+/// of them replays the node. Tracing, trace recording and the simulator's invariant
+/// checkers hook in here.
 pub trait Observer: Send + 'static {
+    /// The master was rebuilt from `start`; its first step follows.
+    fn master_started(&mut self, _now: Time, _start: MasterStart<'_>) {}
+    /// The chunkserver was rebuilt from `start`; its first step follows.
+    fn chunkserver_started(&mut self, _now: Time, _start: ChunkserverStart<'_>) {}
+    /// Request `id` came from `peer`, whole at `arrived`; its step (a `Request` or
+    /// `Malformed` input) follows at once.
+    fn request(&mut self, _id: u64, _peer: &str, _arrived: Time) {}
     fn master_step(
         &mut self,
         _now: Time,

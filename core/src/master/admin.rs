@@ -9,7 +9,7 @@
 //! own entries only, so no answer outgrows a message and the master is never busy with
 //! one request for long; the client asks for page after page.
 
-use std::collections::{HashMap, HashSet};
+use crate::types::{HashMap, HashSet};
 
 use super::chunks::{Chunk, ServerIdx};
 use super::locks::{LockSet, Mode};
@@ -154,7 +154,7 @@ impl Master {
             entries.insert(0, (after.to_string(), n));
             resumed = true;
         }
-        let mut deleting: HashMap<ChunkHandle, Vec<String>> = HashMap::new();
+        let mut deleting: HashMap<ChunkHandle, Vec<String>> = HashMap::default();
         for (&server, hs) in &self.gc.deleting {
             for &h in hs {
                 deleting

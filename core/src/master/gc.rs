@@ -7,7 +7,7 @@
 //! Removal drops chunk references; a chunk with none leaves the table, and its replicas,
 //! now orphans, are deleted when their servers next report them.
 
-use std::collections::HashMap;
+use crate::types::HashMap;
 
 use super::chunks::ServerIdx;
 use super::heartbeat::PendingDeletes;

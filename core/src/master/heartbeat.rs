@@ -9,7 +9,7 @@
 //! different contents. A version above every one the master ever reserved was never
 //! granted: it is refused and the copy ordered deleted, whatever it claims.
 
-use std::collections::{HashMap, HashSet};
+use crate::types::{HashMap, HashSet};
 
 use super::chunks::ServerIdx;
 use super::servers::Arrival;
@@ -111,7 +111,7 @@ impl Master {
                 });
                 hs.keys().copied().collect()
             }
-            None => HashSet::new(),
+            None => HashSet::default(),
         };
         let mut delete: Vec<ChunkHandle> = doomed
             .iter()

@@ -12,7 +12,7 @@
 //! `max_clock_skew` more. After a restart the master does not know which leases are out,
 //! so it grants none on existing chunks for one lease period plus the skew.
 
-use std::collections::HashMap;
+use crate::types::HashMap;
 
 use super::chunks::ServerIdx;
 use super::locks::{LockSet, Mode};
@@ -72,8 +72,8 @@ impl Leases {
     pub fn starting(now: Time, cfg: &MasterConfig, next_handle: ChunkHandle) -> Leases {
         Leases {
             quiet_below: next_handle,
-            held: HashMap::new(),
-            granting: HashMap::new(),
+            held: HashMap::default(),
+            granting: HashMap::default(),
             quiet_until: now + cfg.lease_duration + cfg.max_clock_skew,
             unreserved: Default::default(),
         }

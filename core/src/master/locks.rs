@@ -11,7 +11,7 @@
 //! Locks are taken all at once or not at all, so waiting never holds a lock and there is
 //! no deadlock.
 
-use std::collections::HashMap;
+use crate::types::HashMap;
 
 use crate::error::FsError;
 use crate::path;

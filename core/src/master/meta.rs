@@ -4,7 +4,8 @@
 
 use crate::error::FsError;
 use crate::pb::{self, log_record::Op};
-use std::collections::{BTreeMap, HashMap};
+use crate::types::HashMap;
+use std::collections::BTreeMap;
 
 use crate::types::{ChunkHandle, LogSeq, Version};
 
@@ -54,7 +55,7 @@ impl Meta {
             chunks: ChunkTable::default(),
             next_handle: 1,
             retired: BTreeMap::new(),
-            reserved: HashMap::new(),
+            reserved: HashMap::default(),
             cluster_id: 0,
             retries: Retries::default(),
             default_chunk_size,
@@ -295,7 +296,7 @@ impl Meta {
                 .expect("just inserted")
                 .refcount = c.refcount;
         }
-        let mut refs: std::collections::HashMap<ChunkHandle, u32> = Default::default();
+        let mut refs: crate::types::HashMap<ChunkHandle, u32> = Default::default();
         for e in &cp.entries {
             if e.is_dir {
                 meta.ns.mkdir(&e.path, e.mtime_ms)?;

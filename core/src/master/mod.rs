@@ -29,7 +29,8 @@ mod servers;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use crate::types::HashMap;
+use std::collections::{BTreeMap, VecDeque};
 
 pub use chunks::{Chunk, ChunkTable, Replicas, ServerIdx};
 pub use config::MasterConfig;
@@ -64,6 +65,10 @@ pub enum Input {
     LogSynced { through: LogSeq },
     /// Time passed: check liveness, leases, re-replication and garbage.
     Tick,
+    /// A request that did not decode: answered as an invalid argument, changing nothing.
+    /// It passes through `handle` (not answered by the driver) so that every input a
+    /// node takes is seen, recorded and replayed in one place.
+    Malformed { id: RequestId, error: String },
 }
 
 /// A call to a chunkserver.
@@ -184,13 +189,13 @@ impl Master {
             synced_seq: seq,
             held: BTreeMap::new(),
             queued: VecDeque::new(),
-            calls: HashMap::new(),
+            calls: HashMap::default(),
             next_call: 1,
             leases,
             repl,
             gc: Default::default(),
             checkpoint_seq: seq,
-            retired_at: HashMap::new(),
+            retired_at: HashMap::default(),
             deferred_targets: BTreeMap::new(),
             cluster_id_seq: 0,
             request_token: 0,
@@ -301,6 +306,10 @@ impl Master {
             Input::CallResult { id, result } => self.on_call_result(id, result),
             Input::LogSynced { through } => self.on_log_synced(through),
             Input::Tick => self.on_tick(),
+            Input::Malformed { id, error } => self.reply_err(
+                id,
+                FsError::InvalidArgument(format!("malformed request: {error}")),
+            ),
         }
         self.maybe_checkpoint();
         // Cheap promises, checked where the master runs (the rest: `check_invariants`).

@@ -8,7 +8,8 @@
 //! Every method here is a pure function of the table; locking and logging are the
 //! master's concern (`locks.rs`, `oplog.rs`).
 
-use std::collections::{BTreeMap, HashMap};
+use crate::types::HashMap;
+use std::collections::BTreeMap;
 
 use crate::error::FsError;
 use crate::path;

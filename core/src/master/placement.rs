@@ -5,7 +5,7 @@
 //!
 //! A pure function of the candidates, so it is tested on its own.
 
-use std::collections::HashSet;
+use crate::types::HashSet;
 
 use super::chunks::ServerIdx;
 

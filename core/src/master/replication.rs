@@ -3,7 +3,8 @@
 //! fewest replicas go first. Clone traffic is throttled: each server takes part in at
 //! most `clones_per_server` clones at once, the cluster in `clones_cluster`.
 
-use std::collections::{BTreeSet, HashMap};
+use crate::types::HashMap;
+use std::collections::BTreeSet;
 
 use super::chunks::ServerIdx;
 use super::{CallCtx, Master};
@@ -239,7 +240,7 @@ impl Master {
                     keep.iter()
                         .filter(|&&o| o != s)
                         .map(|&o| self.servers.get(o).rack.as_str())
-                        .collect::<std::collections::HashSet<_>>()
+                        .collect::<crate::types::HashSet<_>>()
                         .len()
                 };
                 let Some(&victim) = keep.iter().max_by(|&&a, &&b| {

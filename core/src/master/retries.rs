@@ -21,7 +21,8 @@
 //! A request lost with a master that crashed before its record was durable left no record
 //! and no token; asked again, it is done.
 
-use std::collections::{HashMap, VecDeque};
+use crate::types::HashMap;
+use std::collections::VecDeque;
 
 use super::{Master, RequestId, ok};
 use crate::error::FsError;

@@ -2,7 +2,7 @@
 //! many chunks the master believes each one holds. Servers are numbered in the order they
 //! first appear; a number is never reused, so a replica list can hold plain `u32`s.
 
-use std::collections::HashMap;
+use crate::types::HashMap;
 use std::time::Duration;
 
 use super::chunks::ServerIdx;

@@ -53,6 +53,10 @@ impl Observer for SimObserver {
             }
             ms::Input::LogSynced { through } => tr.add_u64(*through),
             ms::Input::Tick => tr.add(b"tick"),
+            ms::Input::Malformed { id, error } => {
+                tr.add_u64(*id);
+                tr.add(error.as_bytes());
+            }
         }
         for (seq, rec) in &effects.log {
             tr.add_u64(*seq);
@@ -173,6 +177,11 @@ impl Observer for SimObserver {
                 tr.add_u64(u64::from(result.is_ok()));
             }
             cs::Input::Tick => tr.add(b"tick"),
+            cs::Input::DiskSpace { free } => tr.add_u64(free.map_or(u64::MAX, |f| f)),
+            cs::Input::Malformed { id, error } => {
+                tr.add_u64(*id);
+                tr.add(error.as_bytes());
+            }
         }
         for (id, r) in &effects.replies {
             tr.add_u64(*id);
