@@ -18,6 +18,7 @@ pub mod record;
 pub mod rng;
 pub mod runtime;
 pub mod testkit;
+pub mod trace;
 pub mod types;
 pub mod wire;
 

@@ -8,4 +8,5 @@ pub mod dev;
 pub mod metastore;
 pub mod rt;
 pub mod server;
+pub mod traces;
 pub mod transport;

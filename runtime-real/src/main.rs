@@ -181,12 +181,51 @@ enum Cmd {
         #[command(flatten)]
         m: MasterAddr,
     },
+    /// Read the traces servers write with --trace-dir.
+    Trace {
+        #[command(subcommand)]
+        cmd: TraceCmd,
+    },
+    /// Replay from a trace.
+    Replay {
+        #[command(subcommand)]
+        cmd: ReplayCmd,
+    },
     /// Operator commands: the cluster report and fsck.
     Admin {
         #[command(subcommand)]
         cmd: AdminCmd,
         #[command(flatten)]
         m: MasterAddr,
+    },
+}
+
+#[derive(Subcommand)]
+enum TraceCmd {
+    /// Per method: calls, errors, bytes, and latency from arrival to reply (p50, p99,
+    /// max); and the GFS paper's §6.3 breakdowns: reads, writes and record appends by
+    /// size, and master requests by type. Each PATH is a --trace-dir, a node's trace
+    /// directory in it, or one trace file.
+    Summary {
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+        /// Print JSON instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum ReplayCmd {
+    /// Rebuild a node from its trace's start record, feed it the recorded inputs with
+    /// the recorded clock readings, and check that it produces the recorded effects.
+    /// DIR is the node's trace directory (DIR/<role>-<address> of --trace-dir). Prints
+    /// the first divergence with the records before it and exits 1; exits 2 if the
+    /// trace cannot be read. A master replays exactly; a chunkserver's trace keeps no
+    /// file data, so its runs are counted, not replayed.
+    Node {
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
     },
 }
 
@@ -238,6 +277,16 @@ fn tune_allocator() {
 fn main() -> ExitCode {
     tune_allocator();
     let cli = Cli::parse();
+    // Reading traces needs no runtime and no logging set-up.
+    match cli.cmd {
+        Cmd::Trace {
+            cmd: TraceCmd::Summary { paths, json },
+        } => return tessera::traces::summary(&paths, json),
+        Cmd::Replay {
+            cmd: ReplayCmd::Node { dir },
+        } => return tessera::traces::replay_node(&dir),
+        _ => {}
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_env("TESSERA_LOG").unwrap_or_else(|_| {
         let servers = matches!(
             cli.cmd,
@@ -421,6 +470,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             copy_in(&c, &local, &path, Dest::Append).await
         }
         Cmd::Get { path, local, m } => copy_out(&client(&m), &path, &local).await,
+        Cmd::Trace { .. } | Cmd::Replay { .. } => unreachable!("handled before the runtime"),
         Cmd::Admin {
             cmd: AdminCmd::Report,
             m,

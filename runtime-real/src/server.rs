@@ -10,6 +10,9 @@ use tessera_core::chunkserver::ChunkserverConfig;
 use tessera_core::driver::{Quiet, chunkserver, master};
 use tessera_core::master::MasterConfig;
 
+use tessera_core::trace::Recorder;
+use tessera_tracefile::{FileSink, Rotation};
+
 use crate::chunkstore::FileChunkStore;
 use crate::metastore::RocksMetaStore;
 use crate::rt::TokioRuntime;
@@ -54,6 +57,9 @@ pub struct FileSettings {
     pub request_memory: Option<usize>,
     #[serde(default, with = "opt_duration")]
     pub receive_timeout: Option<Duration>,
+    pub trace_dir: Option<PathBuf>,
+    pub trace_file_bytes: Option<u64>,
+    pub trace_files: Option<usize>,
 }
 
 mod opt_duration {
@@ -155,6 +161,18 @@ pub struct Knobs {
     /// [default: 30s].
     #[arg(long, value_parser = humantime::parse_duration)]
     pub receive_timeout: Option<Duration>,
+    /// Record what crosses each server's state machine (requests, replies, calls,
+    /// timers, storage operations, clock readings; file data as length and CRC only) to
+    /// a trace in DIR/<role>-<address>/, for `tessera trace summary` and `tessera replay
+    /// node` [default: no trace].
+    #[arg(long, value_name = "DIR")]
+    pub trace_dir: Option<PathBuf>,
+    /// Bytes per trace file before the next is begun [default: 67108864 (64 MiB)].
+    #[arg(long, value_name = "BYTES")]
+    pub trace_file_bytes: Option<u64>,
+    /// Trace files a server keeps; the oldest go [default: 16].
+    #[arg(long)]
+    pub trace_files: Option<usize>,
 }
 
 /// Flags over the config file over the defaults.
@@ -165,6 +183,7 @@ pub struct Resolved {
     pub rpc_timeout: Duration,
     pub tick: Duration,
     pub limits: ServerLimits,
+    pub trace: Option<(PathBuf, Rotation)>,
 }
 
 impl Knobs {
@@ -234,8 +253,23 @@ impl Knobs {
         if limits.receive_timeout.is_zero() {
             return Err("--receive-timeout must be more than 0s".into());
         }
+        let rotation = Rotation {
+            file_bytes: pick!(trace_file_bytes, Rotation::default().file_bytes),
+            files: pick!(trace_files, Rotation::default().files),
+        };
+        if rotation.file_bytes < 4096 || rotation.files == 0 {
+            return Err(
+                "--trace-file-bytes must be at least 4096 and --trace-files at least 1".into(),
+            );
+        }
+        let trace = self
+            .trace_dir
+            .clone()
+            .or(file.trace_dir)
+            .map(|d| (d, rotation));
         Ok(Resolved {
             limits,
+            trace,
             master: m,
             chunkserver: c,
             heartbeat,
@@ -261,8 +295,9 @@ pub async fn run_master(data_dir: PathBuf, listen: String, knobs: &Knobs) -> Res
         tick: r.tick,
         call_timeout: r.rpc_timeout,
     };
+    let trace = recorder(&r.trace, "master", &opts.listen)?;
     let transport = GrpcTransport::with_limits(r.limits);
-    master::run(TokioRuntime, transport, store, opts, Quiet)
+    master::run(TokioRuntime, transport, store, opts, (Quiet, trace))
         .await
         .map_err(|e| format!("master stopped: {e}"))
 }
@@ -288,8 +323,23 @@ pub async fn run_chunkserver(
         heartbeat_interval: r.heartbeat,
         call_timeout: r.rpc_timeout,
     };
+    let trace = recorder(&r.trace, "chunkserver", &opts.config.address)?;
     let transport = GrpcTransport::with_limits(r.limits);
-    chunkserver::run(TokioRuntime, transport, store, opts, Quiet)
+    chunkserver::run(TokioRuntime, transport, store, opts, (Quiet, trace))
         .await
         .map_err(|e| format!("chunkserver stopped: {e}"))
+}
+
+/// The trace recorder of a server, when `--trace-dir` asks for one.
+fn recorder(
+    trace: &Option<(PathBuf, Rotation)>,
+    role: &str,
+    address: &str,
+) -> Result<Option<Recorder<FileSink>>, String> {
+    let Some((dir, rotation)) = trace else {
+        return Ok(None);
+    };
+    let sink = FileSink::open(dir, role, address, *rotation)?;
+    tracing::info!(dir = %sink.dir().display(), "recording a trace");
+    Ok(Some(Recorder::new(sink)))
 }

@@ -24,9 +24,10 @@ fn main() {
 
 #[cfg(madsim)]
 mod madsim_main {
+    use std::path::PathBuf;
     use std::time::Instant;
 
-    use tessera_sim::run::{Outcome, Scenario, run};
+    use tessera_sim::run::{Outcome, Scenario, run_traced};
 
     /// Sweeps this long must see every fault kind of their mix happen.
     const MIN_SWEEP: usize = 20;
@@ -34,14 +35,14 @@ mod madsim_main {
 
     fn usage() -> i32 {
         eprintln!(
-            "usage: tessera-scenarios list | run <name|all> (--seed N | --seeds COUNT [--first N]) [--check-determinism] [--verbose]\n       tessera-scenarios append-bench [--appenders 1,4,16] [--seconds 60] [--record 4096] [--seed 1]"
+            "usage: tessera-scenarios list | run <name|all> (--seed N | --seeds COUNT [--first N]) [--check-determinism] [--verbose] [--trace-dir DIR]\n       tessera-scenarios append-bench [--appenders 1,4,16] [--seconds 60] [--record 4096] [--seed 1]"
         );
         2
     }
 
     /// Runs one seed on a fresh thread, so no world state outlives its run.
-    fn run_isolated(sc: Scenario, seed: u64) -> Outcome {
-        match std::thread::spawn(move || run(&sc, seed)).join() {
+    fn run_isolated(sc: Scenario, seed: u64, trace: Option<PathBuf>) -> Outcome {
+        match std::thread::spawn(move || run_traced(&sc, seed, trace)).join() {
             Ok(o) => o,
             Err(p) => {
                 let msg = p
@@ -167,6 +168,18 @@ mod madsim_main {
             _ => return usage(),
         };
         let determinism = args.iter().any(|a| a == "--check-determinism");
+        // Every node's trace, as real servers write them with --trace-dir: in DIR for one
+        // seed, in DIR/<scenario>-<seed> for several.
+        let trace_dir = args
+            .iter()
+            .position(|a| a == "--trace-dir")
+            .map(|i| args.get(i + 1).map(PathBuf::from));
+        let trace_dir = match trace_dir {
+            Some(None) => return usage(),
+            Some(Some(d)) => Some(d),
+            None => None,
+        };
+        let one = seeds.len() == 1 && scenarios.len() == 1;
         let verbose = args.iter().any(|a| a == "--verbose");
         let mut failed = 0;
         let mut gaps = 0;
@@ -177,7 +190,14 @@ mod madsim_main {
             let (mut listings, mut ns_ops, mut ns_writes, mut ns_files) = (0, 0, 0, 0);
             let mut faults = std::collections::BTreeMap::<&str, u64>::new();
             for &seed in &seeds {
-                let o = run_isolated(*sc, seed);
+                let trace = trace_dir.as_ref().map(|d| {
+                    if one {
+                        d.clone()
+                    } else {
+                        d.join(format!("{}-{seed}", sc.name))
+                    }
+                });
+                let o = run_isolated(*sc, seed, trace);
                 sim_ms += o.sim_ms;
                 records += o.records_checked;
                 reads += o.reads_checked;
@@ -194,7 +214,7 @@ mod madsim_main {
                 // A failing seed is replayed at once: its replay command must show the
                 // same run.
                 if determinism || !o.passed() {
-                    let again = run_isolated(*sc, seed);
+                    let again = run_isolated(*sc, seed, None);
                     if again.trace != o.trace {
                         violations.push(format!(
                             "nondeterministic: trace {:016x} then {:016x}",

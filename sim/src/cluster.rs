@@ -15,6 +15,8 @@ use tessera_core::chunkserver::ChunkserverConfig;
 use tessera_core::client::{Client, ClientConfig};
 use tessera_core::driver::{DriverError, chunkserver, master};
 use tessera_core::master::MasterConfig;
+use tessera_core::trace::Recorder;
+use tessera_tracefile::{FileSink, Rotation};
 
 use crate::check::{Shared, observer::SimObserver};
 use crate::disk::SimDisk;
@@ -53,6 +55,9 @@ pub struct Knobs {
     pub scrub_interval: Duration,
     pub scrub_idle: Duration,
     pub clone_timeout: Duration,
+    /// Record every node's trace here (`tessera_tracefile`), as `--trace-dir` does on
+    /// real servers. Not picked: the runner's `--trace-dir` sets it.
+    pub trace_dir: Option<std::path::PathBuf>,
 }
 
 impl Knobs {
@@ -81,6 +86,7 @@ impl Knobs {
             scrub_interval: Duration::from_millis(pick(rng, &[500, 2_000, 10_000])),
             scrub_idle: Duration::from_millis(pick(rng, &[1_000, 10_000])),
             clone_timeout: Duration::from_millis(pick(rng, &[5_000, 30_000])),
+            trace_dir: None,
         };
         // Picked last, so the knobs above stay what they were for every seed. Half the
         // seeds change the size across master restarts.
@@ -141,6 +147,19 @@ pub struct Cluster {
     pub rogue: NodeHandle,
     /// Racks in the cluster; client `i` sits in rack `i % racks`, as chunkservers do.
     pub racks: usize,
+}
+
+/// A node's trace recorder, when the run records traces. The files are real ones: they
+/// take no part in the simulated world.
+fn recorder(
+    dir: &Option<std::path::PathBuf>,
+    role: &str,
+    addr: &str,
+) -> Option<Recorder<FileSink>> {
+    let dir = dir.as_ref()?;
+    let sink = FileSink::open(dir, role, addr, Rotation::default())
+        .unwrap_or_else(|e| panic!("cannot record the trace of {addr}: {e}"));
+    Some(Recorder::new(sink))
 }
 
 fn ip(a: u8, b: u8) -> IpAddr {
@@ -207,13 +226,16 @@ impl Cluster {
                         tick: knobs.master_tick,
                         call_timeout: knobs.rpc_timeout,
                     };
-                    let obs = SimObserver {
-                        node: "master".into(),
-                        clock: master_clock,
-                        jump: rt.jump.clone(),
-                        start,
-                        checks: checks.clone(),
-                    };
+                    let obs = (
+                        SimObserver {
+                            node: "master".into(),
+                            clock: master_clock,
+                            jump: rt.jump.clone(),
+                            start,
+                            checks: checks.clone(),
+                        },
+                        recorder(&knobs.trace_dir, "master", &addr),
+                    );
                     let (store, net) = (store.clone(), SimNet::new(rt.clone(), net_m.clone()));
                     let checks = checks.clone();
                     async move {
@@ -278,13 +300,16 @@ impl Cluster {
                         heartbeat_interval: knobs2.heartbeat,
                         call_timeout: knobs2.rpc_timeout,
                     };
-                    let obs = SimObserver {
-                        node: addr2.clone(),
-                        clock: c,
-                        jump: rt.jump.clone(),
-                        start,
-                        checks: checks2.clone(),
-                    };
+                    let obs = (
+                        SimObserver {
+                            node: addr2.clone(),
+                            clock: c,
+                            jump: rt.jump.clone(),
+                            start,
+                            checks: checks2.clone(),
+                        },
+                        recorder(&knobs2.trace_dir, "chunkserver", &addr2),
+                    );
                     let (d, net) = (d.clone(), SimNet::new(rt.clone(), net_c.clone()));
                     let checks = checks2.clone();
                     async move {

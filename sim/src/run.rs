@@ -88,20 +88,28 @@ impl Outcome {
 /// Runs `sc` with `seed` on the current thread. Use a fresh thread per run (the runner
 /// does) so nothing of one run's world leaks into the next.
 pub fn run(sc: &Scenario, seed: u64) -> Outcome {
+    run_traced(sc, seed, None)
+}
+
+/// As [`run`], every node recording its trace under `trace_dir` when given (one
+/// directory per node, as real servers' `--trace-dir`). Recording changes nothing in the
+/// simulated world: the run is the same as without it.
+pub fn run_traced(sc: &Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -> Outcome {
     let mut rt = madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
     // A run that stops making progress fails rather than hanging CI.
     rt.set_time_limit(Duration::from_secs(3_600));
     let sc = *sc;
-    rt.block_on(async move { world(sc, seed).await })
+    rt.block_on(async move { world(sc, seed, trace_dir).await })
 }
 
 fn rand() -> u64 {
     madsim::rand::random()
 }
 
-async fn world(sc: Scenario, seed: u64) -> Outcome {
+async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -> Outcome {
     let mut knobs = Knobs::pick(&mut rand);
     (sc.tweak)(&mut knobs);
+    knobs.trace_dir = trace_dir;
     let sc = if sc.vary {
         let (sc, replication) = varied(sc);
         knobs.replication = replication;

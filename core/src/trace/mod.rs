@@ -1,0 +1,254 @@
+//! Traces: what crossed a node's driver, written as it happened, so the node can be
+//! rebuilt and replayed, a cluster's traffic summarised, and a workload fed to the
+//! simulator. The records are `trace.proto`'s; this module frames them into files
+//! ([`frame`], [`parse`]), turns a driver's steps into records and back (`record`), and
+//! replays a master (`replay`); `tessera-tracefile` summarises traffic. It does no I/O: the
+//! files are written by a [`Sink`] of the runtime's (`tessera-tracefile`).
+//!
+//! A trace file is [`MAGIC`], then frames: a varint body length, the CRC32C of the body
+//! (4 bytes, little-endian), the body (a prost message). The first frame is a
+//! `TraceHeader`, every later one a `TraceRecord`. A node's trace directory holds its
+//! files `NNNNNN.trace` in order; each start of the node begins a run with a start
+//! record (`seq` 1) holding what the node was rebuilt from.
+
+pub mod record;
+pub mod recorder;
+pub mod replay;
+
+use prost::Message;
+
+use crate::pb;
+
+pub use recorder::{Recorder, Sink};
+
+/// The trace format this build writes and reads.
+pub const TRACE_FORMAT: u32 = 1;
+/// The first bytes of every trace file.
+pub const MAGIC: &[u8; 8] = b"TSRTRACE";
+/// The largest frame body a reader accepts: a start record holds a whole checkpoint.
+pub const MAX_FRAME: u64 = 1 << 30;
+
+/// This build's version.
+pub const BUILD: &str = env!("CARGO_PKG_VERSION");
+
+/// A fingerprint of this build's protocol code: the .proto files and the state machines'
+/// sources (computed by `build.rs`).
+pub fn protocol() -> u64 {
+    u64::from_str_radix(env!("TESSERA_PROTOCOL"), 16).expect("build.rs writes hex")
+}
+
+/// The header of a node's `file_index`th trace file, whose first record is `first_seq`.
+pub fn header(node: &str, role: &str, file_index: u64, first_seq: u64) -> pb::TraceHeader {
+    pb::TraceHeader {
+        format: TRACE_FORMAT,
+        node: node.to_string(),
+        role: role.to_string(),
+        build: BUILD.to_string(),
+        protocol: protocol(),
+        file_index,
+        first_seq,
+    }
+}
+
+/// Appends `msg` to `out` as one frame.
+pub fn frame(msg: &impl Message, out: &mut Vec<u8>) {
+    let len = msg.encoded_len();
+    prost::encoding::encode_varint(len as u64, out);
+    let at = out.len() + 4;
+    out.extend_from_slice(&[0; 4]);
+    msg.encode(out).expect("a Vec grows");
+    let crc = crc32c::crc32c(&out[at..]);
+    out[at - 4..at].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// What is wrong with a trace file, and where.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{file}: at byte {offset}: {what}")]
+pub struct TraceError {
+    pub file: String,
+    pub offset: u64,
+    pub what: String,
+}
+
+/// One trace file, read.
+#[derive(Clone, Debug, Default)]
+pub struct TraceFile {
+    pub header: pb::TraceHeader,
+    pub records: Vec<pb::TraceRecord>,
+    /// The file ends inside a frame: the node stopped while writing it. The records
+    /// before it are sound.
+    pub cut: Option<TraceError>,
+}
+
+/// Reads one trace file's bytes. A file that is not a trace, of another format, or
+/// damaged (a frame failing its checksum or not decoding) is an error naming `file` and
+/// the offset; a file cut short inside its last frame gives the records before the cut
+/// and says where it is.
+pub fn parse(file: &str, bytes: &[u8]) -> Result<TraceFile, TraceError> {
+    let err = |offset: usize, what: String| TraceError {
+        file: file.to_string(),
+        offset: offset as u64,
+        what,
+    };
+    if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
+        return Err(err(0, "not a Tessera trace file (no trace magic)".into()));
+    }
+    let mut at = MAGIC.len();
+    let mut out = TraceFile::default();
+    let mut first = true;
+    while at < bytes.len() {
+        let start = at;
+        let mut rest = &bytes[at..];
+        let Ok(len) = prost::encoding::decode_varint(&mut rest) else {
+            let left = &bytes[at..];
+            if left.len() < 10 && left.iter().all(|b| b & 0x80 != 0) {
+                out.cut = Some(err(start, "the file ends inside a frame's length".into()));
+                break;
+            }
+            return Err(err(start, "a frame length that is not a varint".into()));
+        };
+        if len > MAX_FRAME {
+            return Err(err(
+                start,
+                format!("a frame of {len} bytes (damaged length)"),
+            ));
+        }
+        at = bytes.len() - rest.len();
+        let need = 4 + len as usize;
+        if bytes.len() - at < need {
+            out.cut = Some(err(
+                start,
+                format!(
+                    "the file ends inside a frame ({} of its {} bytes there)",
+                    bytes.len() - at,
+                    need
+                ),
+            ));
+            break;
+        }
+        let want = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("four bytes"));
+        let body = &bytes[at + 4..at + need];
+        let got = crc32c::crc32c(body);
+        if got != want {
+            return Err(err(
+                start,
+                format!("a frame fails its checksum (stored {want:#010x}, computed {got:#010x})"),
+            ));
+        }
+        at += need;
+        if first {
+            first = false;
+            let h = pb::TraceHeader::decode(body)
+                .map_err(|e| err(start, format!("the header does not decode: {e}")))?;
+            if h.format != TRACE_FORMAT {
+                return Err(err(
+                    start,
+                    format!(
+                        "trace format {} (this build reads format {TRACE_FORMAT}; it was \
+                         written by tessera {})",
+                        h.format, h.build
+                    ),
+                ));
+            }
+            out.header = h;
+        } else {
+            let r = pb::TraceRecord::decode(body)
+                .map_err(|e| err(start, format!("a record does not decode: {e}")))?;
+            out.records.push(r);
+        }
+    }
+    if first && out.cut.is_none() {
+        return Err(err(at, "the file has no header".into()));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;
+
+/// One line about a record: its place, clock, input and how many effects it had.
+pub fn describe(r: &pb::TraceRecord) -> String {
+    use pb::trace_chunkserver_step::Input as C;
+    use pb::trace_master_step::Input as M;
+    use pb::trace_record::Kind;
+    let body = match &r.kind {
+        Some(Kind::MasterStart(s)) => format!(
+            "master start: checkpoint through {}, {} log records after it",
+            s.checkpoint.as_ref().map_or(0, |c| c.through_seq),
+            s.tail.len()
+        ),
+        Some(Kind::ChunkserverStart(s)) => {
+            format!(
+                "chunkserver start: {} chunk metadata records",
+                s.metas.len()
+            )
+        }
+        Some(Kind::Master(s)) => {
+            let input = match &s.input {
+                Some(M::Request(q)) => {
+                    let what = q
+                        .req
+                        .as_ref()
+                        .and_then(|q| q.req.as_ref())
+                        .map_or("empty".to_string(), |r| {
+                            format!("{r:?}").split('(').next().unwrap_or("").to_string()
+                        });
+                    format!("request {} {what}", q.id)
+                }
+                Some(M::CallResult(c)) => format!(
+                    "call result {} ({})",
+                    c.id,
+                    match &c.result {
+                        Some(pb::trace_master_call_result::Result::Ok(r)) if r.error.is_none() =>
+                            "ok",
+                        Some(pb::trace_master_call_result::Result::Ok(_)) => "error reply",
+                        _ => "failed",
+                    }
+                ),
+                Some(M::LogSynced(t)) => format!("log synced through {t}"),
+                Some(M::Tick(_)) => "tick".into(),
+                Some(M::Malformed(m)) => format!("malformed request {}", m.id),
+                None => "no input".into(),
+            };
+            format!(
+                "{input} -> {} log, {} replies, {} calls{}",
+                s.log.len(),
+                s.replies.len(),
+                s.calls.len(),
+                if s.checkpoint.is_some() {
+                    ", a checkpoint"
+                } else {
+                    ""
+                }
+            )
+        }
+        Some(Kind::Chunkserver(s)) => {
+            let input = match &s.input {
+                Some(C::Request(q)) => {
+                    let what = q
+                        .req
+                        .as_ref()
+                        .and_then(|q| q.req.as_ref())
+                        .map_or("empty".to_string(), |r| {
+                            format!("{r:?}").split('(').next().unwrap_or("").to_string()
+                        });
+                    format!("request {} {what}", q.id)
+                }
+                Some(C::CallResult(c)) => format!("call result {}", c.id),
+                Some(C::StoreDone(d)) => format!("storage operation {} done", d.id),
+                Some(C::Tick(_)) => "tick".into(),
+                Some(C::DiskSpace(d)) => format!("disk space {:?}", d.free),
+                Some(C::Malformed(m)) => format!("malformed request {}", m.id),
+                None => "no input".into(),
+            };
+            format!(
+                "{input} -> {} replies, {} calls, {} storage operations",
+                s.replies.len(),
+                s.calls.len(),
+                s.store.len()
+            )
+        }
+        None => "empty record".into(),
+    };
+    format!("#{} at {} ms: {body}", r.seq, r.now_ms)
+}

@@ -1,0 +1,261 @@
+//! Replaying a node from its trace: rebuild it from a run's start record, feed it the
+//! recorded inputs with the recorded clock readings, and check that each step has the
+//! recorded effects. A master's inputs are all in its trace, so its replay is exact. A
+//! chunkserver's trace keeps file data as length and CRC only, and what a chunkserver
+//! does depends on the data (checksums it computes and verifies), so its runs are
+//! counted but not replayed.
+
+use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use super::{TraceFile, record};
+use crate::master::Master;
+use crate::pb::{self, trace_record::Kind};
+use crate::types::Time;
+
+/// Records shown before a divergence.
+pub const CONTEXT: usize = 20;
+
+/// Where a replay first went another way than the recorded node.
+#[derive(Debug)]
+pub struct Divergence {
+    /// The file and the record in it.
+    pub file: String,
+    pub record: pb::TraceRecord,
+    /// What differs: the recorded effect and the replayed one.
+    pub what: String,
+    pub expected: String,
+    pub actual: String,
+    /// The records before it, oldest first.
+    pub before: Vec<pb::TraceRecord>,
+}
+
+/// What a replay of a node's trace found.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Runs (starts of the node) replayed, and steps checked in them.
+    pub runs: u64,
+    pub steps: u64,
+    /// Chunkserver runs seen and not replayed, and their steps.
+    pub unreplayed_runs: u64,
+    pub unreplayed_steps: u64,
+    /// Records before the first start record in the files (its run's beginning was
+    /// rotated away): not replayed.
+    pub skipped: u64,
+    /// Notes for the reader: a cut file, a build with other protocol code.
+    pub notes: Vec<String>,
+    pub divergence: Option<Box<Divergence>>,
+}
+
+/// A master being replayed.
+struct MasterRun {
+    master: Master,
+}
+
+enum Run {
+    None,
+    Master(Box<MasterRun>),
+    Chunkserver,
+}
+
+/// Replays the trace files of one node, in order.
+pub fn replay(files: &[(String, TraceFile)]) -> Report {
+    let mut report = Report::default();
+    let mut recent: VecDeque<pb::TraceRecord> = VecDeque::with_capacity(CONTEXT + 1);
+    let mut run = Run::None;
+    let mut next_seq = 0u64;
+    let protocol = super::protocol();
+    let mut warned = false;
+    for (name, file) in files {
+        if file.header.protocol != protocol && !warned {
+            warned = true;
+            report.notes.push(format!(
+                "{name}: written by tessera {} with other protocol code (fingerprint \
+                 {:016x}; this build's is {protocol:016x}): where the code changed, the \
+                 replay may diverge",
+                file.header.build, file.header.protocol
+            ));
+        }
+        for rec in &file.records {
+            let diverge = |what: String, expected: String, actual: String, recent: &VecDeque<_>| {
+                Some(Box::new(Divergence {
+                    file: name.clone(),
+                    record: rec.clone(),
+                    what,
+                    expected,
+                    actual,
+                    before: recent.iter().cloned().collect(),
+                }))
+            };
+            let starts = matches!(
+                rec.kind,
+                Some(Kind::MasterStart(_) | Kind::ChunkserverStart(_))
+            );
+            if !starts && !matches!(run, Run::None) && rec.seq != next_seq {
+                report.notes.push(format!(
+                    "{name}: record {} follows record {} (records missing): the run is \
+                     not replayed past the gap",
+                    rec.seq,
+                    next_seq - 1
+                ));
+                run = Run::None;
+            }
+            next_seq = rec.seq + 1;
+            match (&rec.kind, &mut run) {
+                (Some(Kind::MasterStart(s)), _) => match start_master(rec.now_ms, s) {
+                    Ok(m) => {
+                        report.runs += 1;
+                        run = Run::Master(Box::new(MasterRun { master: m }));
+                    }
+                    Err(e) => {
+                        report.divergence = diverge(
+                            "the master could not be rebuilt from the start record".into(),
+                            "a master".into(),
+                            e,
+                            &recent,
+                        );
+                        return report;
+                    }
+                },
+                (Some(Kind::ChunkserverStart(_)), _) => {
+                    report.unreplayed_runs += 1;
+                    run = Run::Chunkserver;
+                }
+                (_, Run::None) => report.skipped += 1,
+                (Some(Kind::Chunkserver(_)), Run::Chunkserver) => report.unreplayed_steps += 1,
+                (Some(Kind::Master(step)), Run::Master(m)) => {
+                    report.steps += 1;
+                    if let Err((what, expected, actual)) = step_master(&mut m.master, rec, step) {
+                        report.divergence = diverge(what, expected, actual, &recent);
+                        return report;
+                    }
+                }
+                (kind, _) => {
+                    report.divergence = diverge(
+                        "a record of another kind than its run's".into(),
+                        "a step of the node that started the run".into(),
+                        format!("{kind:?}"),
+                        &recent,
+                    );
+                    return report;
+                }
+            }
+            if recent.len() == CONTEXT {
+                recent.pop_front();
+            }
+            recent.push_back(rec.clone());
+        }
+        if let Some(cut) = &file.cut {
+            report.notes.push(format!(
+                "{cut} (the node stopped while writing): replayed up to it"
+            ));
+            run = Run::None;
+        }
+    }
+    report
+}
+
+fn start_master(now_ms: u64, s: &pb::TraceMasterStart) -> Result<Master, String> {
+    let cfg = record::master_config(s.config.as_ref().ok_or("no settings")?)?;
+    let tail = s
+        .tail
+        .iter()
+        .map(|e| {
+            e.record
+                .clone()
+                .map(|r| (e.seq, r))
+                .ok_or_else(|| format!("log entry {} without its record", e.seq))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let checkpoint = s.checkpoint.as_ref();
+    catch_unwind(AssertUnwindSafe(|| {
+        Master::recover(cfg, Time(now_ms), checkpoint, tail)
+    }))
+    .map_err(|p| format!("recovery panicked: {}", panic_text(&p)))?
+    .map_err(|e| e.to_string())
+}
+
+/// One step: Err((what differs, expected, actual)).
+fn step_master(
+    master: &mut Master,
+    rec: &pb::TraceRecord,
+    step: &pb::TraceMasterStep,
+) -> Result<(), (String, String, String)> {
+    let input = record::master_input(step).map_err(|e| {
+        (
+            "the record's input cannot be read".into(),
+            "an input".into(),
+            e,
+        )
+    })?;
+    let effects = catch_unwind(AssertUnwindSafe(|| master.handle(Time(rec.now_ms), input)))
+        .map_err(|p| {
+            (
+                "the master stopped on an assertion".into(),
+                "the recorded effects".into(),
+                format!("panic: {}", panic_text(&p)),
+            )
+        })?;
+    let got = record::master_effects(&effects);
+    let mut want = step.clone();
+    want.origin = None;
+    want.input = None;
+    compare(&want, &got)?;
+    if rec.seq.is_multiple_of(1024) {
+        master.check_invariants().map_err(|e| {
+            (
+                "the replayed master breaks an invariant".into(),
+                "none broken".into(),
+                e,
+            )
+        })?;
+    }
+    Ok(())
+}
+
+fn compare(
+    want: &pb::TraceMasterStep,
+    got: &pb::TraceMasterStep,
+) -> Result<(), (String, String, String)> {
+    fn list<T: std::fmt::Debug + PartialEq>(
+        what: &str,
+        want: &[T],
+        got: &[T],
+    ) -> Result<(), (String, String, String)> {
+        for i in 0..want.len().max(got.len()) {
+            let (w, g) = (want.get(i), got.get(i));
+            if w != g {
+                let show = |x: Option<&T>| x.map_or_else(|| "nothing".into(), |x| format!("{x:?}"));
+                return Err((
+                    format!(
+                        "{what} {} of {} (replayed: {})",
+                        i + 1,
+                        want.len(),
+                        got.len()
+                    ),
+                    show(w),
+                    show(g),
+                ));
+            }
+        }
+        Ok(())
+    }
+    list("log record", &want.log, &got.log)?;
+    list("reply", &want.replies, &got.replies)?;
+    list("call", &want.calls, &got.calls)?;
+    if (want.checkpoint_through, &want.checkpoint) != (got.checkpoint_through, &got.checkpoint) {
+        return Err((
+            "checkpoint".into(),
+            format!("through {} {:?}", want.checkpoint_through, want.checkpoint),
+            format!("through {} {:?}", got.checkpoint_through, got.checkpoint),
+        ));
+    }
+    Ok(())
+}
+
+fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into())
+}
