@@ -43,11 +43,13 @@ struct Args {
     dir: PathBuf,
     rounds: u32,
     rest: Duration,
+    /// Also measure the cost of tracing (`--trace-cost 1`).
+    trace_cost: bool,
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: cluster --tessera PATH [--size-mib N (1024)] [--dir DIR (./target/bench-cluster)] [--rounds N (1)] [--rest-secs S (0)]"
+        "usage: cluster --tessera PATH [--size-mib N (1024)] [--dir DIR (./target/bench-cluster)] [--rounds N (1)] [--rest-secs S (0)] [--trace-cost 1]"
     );
     std::process::exit(2)
 }
@@ -59,6 +61,7 @@ fn parse_args() -> Args {
         dir: PathBuf::from("target/bench-cluster"),
         rounds: 1,
         rest: Duration::ZERO,
+        trace_cost: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -69,6 +72,7 @@ fn parse_args() -> Args {
             "--dir" => a.dir = v.into(),
             "--rounds" => a.rounds = v.parse().unwrap_or_else(|_| usage()),
             "--rest-secs" => a.rest = Duration::from_secs(v.parse().unwrap_or_else(|_| usage())),
+            "--trace-cost" => a.trace_cost = v == "1",
             _ => usage(),
         }
     }
@@ -174,6 +178,15 @@ impl Drop for Cluster {
 }
 
 fn start_cluster(bin: &Path, dir: &Path) -> Cluster {
+    start_cluster_traced(bin, dir, None)
+}
+
+/// A cluster whose servers record traces into `trace` when given (`--trace-dir`).
+fn start_cluster_traced(bin: &Path, dir: &Path, trace: Option<&Path>) -> Cluster {
+    let trace_args: Vec<std::ffi::OsString> = match trace {
+        Some(t) => vec!["--trace-dir".into(), t.into()],
+        None => Vec::new(),
+    };
     let master = format!("127.0.0.1:{}", free_port());
     let log = |name: &str| {
         Stdio::from(std::fs::File::create(dir.join(format!("{name}.log"))).expect("log"))
@@ -183,6 +196,7 @@ fn start_cluster(bin: &Path, dir: &Path) -> Cluster {
             .args(["master", "--data-dir"])
             .arg(dir.join("master"))
             .args(["--listen", &master])
+            .args(&trace_args)
             .stderr(log("master"))
             .spawn()
             .expect("start the master"),
@@ -194,6 +208,7 @@ fn start_cluster(bin: &Path, dir: &Path) -> Cluster {
         cmd.args(["chunkserver", "--master", &master, "--data-dir"])
             .arg(dir.join(format!("cs{i}")))
             .args(["--listen", &addr, "--rack", &format!("rack{i}")])
+            .args(&trace_args)
             .stderr(log(&format!("cs{i}")));
         procs.push(cmd.spawn().expect("start a chunkserver"));
         servers.push((cmd, addr));
@@ -393,7 +408,105 @@ fn main() {
     println!(
         "goals: put/(disk/3) >= 0.80, get/tcp >= 0.50 (disk: the mean of dd just before and just after the put; rested: dd at the start of the round, before any cluster write; tcp at get/cold: the mean of the TCP stream just before and just after that get; first put: a quarter of the size, to the cluster just started; put: the next one; get: to stdout, thrown away, after the put (and the dd after it); get>file: into a local file; cold get: to stdout after the chunkservers restarted, so from their disks)"
     );
+    if a.trace_cost {
+        trace_cost(&a, bytes, &input, &warm_input);
+    }
     let _ = std::fs::remove_file(&input);
     let _ = std::fs::remove_file(&warm_input);
     let _ = std::fs::remove_file(&output);
+}
+
+/// Bytes in the files under `dir`.
+fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| {
+            let p = e.path();
+            if p.is_dir() {
+                dir_bytes(&p)
+            } else {
+                e.metadata().map_or(0, |m| m.len())
+            }
+        })
+        .sum()
+}
+
+/// The cost of tracing: put and get (to stdout) on fresh clusters, untraced, traced,
+/// untraced again, the traced figures against the mean of the two untraced ones
+/// around them (this machine's disk and loopback swing from minute to minute); then
+/// the trace's size per RPC the servers served (RPCs counted by `tessera trace
+/// summary`; the trace holds no file data, only its length and CRC).
+fn trace_cost(a: &Args, bytes: u64, input: &Path, warm_input: &Path) {
+    let mut runs = Vec::new();
+    for (i, traced) in [false, true, false].into_iter().enumerate() {
+        let data = a.dir.join(format!("trace-cost{i}"));
+        let _ = std::fs::remove_dir_all(&data);
+        std::fs::create_dir_all(&data).expect("cluster dir");
+        let trace = data.join("traces");
+        let c = start_cluster_traced(&a.tessera, &data, traced.then_some(trace.as_path()));
+        timed(
+            &a.tessera,
+            &c.master,
+            &["put", warm_input.to_str().expect("utf-8 path"), "/warm-up"],
+        );
+        sync();
+        std::thread::sleep(a.rest);
+        let put = timed(
+            &a.tessera,
+            &c.master,
+            &["put", input.to_str().expect("utf-8 path"), "/f"],
+        );
+        let get = timed(&a.tessera, &c.master, &["get", "/f", "-"]);
+        // Ticks flush the trace files; the servers are killed after the next one.
+        std::thread::sleep(Duration::from_secs(2));
+        drop(c);
+        let (trace_bytes, rpcs) = if traced {
+            let out = Command::new(&a.tessera)
+                .args(["trace", "summary", "--json"])
+                .arg(&trace)
+                .output()
+                .expect("run tessera trace summary");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let json = String::from_utf8_lossy(&out.stdout);
+            let rpcs: u64 = json
+                .split("\"calls\": ")
+                .skip(1)
+                .filter_map(|s| {
+                    s.split(|c: char| !c.is_ascii_digit())
+                        .next()?
+                        .parse::<u64>()
+                        .ok()
+                })
+                .sum();
+            (dir_bytes(&trace), rpcs)
+        } else {
+            (0, 0)
+        };
+        let _ = std::fs::remove_dir_all(&data);
+        runs.push((
+            mb_per_s(bytes, put),
+            mb_per_s(bytes, get),
+            trace_bytes,
+            rpcs,
+        ));
+    }
+    let (put_off, get_off) = ((runs[0].0 + runs[2].0) / 2.0, (runs[0].1 + runs[2].1) / 2.0);
+    let (put_on, get_on, trace_bytes, rpcs) = runs[1];
+    println!(
+        "tracing cost: put MB/s untraced {:.0} and {:.0}, traced {put_on:.0} ({:.3} of their mean); get MB/s untraced {:.0} and {:.0}, traced {get_on:.0} ({:.3}); trace {trace_bytes} bytes for {rpcs} RPCs served: {:.1} bytes per RPC (goals: >= 0.95 of untraced, < 64 bytes per RPC)",
+        runs[0].0,
+        runs[2].0,
+        put_on / put_off,
+        runs[0].1,
+        runs[2].1,
+        get_on / get_off,
+        trace_bytes as f64 / rpcs.max(1) as f64
+    );
 }

@@ -32,9 +32,10 @@ pub enum Kind {
     SealedValue,
     ChunkMetas,
     Records,
+    Trace,
 }
 
-pub const KINDS: [Kind; 9] = [
+pub const KINDS: [Kind; 10] = [
     Kind::MasterRequest,
     Kind::ChunkRequest,
     Kind::HeartbeatReply,
@@ -44,6 +45,7 @@ pub const KINDS: [Kind; 9] = [
     Kind::SealedValue,
     Kind::ChunkMetas,
     Kind::Records,
+    Kind::Trace,
 ];
 
 /// The input that feeds `body` to the decoder of `kind` (for seeding a corpus).
@@ -69,8 +71,33 @@ pub fn run(data: &[u8]) -> usize {
         Kind::SealedValue => sealed_value(body),
         Kind::ChunkMetas => chunk_metas(body),
         Kind::Records => records(body),
+        Kind::Trace => trace_file(body),
     };
     usize::from(handed_on)
+}
+
+/// A trace file: read, and every record turned back into what replay would feed a
+/// master (its settings, its inputs). An error, never a panic.
+fn trace_file(body: &[u8]) -> bool {
+    use crate::pb::trace_record::Kind as T;
+    let Ok(f) = crate::trace::parse("fuzz", body) else {
+        return false;
+    };
+    for r in &f.records {
+        match &r.kind {
+            Some(T::MasterStart(s)) => {
+                if let Some(c) = &s.config {
+                    let _ = crate::trace::record::master_config(c);
+                }
+            }
+            Some(T::Master(step)) => {
+                let _ = crate::trace::record::master_input(step);
+            }
+            _ => {}
+        }
+        let _ = crate::trace::describe(r);
+    }
+    !f.records.is_empty()
 }
 
 fn sealed_value(body: &[u8]) -> bool {
@@ -537,5 +564,43 @@ pub fn seeds() -> Vec<Vec<u8>> {
     file.extend_from_slice(&[0; 7]);
     file.extend_from_slice(&crate::record::frame(2, b"second record"));
     out.push(input(Kind::Records, &file));
+    out.push(input(Kind::Trace, &trace_seed()));
     out
+}
+
+/// A trace file of a few records: a master's start and steps, a chunkserver's step
+/// with data.
+fn trace_seed() -> Vec<u8> {
+    use crate::trace::{self, record};
+    let mut file = trace::MAGIC.to_vec();
+    trace::frame(&trace::header("m", "master", 1, 1), &mut file);
+    let cfg = MasterConfig::default();
+    let cp = small_master().meta().checkpoint(6);
+    let mut start = record::master_start(
+        Time(5),
+        crate::driver::MasterStart {
+            config: &cfg,
+            checkpoint: Some(&cp),
+            tail: &[],
+        },
+    );
+    start.seq = 1;
+    trace::frame(&start, &mut file);
+    let effects = master::Effects::default();
+    for (seq, input) in [
+        (2, master::Input::Tick),
+        (3, master::Input::LogSynced { through: 6 }),
+        (
+            4,
+            master::Input::Malformed {
+                id: 1,
+                error: "bad".into(),
+            },
+        ),
+    ] {
+        let mut r = record::master_step(Time(seq * 10), None, &input, &effects);
+        r.seq = seq;
+        trace::frame(&r, &mut file);
+    }
+    file
 }

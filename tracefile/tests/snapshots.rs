@@ -1,0 +1,87 @@
+//! The trace format pinned: the encoding of a few records, and the summary of a trace
+//! recorded by the simulator (`tessera-scenarios run steady --seed 1 --trace-dir`,
+//! committed under `tests/fixtures/`). A change to either is a change of format: bump
+//! `TRACE_FORMAT` when old files no longer read, re-record the fixture, and review the
+//! snapshots (`cargo insta review`).
+
+use std::path::PathBuf;
+
+use tessera_core::pb::{self, trace_master_step::Input as M, trace_record::Kind};
+use tessera_core::trace::{self, record};
+use tessera_tracefile::summary::summary;
+
+fn hex(b: &[u8]) -> String {
+    b.chunks(32)
+        .map(|l| l.iter().map(|x| format!("{x:02x}")).collect::<String>())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn the_encoding_of_records() {
+    let mut out = Vec::new();
+    trace::frame(
+        &pb::TraceHeader {
+            protocol: 0x0123_4567_89ab_cdef,
+            build: "0.1.0".into(),
+            ..trace::header("10.0.0.1:7000", "master", 3, 17)
+        },
+        &mut out,
+    );
+    let mkdir = pb::MasterRequest {
+        token: 5,
+        req: Some(pb::master_request::Req::Mkdir(pb::MkdirRequest {
+            path: "/a".into(),
+            parents: true,
+        })),
+    };
+    trace::frame(
+        &pb::TraceRecord {
+            seq: 17,
+            now_ms: 123_456,
+            kind: Some(Kind::Master(pb::TraceMasterStep {
+                origin: Some(pb::TraceOrigin {
+                    peer: "10.0.2.1:40000".into(),
+                    arrived_ms: 123_450,
+                }),
+                input: Some(M::Request(pb::TraceMasterRequest {
+                    id: 9,
+                    req: Some(mkdir),
+                })),
+                ..Default::default()
+            })),
+        },
+        &mut out,
+    );
+    let write = pb::ChunkRequest {
+        req: Some(pb::chunk_request::Req::Write(pb::WriteChunkRequest {
+            handle: 4,
+            version: 2,
+            offset: 65536,
+            data: vec![7u8; 1000].into(),
+            ..Default::default()
+        })),
+    };
+    let effects = tessera_core::chunkserver::Effects::default();
+    let rec = record::chunkserver_step(
+        tessera_core::Time(99),
+        None,
+        &tessera_core::chunkserver::Input::Request {
+            id: 3,
+            req: write,
+            arrived: tessera_core::Time(98),
+        },
+        &effects,
+    );
+    trace::frame(&rec, &mut out);
+    insta::assert_snapshot!(hex(&out));
+}
+
+#[test]
+fn the_summary_of_a_recorded_simulator_run() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/steady-1");
+    let nodes = tessera_tracefile::read_paths(&[dir]).expect("the fixture reads");
+    assert_eq!(nodes.len(), 6);
+    let s = summary(&nodes);
+    insta::assert_snapshot!(s.table());
+}
