@@ -21,8 +21,19 @@ fn main() {
         panic!("generating Rust for the .proto files failed: {e}");
     }
 
-    // FNV-1a over the files' names and contents, in a fixed order.
+    // FNV-1a over the files' names and contents, in a fixed order, and the compiler's
+    // version (the standard library's hasher and maps are part of the behaviour).
     let mut files: Vec<String> = protos.iter().map(|p| p.to_string()).collect();
+    for f in [
+        "src/types.rs",
+        "src/rng.rs",
+        "src/path.rs",
+        "src/error.rs",
+        "src/record.rs",
+    ] {
+        println!("cargo:rerun-if-changed={f}");
+        files.push(f.to_string());
+    }
     for dir in ["src/master", "src/chunkserver"] {
         println!("cargo:rerun-if-changed={dir}");
         let mut names: Vec<String> = std::fs::read_dir(dir)
@@ -35,6 +46,16 @@ fn main() {
         files.extend(names);
     }
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let version = std::process::Command::new(rustc)
+        .arg("-V")
+        .output()
+        .map(|o| o.stdout)
+        .unwrap_or_default();
+    for b in &version {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
     for f in &files {
         let body = std::fs::read(Path::new(f)).unwrap_or_else(|e| panic!("reading {f}: {e}"));
         for b in f.as_bytes().iter().chain(&body) {

@@ -58,9 +58,11 @@ pub fn millis(d: Duration) -> u64 {
 }
 
 /// The hash maps and sets of the state machines. Their hasher has fixed keys, so
-/// iteration order depends on the contents alone: a node replayed from its trace in
-/// another process (`tessera replay node`) takes the same steps in the same order as
-/// the node that was recorded, as it does in the simulator.
+/// iteration order depends on what was put in and taken out, in what order, not on the
+/// process: a node replayed from its trace in another process (`tessera replay node`)
+/// goes through the same history and so takes the same steps in the same order (the
+/// standard library's hasher may change between Rust releases: the trace's protocol
+/// fingerprint covers the compiler's version).
 pub type HashMap<K, V> = std::collections::HashMap<K, V, FixedState>;
 pub type HashSet<K> = std::collections::HashSet<K, FixedState>;
 pub type FixedState = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;

@@ -221,8 +221,9 @@ enum ReplayCmd {
     /// the recorded clock readings, and check that it produces the recorded effects.
     /// DIR is the node's trace directory (DIR/<role>-<address> of --trace-dir). Prints
     /// the first divergence with the records before it and exits 1; exits 2 if the
-    /// trace cannot be read. A master replays exactly; a chunkserver's trace keeps no
-    /// file data, so its runs are counted, not replayed.
+    /// trace cannot be read, 3 if nothing in it could be replayed. A master replays
+    /// exactly; a chunkserver's trace keeps no file data, so its runs are counted, not
+    /// replayed.
     Node {
         #[arg(value_name = "DIR")]
         dir: PathBuf,

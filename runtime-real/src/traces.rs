@@ -25,7 +25,8 @@ pub fn summary(paths: &[PathBuf], json: bool) -> ExitCode {
 }
 
 /// Replays the node whose trace is in `dir`: 0 if it did what the trace says, 1 at the
-/// first divergence, 2 if the trace cannot be read.
+/// first divergence, 2 if the trace cannot be read, 3 if nothing in it could be replayed
+/// (a chunkserver's trace, or a master's whose start records were all removed).
 pub fn replay_node(dir: &Path) -> ExitCode {
     let files = match tessera_tracefile::read_node(dir) {
         Ok(f) => f,
@@ -37,6 +38,11 @@ pub fn replay_node(dir: &Path) -> ExitCode {
     let report = replay::replay(&files);
     let text = replay_text(&report);
     match report.divergence {
+        None if report.runs == 0 => {
+            print!("{text}");
+            println!("nothing was replayed: no run of a master starts in this trace");
+            ExitCode::from(3)
+        }
         None => {
             print!("{text}");
             ExitCode::SUCCESS
@@ -78,7 +84,8 @@ pub fn replay_text(r: &replay::Report) -> String {
         },
     );
     match &r.divergence {
-        None => o += "no divergence: every step had its recorded effects\n",
+        None if r.runs > 0 => o += "no divergence: every step replayed had its recorded effects\n",
+        None => {}
         Some(d) => {
             o += &format!(
                 "DIVERGENCE at {}: {}\n  differs: {}\n  recorded: {}\n  replayed: {}\n  the record: {:?}\n",

@@ -157,7 +157,12 @@ fn recorder(
     addr: &str,
 ) -> Option<Recorder<FileSink>> {
     let dir = dir.as_ref()?;
-    let sink = FileSink::open(dir, role, addr, Rotation::default())
+    // Every run of the node kept: a simulated node restarts far more often than a real one.
+    let rotation = Rotation {
+        files: 100_000,
+        ..Rotation::default()
+    };
+    let sink = FileSink::open(dir, role, addr, rotation)
         .unwrap_or_else(|e| panic!("cannot record the trace of {addr}: {e}"));
     Some(Recorder::new(sink))
 }

@@ -67,7 +67,8 @@ fn trace_files(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
 
 /// Writes one node's trace into `DIR/<role>-<address>/NNNNNN.trace`, continuing after
 /// files already there (a restarted node begins a new file), a new file once one passes
-/// `rotation.file_bytes`, the oldest removed once there are more than `rotation.files`.
+/// `rotation.file_bytes`, the oldest removed once there are more than `rotation.files`
+/// (never the one holding the current run's start record).
 /// Writing is buffered and reaches the file at each flush (the node's ticks). A failure
 /// to write stops the trace, never the node: it is logged once.
 pub struct FileSink {
@@ -77,6 +78,8 @@ pub struct FileSink {
     rotation: Rotation,
     out: Option<BufWriter<File>>,
     index: u64,
+    /// The file holding the current run's start record.
+    start_index: u64,
     written: u64,
     failed: bool,
 }
@@ -104,6 +107,7 @@ impl FileSink {
             rotation,
             out: None,
             index: last,
+            start_index: 0,
             written: 0,
             failed: false,
         })
@@ -137,11 +141,23 @@ impl FileSink {
             &mut head,
         );
         out.write_all(&head)?;
+        // A file is never left without its header, whenever the node stops.
+        out.flush()?;
         self.written = head.len() as u64;
         self.out = Some(out);
-        let files = trace_files(&self.dir)?;
-        if files.len() > self.rotation.files {
-            for (_, p) in &files[..files.len() - self.rotation.files] {
+        if first_seq == 1 {
+            self.start_index = self.index;
+        }
+        // The oldest files go, but never the one holding the current run's start record:
+        // without it nothing after it replays.
+        let old: Vec<PathBuf> = trace_files(&self.dir)?
+            .into_iter()
+            .filter(|(i, _)| *i != self.start_index)
+            .map(|(_, p)| p)
+            .collect();
+        let keep = self.rotation.files.saturating_sub(1);
+        if old.len() > keep {
+            for p in &old[..old.len() - keep] {
                 std::fs::remove_file(p)?;
             }
         }
@@ -252,4 +268,62 @@ pub fn read_paths(paths: &[PathBuf]) -> Result<Vec<Vec<(String, TraceFile)>>, Tr
         }
     }
     Ok(nodes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_core::pb;
+
+    fn record(seq: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        trace::frame(
+            &pb::TraceRecord {
+                seq,
+                now_ms: seq,
+                kind: Some(pb::trace_record::Kind::Master(pb::TraceMasterStep {
+                    input: Some(pb::trace_master_step::Input::LogSynced(seq)),
+                    ..Default::default()
+                })),
+            },
+            &mut out,
+        );
+        out
+    }
+
+    /// Files rotate at their size, the oldest go past the count, but the file holding
+    /// the run's start record stays, so the run still replays from it; what is kept
+    /// reads back in order, with the gap where files went.
+    #[test]
+    fn rotation_keeps_the_start_of_the_run() {
+        let root = std::env::temp_dir().join(format!("tessera-rotation-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let rotation = Rotation {
+            file_bytes: 4096,
+            files: 3,
+        };
+        let mut sink = FileSink::open(&root, "master", "m:1", rotation).unwrap();
+        for seq in 1..=2000 {
+            sink.record(seq, &record(seq));
+        }
+        sink.flush();
+        let dir = sink.dir().to_path_buf();
+        let files = trace_files(&dir).unwrap();
+        assert_eq!(files.len(), 3, "{files:?}");
+        assert_eq!(files[0].0, 1, "the start file stays");
+        let read = read_node(&dir).unwrap();
+        assert_eq!(read[0].1.records[0].seq, 1);
+        assert!(read[1].1.header.first_seq > 2);
+        assert_eq!(read[2].1.records.last().unwrap().seq, 2000);
+        // A restarted node continues after the files there, and its new run begins a file.
+        drop(sink);
+        let mut sink = FileSink::open(&root, "master", "m:1", rotation).unwrap();
+        sink.record(1, &record(1));
+        sink.flush();
+        let files = trace_files(&dir).unwrap();
+        assert_eq!(files.len(), 3, "{files:?}");
+        let last = read_node(&dir).unwrap().pop().unwrap().1;
+        assert_eq!((last.header.first_seq, last.records.len()), (1, 1));
+        let _ = std::fs::remove_dir_all(&root);
+    }
 }

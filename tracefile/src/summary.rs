@@ -37,7 +37,8 @@ pub struct Summary {
     pub methods: BTreeMap<String, Method>,
     /// "read", "write", "record_append": operations and bytes per size bucket.
     pub sizes: BTreeMap<String, Vec<Bucket>>,
-    /// Master requests by type: count and percent of all.
+    /// Client requests to the master by type: count and percent of all (chunkservers'
+    /// heartbeats and corruption reports left out, as in the paper's table).
     pub master_requests: BTreeMap<String, Share>,
 }
 
@@ -137,7 +138,7 @@ impl Builder {
             .position(|(_, hi)| bytes < *hi)
             .unwrap_or(BUCKETS.len() - 1);
         b[i].0 += 1;
-        b[i].1 += bytes;
+        b[i].1 = b[i].1.saturating_add(bytes);
     }
 
     fn answered(&mut self, open: Option<Open>, now: u64, error: bool, bytes: u64, data: u64) {
@@ -147,7 +148,7 @@ impl Builder {
         }
         let m = self.method(&o.method);
         m.errors += u64::from(error);
-        m.bytes_out += bytes + data;
+        m.bytes_out = m.bytes_out.saturating_add(bytes.saturating_add(data));
         m.samples.push(now.saturating_sub(o.arrived));
     }
 
@@ -186,12 +187,16 @@ impl Builder {
                                 let method = format!("master.{name}");
                                 let m = self.method(&method);
                                 m.calls += 1;
-                                m.bytes_in += bytes as u64;
-                                self.s
-                                    .master_requests
-                                    .entry(name.to_string())
-                                    .or_default()
-                                    .count += 1;
+                                m.bytes_in = m.bytes_in.saturating_add(bytes as u64);
+                                // Table 6 counts what clients ask; chunkservers'
+                                // heartbeats and corruption reports are not among them.
+                                if !matches!(name, "heartbeat" | "report_corrupt" | "empty") {
+                                    self.s
+                                        .master_requests
+                                        .entry(name.to_string())
+                                        .or_default()
+                                        .count += 1;
+                                }
                                 open.insert(
                                     r.id,
                                     Open {
@@ -228,13 +233,13 @@ impl Builder {
                                 let req = r.req.as_ref().and_then(|q| q.req.as_ref());
                                 let name = req.map_or("empty", chunk_method);
                                 let data = r.data.as_ref().map_or(0, |d| d.len);
-                                let bytes = r.req.as_ref().map_or(0, prost::Message::encoded_len)
-                                    as u64
-                                    + data;
+                                let bytes = (r.req.as_ref().map_or(0, prost::Message::encoded_len)
+                                    as u64)
+                                    .saturating_add(data);
                                 let method = format!("chunk.{name}");
                                 let m = self.method(&method);
                                 m.calls += 1;
-                                m.bytes_in += bytes;
+                                m.bytes_in = m.bytes_in.saturating_add(bytes);
                                 match req {
                                     Some(CReq::Push(p)) if p.offset == 0 => {
                                         pushed.insert(p.data_id, p.total);
@@ -423,7 +428,10 @@ impl Summary {
             }
         }
         if !self.master_requests.is_empty() {
-            let _ = writeln!(o, "\nMaster requests by type (GFS Table 6)");
+            let _ = writeln!(
+                o,
+                "\nClient requests to the master by type (GFS Table 6; heartbeats not counted)"
+            );
             let mut by: Vec<_> = self.master_requests.iter().collect();
             by.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
             for (name, s) in by {

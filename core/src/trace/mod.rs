@@ -90,6 +90,13 @@ pub fn parse(file: &str, bytes: &[u8]) -> Result<TraceFile, TraceError> {
         offset: offset as u64,
         what,
     };
+    if bytes.len() < MAGIC.len() && MAGIC.starts_with(bytes) {
+        // Created, and cut (or not yet flushed) before its first bytes were written.
+        return Ok(TraceFile {
+            cut: Some(err(0, "the file ends before its header".into())),
+            ..TraceFile::default()
+        });
+    }
     if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
         return Err(err(0, "not a Tessera trace file (no trace magic)".into()));
     }
@@ -98,6 +105,15 @@ pub fn parse(file: &str, bytes: &[u8]) -> Result<TraceFile, TraceError> {
     let mut first = true;
     while at < bytes.len() {
         let start = at;
+        // Zeros to the end: blocks a crash allocated but never wrote (a zero byte would
+        // read as an empty frame, whose CRC32C is zero).
+        if bytes[at..].iter().all(|&b| b == 0) {
+            out.cut = Some(err(
+                start,
+                "the file ends in zeros (a crash while writing)".into(),
+            ));
+            break;
+        }
         let mut rest = &bytes[at..];
         let Ok(len) = prost::encoding::decode_varint(&mut rest) else {
             let left = &bytes[at..];
@@ -154,11 +170,18 @@ pub fn parse(file: &str, bytes: &[u8]) -> Result<TraceFile, TraceError> {
         } else {
             let r = pb::TraceRecord::decode(body)
                 .map_err(|e| err(start, format!("a record does not decode: {e}")))?;
+            if r.seq == 0 || r.kind.is_none() {
+                return Err(err(start, "a record with no place or no content".into()));
+            }
             out.records.push(r);
         }
     }
     if first && out.cut.is_none() {
         return Err(err(at, "the file has no header".into()));
+    }
+    if first {
+        // Cut inside the header: no header to go by.
+        out.header = pb::TraceHeader::default();
     }
     Ok(out)
 }

@@ -54,6 +54,10 @@ impl<S: Sink> Recorder<S> {
         self.records += 1;
         self.bytes += self.buf.len() as u64;
         self.sink.record(self.seq, &self.buf);
+        // A start record holds a whole checkpoint: its buffer is not kept for ever.
+        if self.buf.capacity() > 1 << 20 {
+            self.buf = Vec::new();
+        }
     }
 }
 

@@ -55,6 +55,9 @@ struct MasterRun {
 enum Run {
     None,
     Master(Box<MasterRun>),
+    /// A master the start record could not rebuild: a match if the recorded one did not
+    /// start either (took no step).
+    Failed(String),
     Chunkserver,
 }
 
@@ -63,11 +66,12 @@ pub fn replay(files: &[(String, TraceFile)]) -> Report {
     let mut report = Report::default();
     let mut recent: VecDeque<pb::TraceRecord> = VecDeque::with_capacity(CONTEXT + 1);
     let mut run = Run::None;
-    let mut next_seq = 0u64;
+    let mut last_seq: Option<u64> = None;
     let protocol = super::protocol();
     let mut warned = false;
     for (name, file) in files {
-        if file.header.protocol != protocol && !warned {
+        // A file cut before its header has none to compare.
+        if file.header.format != 0 && file.header.protocol != protocol && !warned {
             warned = true;
             report.notes.push(format!(
                 "{name}: written by tessera {} with other protocol code (fingerprint \
@@ -91,32 +95,46 @@ pub fn replay(files: &[(String, TraceFile)]) -> Report {
                 rec.kind,
                 Some(Kind::MasterStart(_) | Kind::ChunkserverStart(_))
             );
-            if !starts && !matches!(run, Run::None) && rec.seq != next_seq {
+            let follows = last_seq.and_then(|l| l.checked_add(1)) == Some(rec.seq);
+            if !starts && !matches!(run, Run::None) && !follows {
                 report.notes.push(format!(
                     "{name}: record {} follows record {} (records missing): the run is \
                      not replayed past the gap",
                     rec.seq,
-                    next_seq - 1
+                    last_seq.unwrap_or(0)
                 ));
                 run = Run::None;
             }
-            next_seq = rec.seq + 1;
+            last_seq = Some(rec.seq);
             match (&rec.kind, &mut run) {
-                (Some(Kind::MasterStart(s)), _) => match start_master(rec.now_ms, s) {
-                    Ok(m) => {
-                        report.runs += 1;
-                        run = Run::Master(Box::new(MasterRun { master: m }));
+                (Some(Kind::MasterStart(s)), _) => {
+                    run = match start_master(rec.now_ms, s) {
+                        Ok(m) => {
+                            report.runs += 1;
+                            Run::Master(Box::new(MasterRun { master: m }))
+                        }
+                        Err(e) => {
+                            report.notes.push(format!(
+                                "{name}: record {}: the master could not be rebuilt from its \
+                                 start record ({e}); nor, as its trace shows no step, did the \
+                                 recorded one start",
+                                rec.seq
+                            ));
+                            Run::Failed(e)
+                        }
                     }
-                    Err(e) => {
-                        report.divergence = diverge(
-                            "the master could not be rebuilt from the start record".into(),
-                            "a master".into(),
-                            e,
-                            &recent,
-                        );
-                        return report;
-                    }
-                },
+                }
+                (_, Run::Failed(e)) => {
+                    report.divergence = diverge(
+                        "the master could not be rebuilt from the start record, yet the \
+                         recorded one took steps"
+                            .into(),
+                        "a master".into(),
+                        e.clone(),
+                        &recent,
+                    );
+                    return report;
+                }
                 (Some(Kind::ChunkserverStart(_)), _) => {
                     report.unreplayed_runs += 1;
                     run = Run::Chunkserver;

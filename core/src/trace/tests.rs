@@ -56,7 +56,10 @@ fn a_file_cut_anywhere_gives_the_records_before_the_cut() {
                 if ends.contains(&len) {
                     assert_eq!(cut, None, "cut at {len}");
                 } else {
-                    assert!(cut.is_some_and(|o| o < len as u64), "cut at {len}: {cut:?}");
+                    assert!(
+                        cut.is_some_and(|o| o < len as u64 || len < MAGIC.len()),
+                        "cut at {len}: {cut:?}"
+                    );
                 }
             }
             Err(e) => assert!(
@@ -87,6 +90,25 @@ fn a_damaged_file_is_an_error_naming_file_and_offset() {
             }
         }
     }
+    // Zeros where a crash left blocks unwritten end the file; a record without content
+    // in the middle is damage.
+    let mut zeros = bytes.clone();
+    zeros.extend_from_slice(&[0; 100]);
+    let f = parse("z", &zeros).unwrap();
+    assert_eq!(f.records, recs);
+    assert!(f.cut.unwrap().what.contains("zeros"));
+    let mut hole = bytes.clone();
+    frame(&pb::TraceRecord::default(), &mut hole);
+    frame(&tick(4), &mut hole);
+    assert!(
+        parse("h", &hole)
+            .unwrap_err()
+            .what
+            .contains("no place or no content")
+    );
+    // A file created and cut before its first bytes: empty, and said so.
+    let f = parse("e", b"").unwrap();
+    assert!(f.records.is_empty() && f.cut.is_some() && f.header.format == 0);
     let e = parse("x.trace", b"hello, this is not a trace").unwrap_err();
     assert_eq!(
         e.to_string(),
