@@ -9,10 +9,10 @@ use std::fmt::Write;
 
 use serde::Serialize;
 use tessera_core::pb::{
-    chunk_request::Req as CReq, master_request::Req as MReq, trace_chunkserver_step::Input as CsIn,
+    chunk_request::Req as CReq, trace_chunkserver_step::Input as CsIn,
     trace_master_step::Input as MsIn, trace_record::Kind,
 };
-use tessera_core::trace::TraceFile;
+use tessera_core::trace::{self, TraceFile};
 
 /// Size buckets of the GFS paper's Tables 4 and 5 (upper bounds, exclusive).
 const BUCKETS: &[(&str, u64)] = &[
@@ -75,38 +75,6 @@ pub struct Bucket {
 pub struct Share {
     pub count: u64,
     pub percent: f64,
-}
-
-fn master_method(r: &MReq) -> &'static str {
-    match r {
-        MReq::Mkdir(_) => "mkdir",
-        MReq::Create(_) => "create",
-        MReq::Delete(_) => "delete",
-        MReq::Rename(_) => "rename",
-        MReq::List(_) => "list",
-        MReq::Stat(_) => "stat",
-        MReq::GetChunks(_) => "get_chunks",
-        MReq::GetWriteTarget(_) => "get_write_target",
-        MReq::ExtendFile(_) => "extend_file",
-        MReq::Heartbeat(_) => "heartbeat",
-        MReq::ReportCorrupt(_) => "report_corrupt",
-        MReq::Report(_) => "report",
-        MReq::Fsck(_) => "fsck",
-        MReq::ReserveAppend(_) => "reserve_append",
-    }
-}
-
-fn chunk_method(r: &CReq) -> &'static str {
-    match r {
-        CReq::Read(_) => "read",
-        CReq::Write(_) => "write",
-        CReq::SetVersion(_) => "set_version",
-        CReq::Clone(_) => "clone",
-        CReq::RevokeLease(_) => "revoke_lease",
-        CReq::Apply(_) => "apply",
-        CReq::Append(_) => "append",
-        CReq::Push(_) => "push",
-    }
 }
 
 /// A request waiting for its reply.
@@ -182,7 +150,7 @@ impl Builder {
                                     .req
                                     .as_ref()
                                     .and_then(|q| q.req.as_ref())
-                                    .map_or("empty", master_method);
+                                    .map_or("empty", trace::master_method);
                                 let bytes = r.req.as_ref().map_or(0, prost::Message::encoded_len);
                                 let method = format!("master.{name}");
                                 let m = self.method(&method);
@@ -231,7 +199,7 @@ impl Builder {
                         match &step.input {
                             Some(CsIn::Request(r)) => {
                                 let req = r.req.as_ref().and_then(|q| q.req.as_ref());
-                                let name = req.map_or("empty", chunk_method);
+                                let name = req.map_or("empty", trace::chunk_method);
                                 let data = r.data.as_ref().map_or(0, |d| d.len);
                                 let bytes = (r.req.as_ref().map_or(0, prost::Message::encoded_len)
                                     as u64)
@@ -240,25 +208,18 @@ impl Builder {
                                 let m = self.method(&method);
                                 m.calls += 1;
                                 m.bytes_in = m.bytes_in.saturating_add(bytes);
+                                // A mutation's size: its pushed data's, or its own.
+                                let size = |data_id: u64| match data_id {
+                                    0 => data,
+                                    id => pushed.get(&id).copied().unwrap_or(0),
+                                };
                                 match req {
                                     Some(CReq::Push(p)) if p.offset == 0 => {
                                         pushed.insert(p.data_id, p.total);
                                     }
-                                    Some(CReq::Write(w)) => {
-                                        let n = if w.data_id != 0 {
-                                            pushed.get(&w.data_id).copied().unwrap_or(0)
-                                        } else {
-                                            data
-                                        };
-                                        self.size("write", n);
-                                    }
+                                    Some(CReq::Write(w)) => self.size("write", size(w.data_id)),
                                     Some(CReq::Append(a)) => {
-                                        let n = if a.data_id != 0 {
-                                            pushed.get(&a.data_id).copied().unwrap_or(0)
-                                        } else {
-                                            data
-                                        };
-                                        self.size("record_append", n);
+                                        self.size("record_append", size(a.data_id))
                                     }
                                     _ => {}
                                 }

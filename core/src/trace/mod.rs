@@ -189,6 +189,40 @@ pub fn parse(file: &str, bytes: &[u8]) -> Result<TraceFile, TraceError> {
 #[cfg(test)]
 mod tests;
 
+/// The name of a master request's kind.
+pub fn master_method(r: &pb::master_request::Req) -> &'static str {
+    match r {
+        pb::master_request::Req::Mkdir(_) => "mkdir",
+        pb::master_request::Req::Create(_) => "create",
+        pb::master_request::Req::Delete(_) => "delete",
+        pb::master_request::Req::Rename(_) => "rename",
+        pb::master_request::Req::List(_) => "list",
+        pb::master_request::Req::Stat(_) => "stat",
+        pb::master_request::Req::GetChunks(_) => "get_chunks",
+        pb::master_request::Req::GetWriteTarget(_) => "get_write_target",
+        pb::master_request::Req::ExtendFile(_) => "extend_file",
+        pb::master_request::Req::Heartbeat(_) => "heartbeat",
+        pb::master_request::Req::ReportCorrupt(_) => "report_corrupt",
+        pb::master_request::Req::Report(_) => "report",
+        pb::master_request::Req::Fsck(_) => "fsck",
+        pb::master_request::Req::ReserveAppend(_) => "reserve_append",
+    }
+}
+
+/// The name of a chunk request's kind.
+pub fn chunk_method(r: &pb::chunk_request::Req) -> &'static str {
+    match r {
+        pb::chunk_request::Req::Read(_) => "read",
+        pb::chunk_request::Req::Write(_) => "write",
+        pb::chunk_request::Req::SetVersion(_) => "set_version",
+        pb::chunk_request::Req::Clone(_) => "clone",
+        pb::chunk_request::Req::RevokeLease(_) => "revoke_lease",
+        pb::chunk_request::Req::Apply(_) => "apply",
+        pb::chunk_request::Req::Append(_) => "append",
+        pb::chunk_request::Req::Push(_) => "push",
+    }
+}
+
 /// One line about a record: its place, clock, input and how many effects it had.
 pub fn describe(r: &pb::TraceRecord) -> String {
     use pb::trace_chunkserver_step::Input as C;
@@ -213,9 +247,7 @@ pub fn describe(r: &pb::TraceRecord) -> String {
                         .req
                         .as_ref()
                         .and_then(|q| q.req.as_ref())
-                        .map_or("empty".to_string(), |r| {
-                            format!("{r:?}").split('(').next().unwrap_or("").to_string()
-                        });
+                        .map_or("empty", master_method);
                     format!("request {} {what}", q.id)
                 }
                 Some(M::CallResult(c)) => format!(
@@ -252,9 +284,7 @@ pub fn describe(r: &pb::TraceRecord) -> String {
                         .req
                         .as_ref()
                         .and_then(|q| q.req.as_ref())
-                        .map_or("empty".to_string(), |r| {
-                            format!("{r:?}").split('(').next().unwrap_or("").to_string()
-                        });
+                        .map_or("empty", chunk_method);
                     format!("request {} {what}", q.id)
                 }
                 Some(C::CallResult(c)) => format!("call result {}", c.id),
