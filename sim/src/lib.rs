@@ -2,17 +2,29 @@
 //!
 //! The real protocol code — the master and chunkserver state machines, their drivers and
 //! the client library from `tessera-core` — runs in a madsim world where time, the
-//! network and the disks are simulated, and faults are injected by seed. Built only with
-//! `--cfg madsim` (see the README); without it this crate is empty.
-#![cfg(madsim)]
+//! network and the disks are simulated, and faults are injected by seed. That part builds
+//! only with `--cfg madsim` (see the README). Without it the crate holds what needs no
+//! async runtime: the checkers (`check`), and the in-process world (`world`) in which the
+//! `mutation_protocol` fuzz target (`fuzz`) drives the state machines step by step.
 
+#[cfg(madsim)]
 pub mod bench;
 pub mod check;
+#[cfg(madsim)]
 pub mod cluster;
+#[cfg(madsim)]
 pub mod disk;
+#[cfg(madsim)]
 pub mod faults;
+pub mod fuzz;
+#[cfg(madsim)]
 pub mod metastore;
+#[cfg(madsim)]
 pub mod net;
+#[cfg(madsim)]
 pub mod run;
+#[cfg(madsim)]
 pub mod runtime;
+#[cfg(madsim)]
 pub mod workload;
+pub mod world;

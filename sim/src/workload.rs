@@ -762,7 +762,7 @@ async fn shared_run(
 // ---- namespace operations of several clients on one directory ---------------------------
 
 /// The directory shared clients create, delete, rename, stat and list names in.
-pub const NS_DIR: &str = "/shared/ns";
+pub use crate::check::NS_DIR;
 
 fn ns_name(n: u8) -> String {
     format!("{NS_DIR}/n{n}")

@@ -1,6 +1,6 @@
 //! Runs a chunkserver over a `Runtime`, a `Transport` and a `ChunkStore`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -9,6 +9,7 @@ use futures::stream::{FusedStream, FuturesUnordered};
 use futures::{SinkExt, StreamExt};
 use prost::Message;
 
+use super::queues::ChunkQueues;
 use super::{ChunkserverStart, DriverError, Observer};
 use crate::chunkserver::{
     Chunkserver, ChunkserverConfig, Dest, Effects, IDENTITY_HANDLE, Input, OpId, Outgoing, Reply,
@@ -96,10 +97,11 @@ async fn execute_owned<S: ChunkStore>(
 
 /// Gives a store without a server id one, durably, before the server first speaks: the
 /// id is what tells the master this disk from another at the same address, so it must
-/// never change once a heartbeat carried it. Drawn from the runtime's random source
-/// (seeded in the simulator). Leaves the identity record in `metas`.
-pub async fn ensure_server_id<R: Runtime, S: ChunkStore>(
-    rt: &R,
+/// never change once a heartbeat carried it. `fresh` is the id to give (drawn from the
+/// runtime's random source, seeded in the simulator). Leaves the identity record in
+/// `metas`.
+pub async fn ensure_server_id<S: ChunkStore>(
+    fresh: u64,
     store: &mut S,
     metas: &mut Vec<pb::ChunkMeta>,
 ) -> Result<u64, StoreError> {
@@ -111,7 +113,7 @@ pub async fn ensure_server_id<R: Runtime, S: ChunkStore>(
     }
     let mut meta = at.map_or_else(Default::default, |i| metas.remove(i));
     meta.handle = IDENTITY_HANDLE;
-    meta.server_id = rt.random_u64().max(1);
+    meta.server_id = fresh.max(1);
     store.write_meta(meta.clone()).await?;
     store.sync(IDENTITY_HANDLE).await?;
     tracing::info!(server_id = meta.server_id, "server id made");
@@ -143,7 +145,7 @@ pub async fn run<R: Runtime, T: Transport, S: ChunkStore + Clone, O: Observer>(
     mut observer: O,
 ) -> Result<(), DriverError> {
     let mut metas = store.load().await?;
-    ensure_server_id(&rt, &mut store, &mut metas).await?;
+    ensure_server_id(rt.random_u64(), &mut store, &mut metas).await?;
     tracing::info!(addr = %opts.config.address, chunks = metas.len() - 1, "chunkserver recovered");
     let now = rt.now();
     observer.chunkserver_started(
@@ -176,9 +178,7 @@ pub async fn run<R: Runtime, T: Transport, S: ChunkStore + Clone, O: Observer>(
     let mut replies: HashMap<RequestId, oneshot::Sender<Parts>> = HashMap::new();
     let mut next_request: RequestId = 1;
     let mut running = FuturesUnordered::new();
-    // Operations waiting for an earlier one on the same chunk; a key is present while an
-    // operation on that chunk is running.
-    let mut waiting: HashMap<ChunkHandle, VecDeque<(OpId, StoreOp)>> = HashMap::new();
+    let mut queues = ChunkQueues::default();
     loop {
         // Finished storage operations first: they free chunks for queued work. Then
         // results and ticks (work already begun), then new requests, taken from the
@@ -206,13 +206,8 @@ pub async fn run<R: Runtime, T: Transport, S: ChunkStore + Clone, O: Observer>(
         let input = match step {
             None => break,
             Some(Step::Stored(id, h, result)) => {
-                if let Some(q) = waiting.get_mut(&h) {
-                    match q.pop_front() {
-                        Some((next, op)) => running.push(execute_owned(store.clone(), next, op)),
-                        None => {
-                            waiting.remove(&h);
-                        }
-                    }
+                if let Some((next, op)) = queues.finished(h) {
+                    running.push(execute_owned(store.clone(), next, op));
                 }
                 Input::StoreDone { id, result }
             }
@@ -256,13 +251,8 @@ pub async fn run<R: Runtime, T: Transport, S: ChunkStore + Clone, O: Observer>(
             spawn_call(&rt, &transport, &tx, &opts, call);
         }
         for (id, op) in effects.store {
-            let h = op.handle();
-            match waiting.get_mut(&h) {
-                Some(q) => q.push_back((id, op)),
-                None => {
-                    waiting.insert(h, VecDeque::new());
-                    running.push(execute_owned(store.clone(), id, op));
-                }
+            if let Some((id, op)) = queues.issue(id, op) {
+                running.push(execute_owned(store.clone(), id, op));
             }
         }
     }

@@ -20,6 +20,7 @@ use futures::stream::FusedStream;
 use futures::{SinkExt, StreamExt};
 use prost::Message;
 
+use super::commit::LogBatch;
 use super::{DriverError, MasterStart, Observer};
 use crate::error::RpcError;
 use crate::master::{Effects, Input, Master, MasterConfig, RequestId};
@@ -27,8 +28,8 @@ use crate::pb;
 use crate::runtime::{MetaStore, Parts, PartsReader, Runtime, Transport};
 use crate::types::LogSeq;
 
-const LOG_PREFIX: &[u8] = b"log/";
-const CHECKPOINT_KEY: &[u8] = b"checkpoint";
+pub(crate) const LOG_PREFIX: &[u8] = b"log/";
+pub(crate) const CHECKPOINT_KEY: &[u8] = b"checkpoint";
 
 pub fn log_key(seq: LogSeq) -> Vec<u8> {
     let mut k = LOG_PREFIX.to_vec();
@@ -236,19 +237,12 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
     }
     let mut replies: HashMap<RequestId, oneshot::Sender<Parts>> = HashMap::new();
     let mut next_request: RequestId = 1;
-    // Records (and a checkpoint) made by the step that learned of a sync: they go into
-    // the next batch at once, without waiting for an event.
-    let mut carried: Vec<(LogSeq, pb::LogRecord)> = Vec::new();
-    let mut carried_checkpoint: Option<pb::Checkpoint> = None;
+    // Records (and a checkpoint) not yet written: the steps since the last sync, or the
+    // step that learned of a sync (they go into the next batch at once, without waiting
+    // for an event).
+    let mut batch = LogBatch::default();
     loop {
-        let mut batch = Vec::new();
-        let mut last = None;
-        let mut checkpoint = carried_checkpoint.take();
-        for (seq, rec) in carried.drain(..) {
-            batch.push((log_key(seq), Some(seal(&rec))));
-            last = Some(seq);
-        }
-        let mut ev = if batch.is_empty() && checkpoint.is_none() {
+        let mut ev = if batch.is_empty() {
             match next_event(&mut events, &mut inbound).await {
                 Some(e) => Some(e),
                 None => break,
@@ -275,32 +269,16 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                 Event::CallResult(id, result) => Input::CallResult { id, result },
                 Event::Tick => Input::Tick,
             };
-            let effects = step(&rt, &mut master, &mut observer, input);
-            for (seq, rec) in &effects.log {
-                batch.push((log_key(*seq), Some(seal(rec))));
-                last = Some(*seq);
-            }
-            if effects.checkpoint.is_some() {
-                checkpoint = effects.checkpoint.clone();
-            }
+            let mut effects = step(&rt, &mut master, &mut observer, input);
+            batch.add(&mut effects);
             dispatch(&rt, &transport, &tx, &opts, &mut replies, effects);
             ev = try_event(&mut events, &mut inbound);
         }
-        if let Some(cp) = checkpoint {
-            // The checkpoint and the removal of the records it covers form one atomic
-            // batch; records it covers that were about to be written are not written.
-            let through = cp.through_seq;
-            batch.retain(|(k, _)| {
-                !(k.starts_with(LOG_PREFIX) && k.as_slice() <= log_key(through).as_slice())
-            });
-            batch.push((CHECKPOINT_KEY.to_vec(), Some(seal(&cp))));
-            batch.extend((low_seq..=through).map(|seq| (log_key(seq), None)));
-            low_seq = through + 1;
-        }
         if !batch.is_empty() {
-            store.write(batch).await?;
+            let commit = std::mem::take(&mut batch).commit(&mut low_seq);
+            store.write(commit.writes).await?;
             store.sync().await?;
-            if let Some(through) = last {
+            if let Some(through) = commit.through {
                 let mut effects = step(
                     &rt,
                     &mut master,
@@ -308,8 +286,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                     Input::LogSynced { through },
                 );
                 // A sync can release work that logs (a grant reserving its version).
-                carried = std::mem::take(&mut effects.log);
-                carried_checkpoint = effects.checkpoint.take();
+                batch.add(&mut effects);
                 dispatch(&rt, &transport, &tx, &opts, &mut replies, effects);
             }
         }

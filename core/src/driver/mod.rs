@@ -5,7 +5,9 @@
 //! operations complete before the chunkserver hears `StoreDone`.
 
 pub mod chunkserver;
+pub mod commit;
 pub mod master;
+pub mod queues;
 
 use crate::chunkserver as chunkserver_sm;
 use crate::master as master_sm;

@@ -70,6 +70,14 @@ impl History {
         w.ok = ok;
     }
 
+    /// The regions (start, end offsets) of acknowledged writes.
+    pub fn acked(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.writes
+            .iter()
+            .filter(|w| w.ok)
+            .map(|w| (w.off, w.end_off()))
+    }
+
     pub fn writes(&self) -> usize {
         self.writes.len()
     }

@@ -1,5 +1,7 @@
-//! Checkers: one invariant to a file, apart from the code they check. The observer
-//! (`observer.rs`) feeds them every step of every node; the workload feeds the model
+//! Checkers: one invariant to a file, apart from the code they check. They build
+//! without madsim: the simulator and the in-process fuzzing world (`crate::world`) share
+//! them. `step.rs` runs them after every step of every node (the simulator's observer,
+//! `observer.rs`, calls it); the workload feeds the model
 //! (`model.rs`) every client operation. A violation is recorded with the simulated time
 //! and fails the run.
 
@@ -10,16 +12,21 @@ pub mod leases;
 pub mod locations;
 pub mod model;
 pub mod namespace;
+#[cfg(madsim)]
 pub mod observer;
 pub mod plain_appends;
 pub mod puts;
 pub mod references;
 pub mod replication;
+pub mod step;
 pub mod trace;
 pub mod versions;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+
+/// The directory whose namespace operations the simulator's clients race on.
+pub const NS_DIR: &str = "/shared/ns";
 
 /// What every checker shares in one run.
 #[derive(Default)]

@@ -1,0 +1,236 @@
+//! What every step of every node is checked for, pure: the simulator's observer
+//! (`observer.rs`) and the in-process fuzzing world (`crate::world`) both call these after
+//! each step. They extend the trace hash and run the per-step checkers.
+
+use std::collections::HashMap;
+
+use prost::Message;
+use tessera_core::chunkserver::{self as cs, Chunkserver};
+use tessera_core::master::{self as ms, Master};
+use tessera_core::types::Time;
+
+use super::{Checks, NS_DIR, references, replication::ReplicationReport};
+
+/// After a master step at true time `t` (ms) on `node`, whose clock read `now`.
+pub fn master_step(
+    c: &mut Checks,
+    node: &str,
+    t: i64,
+    now: Time,
+    input: &ms::Input,
+    effects: &ms::Effects,
+    master: &Master,
+) {
+    c.steps += 1;
+    let tr = &mut c.trace;
+    tr.add(node.as_bytes());
+    tr.add_u64(now.0);
+    match input {
+        ms::Input::Request { id, req } => {
+            tr.add_u64(*id);
+            tr.add(&req.encode_to_vec());
+        }
+        ms::Input::CallResult { id, result } => {
+            tr.add_u64(*id);
+            tr.add_u64(u64::from(result.as_ref().is_ok_and(|r| r.error.is_none())));
+        }
+        ms::Input::LogSynced { through } => tr.add_u64(*through),
+        ms::Input::Tick => tr.add(b"tick"),
+        ms::Input::Malformed { id, error } => {
+            tr.add_u64(*id);
+            tr.add(error.as_bytes());
+        }
+    }
+    for (seq, rec) in &effects.log {
+        tr.add_u64(*seq);
+        tr.add(&rec.encode_to_vec());
+    }
+    for (id, r) in &effects.replies {
+        tr.add_u64(*id);
+        tr.add(&r.encode_to_vec());
+    }
+    for call in &effects.calls {
+        tr.add(call.to.as_bytes());
+        tr.add(&call.req.encode_to_vec());
+    }
+    if let ms::Input::LogSynced { through } = input {
+        c.versions.master_synced(*through);
+    }
+    for (seq, rec) in &effects.log {
+        match &rec.op {
+            Some(tessera_core::pb::log_record::Op::SetVersion(o)) => {
+                c.versions.master_logged(*seq, o.handle, o.version);
+            }
+            Some(tessera_core::pb::log_record::Op::Rename(o))
+                if o.dst.starts_with(NS_DIR)
+                    && o.dst
+                        .rsplit('/')
+                        .next()
+                        .is_some_and(|n| n.starts_with(tessera_core::master::DELETED_PREFIX)) =>
+            {
+                c.ns_deleted.insert(o.dst.clone(), t);
+            }
+            Some(tessera_core::pb::log_record::Op::Remove(o)) if o.path.starts_with(NS_DIR) => {
+                // Moved since it was deleted (with its directory): the delete was
+                // before now, and now is the safe bound.
+                let deleted = c.ns_deleted.get(&o.path).copied().unwrap_or(t);
+                c.ns_reclaimed = Some(c.ns_reclaimed.map_or(deleted, |r| r.max(deleted)));
+            }
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    for (h, chunk) in master.meta().chunks.iter() {
+        if let Some(v) = c.versions.master(h, chunk.version) {
+            found.push(v);
+        }
+    }
+    if let Err(e) = master.check_invariants() {
+        found.push(format!("master invariant: {e}"));
+    }
+    // Every step, not only those that logged: a chunk can be collected by one that
+    // did not.
+    if let Some(v) = references::check(master) {
+        found.push(v);
+    }
+    let cc = &mut *c;
+    if let Some(v) = super::locations::check(master, &cc.versions, &mut cc.missing, t) {
+        found.push(v);
+    }
+    // Every step: a copy counted as spare must still be counted when a fault is
+    // placed. A chunk whose version is being granted has no spare copy (the grant
+    // may drop any of them when it ends).
+    c.listed = master
+        .meta()
+        .chunks
+        .iter()
+        .filter(|(h, _)| !master.leases().is_granting(*h))
+        .map(|(h, chunk)| {
+            let addrs = chunk
+                .replicas
+                .as_slice()
+                .iter()
+                .map(|&s| master.servers().get(s).addr.clone())
+                .collect();
+            (h, addrs)
+        })
+        .collect();
+    if matches!(input, ms::Input::Tick) {
+        let mut r = ReplicationReport::of(master, t);
+        if let (Some(e), Some(h)) = (&mut r.example, r.example_handle) {
+            e.push_str(&format!(" held by {:?}", c.versions.holders(h)));
+        }
+        c.replication = r;
+    }
+    for v in found {
+        c.violation(t, v);
+    }
+}
+
+/// After a chunkserver step at true time `t` on `node`, whose clock read `now`;
+/// `to_true` turns a reading of the node's clock into true time.
+#[allow(clippy::too_many_arguments)]
+pub fn chunkserver_step(
+    c: &mut Checks,
+    node: &str,
+    t: i64,
+    now: Time,
+    input: &cs::Input,
+    effects: &cs::Effects,
+    server: &Chunkserver,
+    to_true: impl Fn(i64) -> i64,
+) {
+    c.steps += 1;
+    let tr = &mut c.trace;
+    tr.add(node.as_bytes());
+    tr.add_u64(now.0);
+    match input {
+        cs::Input::Request { id, req, .. } => {
+            tr.add_u64(*id);
+            tr.add_u64(req.encoded_len() as u64);
+            if let Some(tessera_core::pb::chunk_request::Req::SetVersion(o)) = &req.req {
+                c.versions.server_ordered(node, *id, o.handle, o.version);
+            }
+        }
+        cs::Input::CallResult { id, result } => {
+            tr.add_u64(*id);
+            tr.add_u64(u64::from(result.is_ok()));
+        }
+        cs::Input::StoreDone { id, result } => {
+            tr.add_u64(*id);
+            tr.add_u64(u64::from(result.is_ok()));
+        }
+        cs::Input::Tick => tr.add(b"tick"),
+        cs::Input::DiskSpace { free } => tr.add_u64(free.map_or(u64::MAX, |f| f)),
+        cs::Input::Malformed { id, error } => {
+            tr.add_u64(*id);
+            tr.add(error.as_bytes());
+        }
+    }
+    for (id, r) in &effects.replies {
+        tr.add_u64(*id);
+        tr.add_u64(r.encoded_len() as u64);
+        tr.add_u64(r.error.as_ref().map_or(0, |e| e.code as u64));
+        c.versions.server_answered(node, *id, r.error.is_none());
+    }
+    for (id, op) in &effects.store {
+        tr.add_u64(*id);
+        tr.add(format!("{:?}", std::mem::discriminant(op)).as_bytes());
+    }
+    if let Some(stored) = &mut c.stored {
+        for (_, op) in &effects.store {
+            if let cs::StoreOp::Write {
+                handle,
+                offset,
+                data,
+                ..
+            } = op
+                && !data.is_empty()
+            {
+                stored
+                    .writes
+                    .entry(*handle)
+                    .or_default()
+                    .push((*offset, data.clone()));
+            }
+        }
+    }
+    let mut found = Vec::new();
+    for call in &effects.calls {
+        if let cs::Outgoing::Master(tessera_core::pb::MasterRequest {
+            req: Some(tessera_core::pb::master_request::Req::ReportCorrupt(r)),
+            ..
+        }) = &call.req
+        {
+            if r.by_scrubber {
+                c.scrub_found.insert((node.to_string(), r.handle));
+            }
+            found.extend(super::corruption::check(&c.corrupted, node, r.handle));
+        }
+    }
+    tr.add_u64(effects.calls.len() as u64);
+    // Leases, in true time.
+    let leases: HashMap<u64, i64> = server
+        .leases()
+        .map(|(h, until)| (h, to_true(until.0 as i64)))
+        .collect();
+    if let Some(v) = c.leases.update(node, t, leases) {
+        found.push(v);
+    }
+    if let Err(e) = server.check_invariants() {
+        found.push(format!("{node} invariant: {e}"));
+    }
+    let held: HashMap<u64, u64> = server.chunks().map(|(h, v, _)| (h, v)).collect();
+    for (&h, &v) in &held {
+        if let Some(x) = c.versions.server(node, h, v) {
+            found.push(x);
+        }
+        if c.versions.master_version(h).is_some_and(|m| v < m) {
+            c.stale_seen.insert((node.to_string(), h, v));
+        }
+    }
+    c.versions.server_dropped(node, |h| held.contains_key(&h));
+    for v in found {
+        c.violation(t, v);
+    }
+}

@@ -1,0 +1,783 @@
+//! An in-process world for fuzzing the mutation protocol: the pure master and
+//! chunkserver state machines, a network of messages in flight, disks that keep written
+//! and durable state apart, and clients that speak the protocol (`clients.rs`), all moved
+//! one step at a time by whoever drives the world (the `mutation_protocol` fuzz target,
+//! `crate::fuzz`). No async runtime and no threads: a step is a function call, so a run
+//! is as fast as the state machines and exactly as the driver chose it.
+//!
+//! What the real drivers add on top of the state machines is taken from them, not
+//! copied: the op log's group commit (`driver::commit`), one storage operation at a time
+//! per chunk (`driver::queues`), the durability recipe of each storage operation
+//! (`driver::chunkserver::execute`, over `testkit`'s in-memory stores), recovery of the
+//! master from its store (`driver::master::recover`) and of a chunkserver from its disk.
+//! Every step goes through the simulator's per-step checks (`check::step`), so the same
+//! invariants judge both.
+
+pub mod clients;
+
+use std::collections::{BTreeMap, HashMap};
+
+use futures::executor::block_on;
+use tessera_core::chunkserver::{
+    self as cs, Chunkserver, ChunkserverConfig, Dest, OpId, Outgoing, Reply, StoreOp,
+};
+use tessera_core::driver::chunkserver::{ensure_server_id, execute};
+use tessera_core::driver::commit::LogBatch;
+use tessera_core::driver::master as master_driver;
+use tessera_core::driver::queues::ChunkQueues;
+use tessera_core::error::RpcError;
+use tessera_core::master::{self as ms, Master, MasterConfig};
+use tessera_core::pb;
+use tessera_core::pb::master_request as ms_req;
+use tessera_core::runtime::ChunkStore;
+use tessera_core::testkit::{MemChunkStore, MemMetaStore};
+use tessera_core::types::{ChunkHandle, LogSeq, Time};
+
+use crate::check::{Checks, step};
+
+pub use clients::{ClientOp, OpKind};
+
+/// Every node's clock starts here, so a negative offset still reads as a valid `Time`.
+const EPOCH_MS: i64 = 1_000_000;
+
+/// Names a call in flight; its reply, or its deadline, goes back to the caller.
+pub type Token = u64;
+
+/// Who waits for a call's answer. A node's calls are void once it crashed
+/// (`incarnation` moved on).
+#[derive(Clone, Copy, Debug)]
+enum Caller {
+    Master {
+        incarnation: u32,
+        call: u64,
+    },
+    Server {
+        i: usize,
+        incarnation: u32,
+        call: u64,
+    },
+    Client(usize),
+    /// A read or a master call the world's driver makes to look (`probe_*`).
+    Probe,
+}
+
+/// A message on the network.
+#[derive(Clone, Debug)]
+pub enum Payload {
+    ToMaster(pb::MasterRequest),
+    ToServer(usize, pb::ChunkRequest),
+    FromMaster(pb::MasterResponse),
+    FromServer(pb::ChunkResponse),
+}
+
+#[derive(Clone, Debug)]
+pub struct Msg {
+    pub token: Token,
+    pub payload: Payload,
+    /// A copy the network made: its reply, if any, goes nowhere.
+    pub duplicate: bool,
+}
+
+/// The world's settings.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub servers: usize,
+    pub master: MasterConfig,
+    /// Each node's clock offset from true time (ms): the master's, then each server's.
+    pub offsets: Vec<i64>,
+}
+
+impl Settings {
+    pub fn new(servers: usize, rng_seed: u64) -> Settings {
+        Settings {
+            servers,
+            master: MasterConfig {
+                chunk_size: 4096,
+                default_replication: 3,
+                lease_duration: std::time::Duration::from_secs(10),
+                max_clock_skew: std::time::Duration::from_millis(200),
+                heartbeat_timeout: std::time::Duration::from_secs(4),
+                gc_delay: std::time::Duration::from_secs(10),
+                checkpoint_every: 20,
+                clone_timeout: std::time::Duration::from_secs(30),
+                rng_seed,
+                ..MasterConfig::default()
+            },
+            offsets: vec![0; servers + 1],
+        }
+    }
+}
+
+struct MasterNode {
+    m: Master,
+    replies: HashMap<u64, Token>,
+    next_request: u64,
+    batch: LogBatch,
+    low_seq: LogSeq,
+}
+
+struct Live {
+    cs: Chunkserver,
+    replies: HashMap<u64, Token>,
+    next_request: u64,
+    queues: ChunkQueues,
+    /// Storage operations started (first on their chunk) and not yet done.
+    running: Vec<(OpId, StoreOp)>,
+}
+
+pub struct Server {
+    pub addr: String,
+    live: Option<Live>,
+    pub store: MemChunkStore,
+    incarnation: u32,
+    /// Fresh server ids handed out so far (each start may need one).
+    ids: u64,
+}
+
+pub struct World {
+    pub settings: Settings,
+    /// True time, ms since the world began.
+    pub now: i64,
+    master: Option<MasterNode>,
+    master_store: MemMetaStore,
+    master_incarnation: u32,
+    pub servers: Vec<Server>,
+    pub net: Vec<Msg>,
+    outstanding: BTreeMap<Token, Caller>,
+    next_token: Token,
+    pub clients: Vec<ClientOp>,
+    pub checks: Checks,
+    /// A master that refused to start, and why (a violation: nothing here damages its log).
+    pub refused: Option<String>,
+    /// The answer to the last probe.
+    probe: Option<Result<clients::Answer, RpcError>>,
+}
+
+impl World {
+    pub fn new(settings: Settings) -> World {
+        let servers = (0..settings.servers)
+            .map(|i| Server {
+                addr: format!("cs{i}"),
+                live: None,
+                store: MemChunkStore::default(),
+                incarnation: 0,
+                ids: 0,
+            })
+            .collect();
+        let mut checks = Checks {
+            stored: Some(Default::default()),
+            ..Default::default()
+        };
+        checks.missing.grace_ms = 0;
+        let mut w = World {
+            settings,
+            now: 0,
+            master: None,
+            master_store: MemMetaStore::default(),
+            master_incarnation: 0,
+            servers,
+            net: Vec::new(),
+            outstanding: BTreeMap::new(),
+            next_token: 1,
+            clients: Vec::new(),
+            checks,
+            refused: None,
+            probe: None,
+        };
+        w.start_master();
+        for i in 0..w.servers.len() {
+            w.start_server(i);
+        }
+        w
+    }
+
+    fn clock(&self, node: usize) -> Time {
+        let off = self.settings.offsets.get(node).copied().unwrap_or(0);
+        Time((EPOCH_MS + off + self.now).max(0) as u64)
+    }
+
+    fn master_clock(&self) -> Time {
+        self.clock(0)
+    }
+
+    fn server_clock(&self, i: usize) -> Time {
+        self.clock(i + 1)
+    }
+
+    pub fn master_up(&self) -> bool {
+        self.master.is_some()
+    }
+
+    pub fn server_up(&self, i: usize) -> bool {
+        self.servers[i].live.is_some()
+    }
+
+    pub fn master(&self) -> Option<&Master> {
+        self.master.as_ref().map(|m| &m.m)
+    }
+
+    pub fn server(&self, i: usize) -> Option<&Chunkserver> {
+        self.servers[i].live.as_ref().map(|l| &l.cs)
+    }
+
+    fn server_index(&self, addr: &str) -> Option<usize> {
+        self.servers.iter().position(|s| s.addr == addr)
+    }
+
+    fn token(&mut self, caller: Caller) -> Token {
+        let t = self.next_token;
+        self.next_token += 1;
+        self.outstanding.insert(t, caller);
+        t
+    }
+
+    // ---- the master ---------------------------------------------------------------
+
+    /// Starts the master from its store, as the driver's start-up does.
+    pub fn start_master(&mut self) {
+        if self.master.is_some() {
+            return;
+        }
+        let now = self.master_clock();
+        let cfg = self.settings.master.clone();
+        match block_on(master_driver::recover(&mut self.master_store, cfg, now)) {
+            Ok((m, low_seq)) => {
+                self.master_incarnation += 1;
+                self.checks.versions.master_crashed();
+                self.master = Some(MasterNode {
+                    m,
+                    replies: HashMap::new(),
+                    next_request: 1,
+                    batch: LogBatch::default(),
+                    low_seq,
+                });
+            }
+            Err(e) => self.refused = Some(e.to_string()),
+        }
+    }
+
+    /// Crashes the master: what it had not synced is gone, and so are its calls.
+    pub fn crash_master(&mut self) {
+        if let Some(node) = self.master.take() {
+            self.master_store.crash();
+            self.checks.versions.master_crashed();
+            // Its callers hear nothing more.
+            for token in node.replies.into_values() {
+                self.time_out(token);
+            }
+        }
+    }
+
+    fn master_input(&mut self, input: ms::Input) {
+        let now = self.master_clock();
+        let t = self.now;
+        let incarnation = self.master_incarnation;
+        let Some(node) = self.master.as_mut() else {
+            return;
+        };
+        let mut effects = node.m.handle(now, input.clone());
+        step::master_step(
+            &mut self.checks,
+            "master",
+            t,
+            now,
+            &input,
+            &effects,
+            &node.m,
+        );
+        node.batch.add(&mut effects);
+        let replies: Vec<_> = effects
+            .replies
+            .into_iter()
+            .filter_map(|(id, r)| node.replies.remove(&id).map(|t| (t, r)))
+            .collect();
+        for (token, resp) in replies {
+            self.net.push(Msg {
+                token,
+                payload: Payload::FromMaster(resp),
+                duplicate: false,
+            });
+        }
+        for call in effects.calls {
+            let to = self.server_index(&call.to);
+            let token = self.token(Caller::Master {
+                incarnation,
+                call: call.id,
+            });
+            match to {
+                Some(i) => self.net.push(Msg {
+                    token,
+                    payload: Payload::ToServer(i, call.req),
+                    duplicate: false,
+                }),
+                // Nobody there: the call times out.
+                None => self.time_out(token),
+            }
+        }
+    }
+
+    /// The master's log: what its steps wrote goes to the store and is synced, then the
+    /// master hears of it (one group commit). False if there was nothing to write.
+    pub fn sync_master(&mut self) -> bool {
+        let Some(node) = self.master.as_mut() else {
+            return false;
+        };
+        if node.batch.is_empty() {
+            return false;
+        }
+        let commit = std::mem::take(&mut node.batch).commit(&mut node.low_seq);
+        use tessera_core::runtime::MetaStore;
+        block_on(self.master_store.write(commit.writes)).expect("an in-memory store");
+        block_on(self.master_store.sync()).expect("an in-memory store");
+        if let Some(through) = commit.through {
+            self.master_input(ms::Input::LogSynced { through });
+        }
+        true
+    }
+
+    pub fn tick_master(&mut self) {
+        self.master_input(ms::Input::Tick);
+    }
+
+    // ---- chunkservers -------------------------------------------------------------
+
+    /// Starts server `i` from its disk, as the driver's start-up does.
+    pub fn start_server(&mut self, i: usize) {
+        let now = self.server_clock(i);
+        let s = &mut self.servers[i];
+        if s.live.is_some() {
+            return;
+        }
+        let mut metas = block_on(s.store.load()).expect("an in-memory store");
+        s.ids += 1;
+        let fresh = (i as u64 + 1) << 32 | s.ids;
+        block_on(ensure_server_id(fresh, &mut s.store, &mut metas)).expect("an in-memory store");
+        let cfg = ChunkserverConfig {
+            address: s.addr.clone(),
+            clone_piece: 4096,
+            scrub_interval: std::time::Duration::from_secs(2),
+            scrub_idle: std::time::Duration::from_secs(5),
+            apply_hold: std::time::Duration::from_millis(500),
+            read_cache_bytes: if i.is_multiple_of(2) { 1 << 20 } else { 0 },
+            ..ChunkserverConfig::default()
+        };
+        s.incarnation += 1;
+        s.live = Some(Live {
+            cs: Chunkserver::recover(cfg, now, metas),
+            replies: HashMap::new(),
+            next_request: 1,
+            queues: ChunkQueues::default(),
+            running: Vec::new(),
+        });
+        self.checks.leases.forget(&self.servers[i].addr);
+    }
+
+    /// Crashes server `i`: its unsynced writes are lost, its storage operations under
+    /// way stop, its calls are void.
+    pub fn crash_server(&mut self, i: usize) {
+        let s = &mut self.servers[i];
+        if let Some(live) = s.live.take() {
+            s.store.crash();
+            let addr = s.addr.clone();
+            self.checks.leases.forget(&addr);
+            self.checks.versions.server_crashed(&addr);
+            for token in live.replies.into_values() {
+                self.time_out(token);
+            }
+        }
+    }
+
+    fn server_input(&mut self, i: usize, input: cs::Input) {
+        let now = self.server_clock(i);
+        let t = self.now;
+        let off = EPOCH_MS + self.settings.offsets.get(i + 1).copied().unwrap_or(0);
+        let incarnation = self.servers[i].incarnation;
+        let addr = self.servers[i].addr.clone();
+        let Some(live) = self.servers[i].live.as_mut() else {
+            return;
+        };
+        let effects = live.cs.handle(now, input.clone());
+        step::chunkserver_step(
+            &mut self.checks,
+            &addr,
+            t,
+            now,
+            &input,
+            &effects,
+            &live.cs,
+            |local| local - off,
+        );
+        for (id, op) in effects.store {
+            if let Some(started) = live.queues.issue(id, op) {
+                live.running.push(started);
+            }
+        }
+        let replies: Vec<_> = effects
+            .replies
+            .into_iter()
+            .filter_map(|(id, r)| live.replies.remove(&id).map(|t| (t, r)))
+            .collect();
+        for (token, resp) in replies {
+            self.net.push(Msg {
+                token,
+                payload: Payload::FromServer(resp),
+                duplicate: false,
+            });
+        }
+        for call in effects.calls {
+            let token = self.token(Caller::Server {
+                i,
+                incarnation,
+                call: call.id,
+            });
+            let payload = match (call.to, call.req) {
+                (Dest::Master, Outgoing::Master(req)) => Payload::ToMaster(req),
+                (Dest::Peer(a), Outgoing::Chunk(req)) => match self.server_index(&a) {
+                    Some(j) => Payload::ToServer(j, req),
+                    None => {
+                        self.time_out(token);
+                        continue;
+                    }
+                },
+                (to, req) => panic!("a call to {to:?} of {req:?}"),
+            };
+            self.net.push(Msg {
+                token,
+                payload,
+                duplicate: false,
+            });
+        }
+    }
+
+    pub fn tick_server(&mut self, i: usize) {
+        self.server_input(i, cs::Input::Tick);
+    }
+
+    /// Tells server `i` its disk's free space (`Some(0)`: full).
+    pub fn disk_space(&mut self, i: usize, free: Option<u64>) {
+        self.server_input(i, cs::Input::DiskSpace { free });
+    }
+
+    /// Storage operations under way on server `i`.
+    pub fn running(&self, i: usize) -> usize {
+        self.servers[i].live.as_ref().map_or(0, |l| l.running.len())
+    }
+
+    /// Finishes the `k`-th storage operation under way on server `i` (modulo their
+    /// number), by the driver's recipe; the next one on its chunk starts. False if none.
+    pub fn finish_store(&mut self, i: usize, k: usize) -> bool {
+        let s = &mut self.servers[i];
+        let Some(live) = s.live.as_mut() else {
+            return false;
+        };
+        if live.running.is_empty() {
+            return false;
+        }
+        let (id, op) = live.running.swap_remove(k % live.running.len());
+        let h = op.handle();
+        let result = block_on(execute(&mut s.store, op));
+        if let Some(next) = live.queues.finished(h) {
+            live.running.push(next);
+        }
+        self.server_input(i, cs::Input::StoreDone { id, result });
+        true
+    }
+
+    /// Flips a bit of server `i`'s copy of a chunk (the `k`-th it holds), where another
+    /// intact copy the master counts exists, so no data depends on this one alone.
+    /// Returns the chunk, if a bit was flipped.
+    pub fn flip_bit(&mut self, i: usize, k: usize, at: usize) -> Option<ChunkHandle> {
+        let s = &self.servers[i];
+        let handles: Vec<ChunkHandle> = s
+            .store
+            .handles()
+            .into_iter()
+            .filter(|&h| s.store.data(h).is_some_and(|d| !d.is_empty()))
+            .collect();
+        if handles.is_empty() {
+            return None;
+        }
+        let h = handles[k % handles.len()];
+        let len = s.store.data(h).map_or(0, |d| d.len());
+        if len == 0 || !self.checks.spare_copy(&s.addr, h) || !self.checks.may_impair(&s.addr) {
+            return None;
+        }
+        s.store.corrupt(h, at % len);
+        let addr = s.addr.clone();
+        self.checks.corrupted.insert((addr, h));
+        Some(h)
+    }
+
+    // ---- the network ----------------------------------------------------------------
+
+    /// Delivers the `k`-th message in flight (modulo their number). False if none.
+    pub fn deliver(&mut self, k: usize) -> bool {
+        if self.net.is_empty() {
+            return false;
+        }
+        let msg = self.net.remove(k % self.net.len());
+        self.receive(msg);
+        true
+    }
+
+    /// Loses the `k`-th message in flight; its caller's deadline passes.
+    pub fn drop_message(&mut self, k: usize) -> bool {
+        if self.net.is_empty() {
+            return false;
+        }
+        let msg = self.net.remove(k % self.net.len());
+        if !msg.duplicate {
+            self.time_out(msg.token);
+        }
+        true
+    }
+
+    /// Copies the `k`-th request in flight: the server does it twice, its caller hears
+    /// one answer.
+    pub fn duplicate(&mut self, k: usize) -> bool {
+        if self.net.is_empty() {
+            return false;
+        }
+        let i = k % self.net.len();
+        let m = &self.net[i];
+        if matches!(m.payload, Payload::FromMaster(_) | Payload::FromServer(_)) {
+            return false;
+        }
+        let mut copy = m.clone();
+        copy.duplicate = true;
+        self.net.push(copy);
+        true
+    }
+
+    /// The `k`-th call in flight (modulo their number) passes its deadline: its caller
+    /// hears a timeout now, and its answer, if one comes, is ignored.
+    pub fn deadline(&mut self, k: usize) -> bool {
+        if self.outstanding.is_empty() {
+            return false;
+        }
+        let token = *self
+            .outstanding
+            .keys()
+            .nth(k % self.outstanding.len())
+            .expect("in range");
+        self.time_out(token);
+        true
+    }
+
+    fn time_out(&mut self, token: Token) {
+        if let Some(caller) = self.outstanding.remove(&token) {
+            let e = RpcError::Deadline("a fuzzed peer".into());
+            match caller {
+                Caller::Master { incarnation, call } => {
+                    if incarnation == self.master_incarnation {
+                        self.master_input(ms::Input::CallResult {
+                            id: call,
+                            result: Err(e),
+                        });
+                    }
+                }
+                Caller::Server {
+                    i,
+                    incarnation,
+                    call,
+                } => {
+                    if incarnation == self.servers[i].incarnation {
+                        self.server_input(
+                            i,
+                            cs::Input::CallResult {
+                                id: call,
+                                result: Err(e),
+                            },
+                        );
+                    }
+                }
+                Caller::Client(op) => self.client_result(op, Err(e)),
+                Caller::Probe => self.probe = Some(Err(e)),
+            }
+        }
+    }
+
+    fn receive(&mut self, msg: Msg) {
+        match msg.payload {
+            Payload::ToMaster(req) => {
+                let Some(node) = self.master.as_mut() else {
+                    if !msg.duplicate {
+                        self.time_out(msg.token);
+                    }
+                    return;
+                };
+                let id = node.next_request;
+                node.next_request += 1;
+                if !msg.duplicate {
+                    node.replies.insert(id, msg.token);
+                }
+                self.master_input(ms::Input::Request { id, req });
+            }
+            Payload::ToServer(i, req) => {
+                let now = self.server_clock(i);
+                let Some(live) = self.servers[i].live.as_mut() else {
+                    if !msg.duplicate {
+                        self.time_out(msg.token);
+                    }
+                    return;
+                };
+                let id = live.next_request;
+                live.next_request += 1;
+                if !msg.duplicate {
+                    live.replies.insert(id, msg.token);
+                }
+                self.server_input(
+                    i,
+                    cs::Input::Request {
+                        id,
+                        req,
+                        arrived: now,
+                    },
+                );
+            }
+            Payload::FromMaster(resp) => match self.outstanding.remove(&msg.token) {
+                Some(Caller::Server {
+                    i,
+                    incarnation,
+                    call,
+                }) if incarnation == self.servers[i].incarnation => self.server_input(
+                    i,
+                    cs::Input::CallResult {
+                        id: call,
+                        result: Ok(Reply::Master(resp)),
+                    },
+                ),
+                Some(Caller::Client(op)) => {
+                    self.client_result(op, Ok(clients::Answer::Master(resp)))
+                }
+                Some(Caller::Probe) => self.probe = Some(Ok(clients::Answer::Master(resp))),
+                _ => {}
+            },
+            Payload::FromServer(resp) => match self.outstanding.remove(&msg.token) {
+                Some(Caller::Master { incarnation, call })
+                    if incarnation == self.master_incarnation =>
+                {
+                    self.master_input(ms::Input::CallResult {
+                        id: call,
+                        result: Ok(resp),
+                    })
+                }
+                Some(Caller::Server {
+                    i,
+                    incarnation,
+                    call,
+                }) if incarnation == self.servers[i].incarnation => self.server_input(
+                    i,
+                    cs::Input::CallResult {
+                        id: call,
+                        result: Ok(Reply::Chunk(resp)),
+                    },
+                ),
+                Some(Caller::Client(op)) => {
+                    self.client_result(op, Ok(clients::Answer::Chunk(resp)))
+                }
+                Some(Caller::Probe) => self.probe = Some(Ok(clients::Answer::Chunk(resp))),
+                _ => {}
+            },
+        }
+    }
+
+    /// Moves time on by `ms` of true time.
+    pub fn advance(&mut self, ms: i64) {
+        self.now += ms;
+        self.wake_clients();
+    }
+
+    /// Whether anything is under way: messages, calls, storage, unsynced log.
+    pub fn busy(&self) -> bool {
+        !self.net.is_empty()
+            || self.master.as_ref().is_some_and(|m| !m.batch.is_empty())
+            || self
+                .servers
+                .iter()
+                .any(|s| s.live.as_ref().is_some_and(|l| !l.running.is_empty()))
+    }
+
+    /// Runs everything under way to its end, in order (messages first in, first
+    /// delivered; storage done; the log synced), at most `limit` events. Returns the
+    /// events run.
+    pub fn settle(&mut self, limit: usize) -> usize {
+        let mut n = 0;
+        while n < limit {
+            if !self.net.is_empty() {
+                self.deliver(0);
+            } else if let Some(i) = (0..self.servers.len()).find(|&i| self.running(i) > 0) {
+                self.finish_store(i, 0);
+            } else if !self.sync_master() {
+                break;
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// Calls still waiting for an answer.
+    pub fn outstanding(&self) -> usize {
+        self.outstanding.len()
+    }
+
+    /// Sends `payload` as a probe and runs everything under way until it is answered.
+    fn probe(&mut self, payload: Payload) -> Option<clients::Answer> {
+        self.probe = None;
+        let token = self.token(Caller::Probe);
+        self.net.push(Msg {
+            token,
+            payload,
+            duplicate: false,
+        });
+        for _ in 0..100 {
+            self.settle(20_000);
+            if self.probe.is_some() {
+                break;
+            }
+            self.tick_master();
+            self.advance(100);
+        }
+        self.outstanding.remove(&token);
+        self.probe.take().and_then(Result::ok)
+    }
+
+    /// Asks the master `req`, run to its answer with everything under way.
+    pub fn probe_master(&mut self, req: ms_req::Req) -> Option<pb::MasterResponse> {
+        match self.probe(Payload::ToMaster(pb::MasterRequest {
+            token: 0,
+            req: Some(req),
+        }))? {
+            clients::Answer::Master(r) => Some(r),
+            clients::Answer::Chunk(_) => None,
+        }
+    }
+
+    /// Reads up to `len` bytes of chunk `h` at version `version` from server `i`.
+    pub fn probe_read(
+        &mut self,
+        i: usize,
+        h: ChunkHandle,
+        version: u64,
+        len: u64,
+    ) -> Result<bytes::Bytes, String> {
+        let req = pb::ChunkRequest {
+            req: Some(pb::chunk_request::Req::Read(pb::ReadChunkRequest {
+                handle: h,
+                version,
+                offset: 0,
+                length: len,
+            })),
+        };
+        match self.probe(Payload::ToServer(i, req)) {
+            Some(clients::Answer::Chunk(pb::ChunkResponse { error: Some(e), .. })) => {
+                Err(format!("{e:?}"))
+            }
+            Some(clients::Answer::Chunk(pb::ChunkResponse {
+                resp: Some(pb::chunk_response::Resp::Read(r)),
+                ..
+            })) => Ok(r.data),
+            other => Err(format!("no answer ({})", other.is_some())),
+        }
+    }
+}
