@@ -4,7 +4,9 @@
 # header names, on one of the seeds its `seeds:` line lists or the first MAX, with a
 # violation containing the header's `expect:` text (the check the plant exists for; several
 # may be given, separated by " || "),
-# and the same seed must pass without the plant. Prints the catch table; exits non-zero if a plant goes uncaught or is caught
+# and the same seed must pass without the plant. A plant the scenarios do not catch within
+# 100 seeds, found by the mutation_protocol fuzzer instead, names the input the fuzzer found
+# (`fuzz-input:`, kept in the corpus): run in the planted copy, it must fail by `expect:`. Prints the catch table; exits non-zero if a plant goes uncaught or is caught
 # only by another check. Run by scripts/test.sh; the plants never touch the clone.
 #   ./scripts/planted-bugs.sh [max-seeds]     (PLANTS="early-ack no-padding" narrows it)
 set -euo pipefail
@@ -30,6 +32,7 @@ for p in $PLANTS; do
   scenario=$(header "$p" scenario)
   expect=$(header "$p" expect)
   unit=$(header "$p" test)
+  found=$(header "$p" fuzz-input)
   # A copy of the tracked files as they are now, with the bug planted.
   rm -rf "$SRC"
   mkdir -p "$SRC"
@@ -44,6 +47,20 @@ for p in $PLANTS; do
       failed=1
     else
       echo "plant=$p test=$unit ok: the test fails with the plant"
+    fi
+    continue
+  fi
+  if [ -n "$found" ]; then
+    # A bug the scenarios miss and the mutation_protocol fuzzer found: the input it found
+    # (in the committed corpus, where it passes) must fail in the planted copy, by the
+    # expected check.
+    out=$(cd "$SRC" && MP_INPUT="$SRC/$found" CARGO_TARGET_DIR="$PLANT_TARGET-test" \
+      cargo test --quiet --release -p tessera-sim --locked --test mutation_protocol one_input 2>&1 || true)
+    if grep -q -F "$expect" <<<"$out"; then
+      echo "plant=$p fuzz-input=$found ok: $(grep -m1 -F "$expect" <<<"$out" | cut -c1-160)"
+    else
+      echo "plant=$p fuzz-input=$found not caught: $(grep -m1 'panicked' -A1 <<<"$out" | tail -n 1 | cut -c1-160)"
+      failed=1
     fi
     continue
   fi

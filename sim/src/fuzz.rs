@@ -325,6 +325,12 @@ fn judge(w: &mut World) {
                     }
                 };
                 if let Err(e) = verdict {
+                    if std::env::var_os("MP_DEBUG").is_some() {
+                        eprintln!(
+                            "faults {:?} corrupted {:?} clients {:#?}",
+                            w.checks.faults, w.checks.corrupted, w.clients
+                        );
+                    }
                     panic!(
                         "{path}: chunk {} (index {}) v{} on {addr}: {e}",
                         loc.handle, loc.index, loc.version
