@@ -635,50 +635,45 @@ impl World {
                     },
                 );
             }
-            Payload::FromMaster(resp) => match self.outstanding.remove(&msg.token) {
+            Payload::FromMaster(resp) => self.answer(msg.token, clients::Answer::Master(resp)),
+            Payload::FromServer(resp) => self.answer(msg.token, clients::Answer::Chunk(resp)),
+        }
+    }
+
+    /// Hands the answer to call `token` to its caller, if it still waits for it.
+    fn answer(&mut self, token: Token, answer: clients::Answer) {
+        match (self.outstanding.remove(&token), answer) {
+            (Some(Caller::Master { incarnation, call }), clients::Answer::Chunk(resp))
+                if incarnation == self.master_incarnation =>
+            {
+                self.master_input(ms::Input::CallResult {
+                    id: call,
+                    result: Ok(resp),
+                })
+            }
+            (
                 Some(Caller::Server {
                     i,
                     incarnation,
                     call,
-                }) if incarnation == self.servers[i].incarnation => self.server_input(
+                }),
+                answer,
+            ) if incarnation == self.servers[i].incarnation => {
+                let reply = match answer {
+                    clients::Answer::Master(r) => Reply::Master(r),
+                    clients::Answer::Chunk(r) => Reply::Chunk(r),
+                };
+                self.server_input(
                     i,
                     cs::Input::CallResult {
                         id: call,
-                        result: Ok(Reply::Master(resp)),
+                        result: Ok(reply),
                     },
-                ),
-                Some(Caller::Client(op)) => {
-                    self.client_result(op, Ok(clients::Answer::Master(resp)))
-                }
-                Some(Caller::Probe) => self.probe = Some(Ok(clients::Answer::Master(resp))),
-                _ => {}
-            },
-            Payload::FromServer(resp) => match self.outstanding.remove(&msg.token) {
-                Some(Caller::Master { incarnation, call })
-                    if incarnation == self.master_incarnation =>
-                {
-                    self.master_input(ms::Input::CallResult {
-                        id: call,
-                        result: Ok(resp),
-                    })
-                }
-                Some(Caller::Server {
-                    i,
-                    incarnation,
-                    call,
-                }) if incarnation == self.servers[i].incarnation => self.server_input(
-                    i,
-                    cs::Input::CallResult {
-                        id: call,
-                        result: Ok(Reply::Chunk(resp)),
-                    },
-                ),
-                Some(Caller::Client(op)) => {
-                    self.client_result(op, Ok(clients::Answer::Chunk(resp)))
-                }
-                Some(Caller::Probe) => self.probe = Some(Ok(clients::Answer::Chunk(resp))),
-                _ => {}
-            },
+                )
+            }
+            (Some(Caller::Client(op)), answer) => self.client_result(op, Ok(answer)),
+            (Some(Caller::Probe), answer) => self.probe = Some(Ok(answer)),
+            _ => {}
         }
     }
 
