@@ -70,6 +70,9 @@ pub fn report(data: &[u8]) -> Report {
         *off = i64::from(next() % 5) * skew / 2 - skew;
     }
     let mut w = World::new(settings);
+    if std::env::var_os("MP_DEBUG").is_some() {
+        w.log = Some(Vec::new());
+    }
     setup(&mut w);
     let mut actions = 0;
     let mut left = data.len().saturating_sub(2 + servers + 1);
@@ -330,6 +333,9 @@ fn judge(w: &mut World) {
                             "faults {:?} corrupted {:?} clients {:#?}",
                             w.checks.faults, w.checks.corrupted, w.clients
                         );
+                        for line in w.log.iter().flatten() {
+                            eprintln!("{line}");
+                        }
                     }
                     panic!(
                         "{path}: chunk {} (index {}) v{} on {addr}: {e}",

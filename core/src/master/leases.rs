@@ -3,8 +3,9 @@
 //! A grant first reserves the new version in the log (`ReserveVersion`), durably, so no
 //! number is ever handed out twice, even across a master crash. Then it asks the
 //! replicas to record the version durably (`SetVersion`); only when they answer is the
-//! version logged as the chunk's and the client told. A replica that did not answer
-//! keeps the old version and is stale from then on.
+//! version logged as the chunk's, and only when that record (with the retirement of the
+//! copies that did not answer) is durable is any client told. A replica that did not
+//! answer keeps the old version and is stale from then on.
 //!
 //! Safety: a new lease is never granted while an old one may still be valid on its holder.
 //! The holder counts its lease from when the `SetVersion` (or extension) *reached* it; the
@@ -37,6 +38,11 @@ pub struct Lease {
     pub replicas: Vec<ServerIdx>,
     /// The chunk size of the chunk's file, as the grant told the primary.
     pub chunk_size: u64,
+    /// The last log record of the grant (the version, and the retirement of the copies
+    /// that did not take it). No client hears of the lease before it is durable: a master
+    /// that crashed earlier would count a retired copy current again, though it misses
+    /// every write made under this lease.
+    pub durable: LogSeq,
 }
 
 #[derive(Debug)]
@@ -255,7 +261,8 @@ impl Master {
                     .expect("leased chunk is in the table");
                 if l.replicas.iter().all(|&s| c.replicas.contains(s)) {
                     let reply = self.target_reply(h, l, index);
-                    self.hold(after, Some((id, reply)), None);
+                    let durable = l.durable;
+                    self.hold(after.max(durable), Some((id, reply)), None);
                     return;
                 }
                 // A replica of this lease is gone (dead, stale or corrupt). Writes to the
@@ -496,13 +503,14 @@ impl Master {
         }
         let primary_ok = g.acked.contains(&g.primary);
         // The holder may believe in its lease even if its answer was lost.
-        let lease = Lease {
+        let mut lease = Lease {
             primary: g.primary,
             version: g.version,
             expires: now + self.cfg.lease_duration,
             void: !primary_ok,
             replicas: g.acked.clone(),
             chunk_size: g.chunk_size,
+            durable: self.last_seq,
         };
         self.leases.held.insert(h, lease.clone());
         if g.acked.is_empty() {
@@ -518,15 +526,19 @@ impl Master {
             }
             return;
         }
-        let seq = match self.log(Op::SetVersion(pb::SetVersionOp {
+        if let Err(e) = self.log(Op::SetVersion(pb::SetVersionOp {
             handle: h,
             version: g.version,
         })) {
-            Ok((seq, _)) => seq,
-            Err(e) => panic!("logging version {} of chunk {h} failed: {e}", g.version),
-        };
+            panic!("logging version {} of chunk {h} failed: {e}", g.version);
+        }
         if primary_ok {
             self.retire_participants(h, &g);
+        }
+        // Replies under this lease wait for all of the grant's records.
+        lease.durable = self.last_seq;
+        if let Some(l) = self.leases.held.get_mut(&h) {
+            l.durable = lease.durable;
         }
         // Replicas that did not take the new version are stale now.
         let old: Vec<ServerIdx> = self
@@ -552,7 +564,7 @@ impl Master {
         for (id, after, index) in g.waiters {
             if primary_ok {
                 let reply = self.target_reply(h, &lease, index);
-                self.hold(seq.max(after), Some((id, reply)), None);
+                self.hold(lease.durable.max(after), Some((id, reply)), None);
             } else {
                 self.reply_err(
                     id,

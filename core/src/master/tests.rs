@@ -830,6 +830,68 @@ fn lease_grant_bumps_version_on_replicas_before_reply() {
     assert_eq!((again.primary, again.version), (t.primary, 1));
 }
 
+/// A grant that one replica did not answer retires that replica's copy in the log. Until
+/// that record is durable no client may hear of the lease: a master that crashed before it
+/// would count the copy current again, and writes made under the lease would be missing
+/// from it (found by the `mutation_protocol` fuzzer).
+#[test]
+fn no_write_target_before_the_grants_retirements_are_durable() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    assert!(is_ok(&h.call(create("/f"))));
+    let target = |path: &str| {
+        MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+            path: path.into(),
+            chunk_index: 0,
+            append: false,
+        })
+    };
+    let (first, mut e) = h.send(target("/f"));
+    e.replies.extend(h.sync().replies);
+    let lagging = h.grant_target(false).expect("a secondary");
+    // Every SetVersion answered, one of them failed, the log not yet synced.
+    let calls = std::mem::take(&mut h.calls);
+    for c in calls {
+        let result = if c.to == lagging {
+            Err(RpcError::Unreachable(c.to.clone()))
+        } else {
+            Ok(pb::ChunkResponse {
+                error: None,
+                resp: Some(pb::chunk_response::Resp::Empty(pb::Empty {})),
+            })
+        };
+        e.replies
+            .extend(h.step(Input::CallResult { id: c.id, result }).replies);
+    }
+    let retire = h
+        .log
+        .iter()
+        .find(|(_, r)| matches!(&r.op, Some(Op::RetireReplica(o)) if o.address == lagging))
+        .map(|(seq, _)| *seq)
+        .expect("the lagging copy is retired");
+    // A second writer asks while the lease is held.
+    let (second, e2) = h.send(target("/f"));
+    e.replies.extend(e2.replies);
+    // Durable up to just before the retirement: still nobody may hear of the lease.
+    e.replies.extend(
+        h.step(Input::LogSynced {
+            through: retire - 1,
+        })
+        .replies,
+    );
+    assert!(
+        reply_for(&e, first).is_none() && reply_for(&e, second).is_none(),
+        "a write target was given before the grant's retirement of {lagging} was durable"
+    );
+    e.replies.extend(h.sync().replies);
+    for id in [first, second] {
+        let Some(Resp::WriteTarget(t)) = reply_for(&e, id).expect("answered").resp else {
+            panic!("no write target for request {id}")
+        };
+        assert!(t.primary != lagging && !t.secondaries.contains(&lagging));
+    }
+}
+
 #[test]
 fn append_targets_the_last_chunk_or_the_next_one_asked_for() {
     let mut h = H::new();

@@ -151,6 +151,8 @@ pub struct World {
     pub refused: Option<String>,
     /// The answer to the last probe.
     probe: Option<Result<clients::Answer, RpcError>>,
+    /// Every node's inputs and effects, one line each, when asked for (`World::log`).
+    pub log: Option<Vec<String>>,
 }
 
 impl World {
@@ -183,6 +185,7 @@ impl World {
             checks,
             refused: None,
             probe: None,
+            log: None,
         };
         w.start_master();
         for i in 0..w.servers.len() {
@@ -224,6 +227,22 @@ impl World {
         self.servers.iter().position(|s| s.addr == addr)
     }
 
+    /// Keeps a line in the log, if one is kept (a debugging aid: long lines are cut).
+    fn note(&mut self, line: impl FnOnce() -> String) {
+        if let Some(log) = self.log.as_mut() {
+            let mut s = line();
+            if s.len() > 400 {
+                let mut end = 400;
+                while !s.is_char_boundary(end) {
+                    end -= 1;
+                }
+                s.truncate(end);
+                s.push_str(" …");
+            }
+            log.push(s);
+        }
+    }
+
     fn token(&mut self, caller: Caller) -> Token {
         let t = self.next_token;
         self.next_token += 1;
@@ -235,6 +254,7 @@ impl World {
 
     /// Starts the master from its store, as the driver's start-up does.
     pub fn start_master(&mut self) {
+        self.note(|| "start master".into());
         if self.master.is_some() {
             return;
         }
@@ -258,6 +278,7 @@ impl World {
 
     /// Crashes the master: what it had not synced is gone, and so are its calls.
     pub fn crash_master(&mut self) {
+        self.note(|| "crash master".into());
         if let Some(node) = self.master.take() {
             self.master_store.crash();
             self.checks.versions.master_crashed();
@@ -276,6 +297,13 @@ impl World {
             return;
         };
         let mut effects = node.m.handle(now, input.clone());
+        if self.log.is_some() {
+            let line = format!("{t} master <- {input:?} -> {effects:?}");
+            self.note(|| line);
+        }
+        let Some(node) = self.master.as_mut() else {
+            return;
+        };
         step::master_step(
             &mut self.checks,
             "master",
@@ -343,6 +371,7 @@ impl World {
 
     /// Starts server `i` from its disk, as the driver's start-up does.
     pub fn start_server(&mut self, i: usize) {
+        self.note(|| format!("start cs{i}"));
         let now = self.server_clock(i);
         let s = &mut self.servers[i];
         if s.live.is_some() {
@@ -375,6 +404,7 @@ impl World {
     /// Crashes server `i`: its unsynced writes are lost, its storage operations under
     /// way stop, its calls are void.
     pub fn crash_server(&mut self, i: usize) {
+        self.note(|| format!("crash cs{i}"));
         let s = &mut self.servers[i];
         if let Some(live) = s.live.take() {
             s.store.crash();
@@ -397,6 +427,13 @@ impl World {
             return;
         };
         let effects = live.cs.handle(now, input.clone());
+        if self.log.is_some() {
+            let line = format!("{t} {addr} <- {input:?} -> {effects:?}");
+            self.note(|| line);
+        }
+        let Some(live) = self.servers[i].live.as_mut() else {
+            return;
+        };
         step::chunkserver_step(
             &mut self.checks,
             &addr,
@@ -526,6 +563,7 @@ impl World {
             return false;
         }
         let msg = self.net.remove(k % self.net.len());
+        self.note(|| format!("lose {:?}", msg.token));
         if !msg.duplicate {
             self.time_out(msg.token);
         }
@@ -545,6 +583,8 @@ impl World {
         }
         let mut copy = m.clone();
         copy.duplicate = true;
+        let token = copy.token;
+        self.note(|| format!("duplicate {token}"));
         self.net.push(copy);
         true
     }
@@ -560,6 +600,7 @@ impl World {
             .keys()
             .nth(k % self.outstanding.len())
             .expect("in range");
+        self.note(|| format!("deadline {token}"));
         self.time_out(token);
         true
     }
@@ -679,6 +720,7 @@ impl World {
 
     /// Moves time on by `ms` of true time.
     pub fn advance(&mut self, ms: i64) {
+        self.note(|| format!("advance {ms} ms"));
         self.now += ms;
         self.wake_clients();
     }
