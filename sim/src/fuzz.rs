@@ -83,9 +83,17 @@ pub fn report(data: &[u8]) -> Report {
         act(&mut w, a, b, c);
         fail_on_violation(&w, actions);
     }
+    let acted = w.checks.steps;
     heal(&mut w);
     fail_on_violation(&w, actions);
+    let healed = w.checks.steps;
     judge(&mut w);
+    if std::env::var_os("MP_PHASES").is_some() {
+        eprintln!(
+            "phases: acted {acted} healed {healed} judged {} now {}",
+            w.checks.steps, w.now
+        );
+    }
     let ops = |append: bool, acked: bool| {
         w.clients
             .iter()
@@ -192,6 +200,9 @@ fn fail_on_violation(w: &World, actions: usize) {
         panic!("after {actions} actions: the master refused to start: {e}");
     }
     if !w.checks.violations.is_empty() {
+        for line in w.log.iter().flatten() {
+            eprintln!("{line}");
+        }
         panic!(
             "after {actions} actions, at t={}ms: {}",
             w.now,

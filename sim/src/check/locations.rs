@@ -20,6 +20,14 @@ pub struct Missing {
     pub grace_ms: i64,
 }
 
+impl Missing {
+    /// Whether no listed copy is being timed as missing: then only a change of the master
+    /// or of what servers hold can make [`check`] find something new.
+    pub fn quiet(&self) -> bool {
+        self.since.is_empty()
+    }
+}
+
 pub fn check(
     master: &Master,
     versions: &Versions,

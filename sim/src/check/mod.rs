@@ -92,6 +92,9 @@ pub struct Checks {
     pub faults: BTreeMap<&'static str, u64>,
     /// The servers the master lists for each chunk not being granted, as of its last step.
     pub listed: std::collections::HashMap<u64, Vec<String>>,
+    /// What the master's whole-table checks last saw (`step::master_step`): while it
+    /// stays the same they have nothing new to look at.
+    pub master_fp: Option<u64>,
     /// (server, chunk) copies whose bytes the run corrupted on purpose (see
     /// `corruption.rs`).
     pub corrupted: HashSet<(String, u64)>,

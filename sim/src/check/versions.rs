@@ -26,11 +26,15 @@ pub struct Versions {
     ordered: HashMap<(String, u64), (ChunkHandle, Version)>,
     /// Servers that have taken a step since they last crashed.
     stepped: std::collections::HashSet<String>,
+    /// Moves on whenever what the master-side checks read here changes (`generation`).
+    generation: u64,
 }
 
 impl Versions {
     pub fn master(&mut self, h: ChunkHandle, v: Version) -> Option<String> {
-        self.master.insert(h, v);
+        if self.master.insert(h, v) != Some(v) {
+            self.generation += 1;
+        }
         match self.durable.get(&h) {
             Some(&d) if v < d => Some(format!(
                 "master's version of chunk {h} went back to {v}, below {d}, which its log made durable"
@@ -55,11 +59,14 @@ impl Versions {
             *d = (*d).max(v);
             false
         });
+        self.generation += 1;
     }
 
     /// The master crashed: records not yet known durable are the store's to keep or lose
     /// (a restarted master numbers its records afresh from what survived).
     pub fn master_crashed(&mut self) {
+        // A master recovered from its log is checked afresh.
+        self.generation += 1;
         self.pending.clear();
     }
 
@@ -80,6 +87,7 @@ impl Versions {
 
     /// `server` crashed: what it held in memory is gone, what it acknowledged is not.
     pub fn server_crashed(&mut self, server: &str) {
+        self.generation += 1;
         self.stepped.remove(server);
         self.servers.retain(|(s, _), _| s != server);
         self.ordered.retain(|(s, _), _| s != server);
@@ -99,13 +107,22 @@ impl Versions {
                 "{server} holds chunk {h} at version {v}, below {a}, which it acknowledged setting"
             ));
         }
-        let seen = self.servers.entry((server.to_string(), h)).or_insert(v);
+        let seen = self
+            .servers
+            .entry((server.to_string(), h))
+            .or_insert_with(|| {
+                self.generation += 1;
+                v
+            });
         if v < *seen {
             return Some(format!(
                 "{server}'s version of chunk {h} went back from {seen} to {v}"
             ));
         }
-        *seen = v;
+        if *seen != v {
+            *seen = v;
+            self.generation += 1;
+        }
         None
     }
 
@@ -146,11 +163,23 @@ impl Versions {
     /// The running server no longer holds `h` (deleted): a later copy starts afresh.
     /// Called after each of its steps, so it also says the server's holdings are known.
     pub fn server_dropped(&mut self, server: &str, keep: impl Fn(ChunkHandle) -> bool) {
+        let before = self.servers.len();
         self.servers.retain(|(s, h), _| s != server || keep(*h));
         self.acked.retain(|(s, h), _| s != server || keep(*h));
         if !self.stepped.contains(server) {
             self.stepped.insert(server.to_string());
+            self.generation += 1;
         }
+        if self.servers.len() != before {
+            self.generation += 1;
+        }
+    }
+
+    /// A number that moves on whenever the master's recorded versions, the durable ones
+    /// or a server's holdings change: checks that read only those (and the master) need
+    /// not run again while it and the master stand still.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Whether what `server` holds is known: it has taken a step since it last crashed
