@@ -517,7 +517,6 @@ impl Cluster {
                     valid_ms: 60_000,
                     chunk_size: 0,
                     cluster_id,
-                    valid_until_ms: 0,
                 })),
             };
             (self.servers[other].addr.clone(), req.encode_to_vec())

@@ -737,52 +737,6 @@ fn lease_counts_from_arrival_not_from_processing() {
     );
 }
 
-/// A grant the network delivered after the master stopped waiting for it is refused:
-/// the master counts a lease it heard nothing of as held no later than the request's
-/// bound, and a lease taken after it would outlive that (found by the
-/// `mutation_protocol` fuzzer: two primaries).
-#[test]
-fn a_grant_arriving_after_its_bound_is_refused() {
-    let grant = |valid_until_ms| pb::ChunkRequest {
-        req: Some(R::SetVersion(pb::SetVersionRequest {
-            handle: 4,
-            version: 1,
-            create: true,
-            lease_ms: 2_000,
-            valid_ms: 2_000,
-            chunk_size: CHUNK,
-            valid_until_ms,
-            ..Default::default()
-        })),
-    };
-    for (arrived, bound, taken) in [
-        (5_000, 5_000, true),
-        (5_001, 5_000, false),
-        (9_000, 0, true),
-    ] {
-        let mut h = H::new();
-        let e = h.cs.handle(
-            Time(arrived),
-            Input::Request {
-                id: 1,
-                req: grant(bound),
-                arrived: Time(arrived),
-            },
-        );
-        let mut replies = e.replies;
-        for (id, op) in e.store {
-            let result = h.disk.exec(op);
-            replies.extend(
-                h.cs.handle(Time(arrived), Input::StoreDone { id, result })
-                    .replies,
-            );
-        }
-        let ok = replies.iter().any(|(id, r)| *id == 1 && r.error.is_none());
-        assert_eq!(ok, taken, "arrived {arrived}, bound {bound}: {replies:?}");
-        assert_eq!(h.cs.is_primary(4, Time(arrived + 1)), taken);
-    }
-}
-
 /// Sends a mutation to a secondary; returns whatever replies that step produced.
 fn send_apply(
     h: &mut H,

@@ -17,12 +17,6 @@ impl Chunkserver {
                 r.version
             )));
         }
-        if r.valid_until_ms > 0 && arrived > Time::from_millis(r.valid_until_ms) {
-            return Err(FsError::Unavailable(format!(
-                "version {} of chunk {h} arrived after the master stopped waiting for it",
-                r.version
-            )));
-        }
         if self.corrupt.contains(&h) {
             return Err(FsError::Corrupt(format!("chunk {h}")));
         }
@@ -56,9 +50,9 @@ impl Chunkserver {
             None => return Err(FsError::ChunkNotFound(format!("chunk {h}"))),
         };
         // The lease counts from when the request arrived, not from when it was taken off
-        // the queue or made durable. The master counts from when it got the answer, or,
-        // if it got none, from when the request stopped being valid (`valid_until_ms`,
-        // checked above), both later; so the holder's lease always ends first.
+        // the queue or made durable. The master counts from when it gave up waiting or
+        // got the answer, both later; so the holder's lease always ends first. (This
+        // assumes a request reaches this server before its caller's deadline.)
         let lease = if r.lease_ms > 0 {
             if r.chunk_size == 0 || r.chunk_size > MAX_CHUNK_SIZE {
                 return Err(FsError::InvalidArgument(format!(

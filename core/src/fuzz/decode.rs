@@ -444,7 +444,6 @@ pub fn seeds() -> Vec<Vec<u8>> {
             valid_ms: 60_000,
             chunk_size: 1 << 20,
             cluster_id: CLUSTER_ID,
-            valid_until_ms: 0,
         })),
         chunk(C::Apply(pb::ApplyMutationRequest {
             handle: 1,

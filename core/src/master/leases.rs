@@ -60,9 +60,6 @@ struct Grant {
     unsent: Vec<(ServerIdx, CReq)>,
     /// The chunk size of the chunk's file.
     chunk_size: u64,
-    /// Past this (the master's clock) no replica takes the grant's version: its requests
-    /// carry the bound (`valid_until_ms`, less the skew).
-    valid_until: Time,
 }
 
 #[derive(Debug)]
@@ -385,13 +382,6 @@ impl Master {
         };
         let primary = targets[self.rng.below(targets.len() as u64) as usize];
         let lease_ms = millis(self.cfg.lease_duration);
-        // A request that arrives later than this is refused, on the receiver's clock,
-        // which may run ahead of this one by the skew.
-        let valid_until = self.now + self.cfg.lease_duration;
-        let valid_until_ms = valid_until
-            .as_millis()
-            .saturating_sub(millis(self.cfg.max_clock_skew))
-            .max(1);
         let unsent: Vec<(ServerIdx, CReq)> = targets
             .iter()
             .map(|&s| {
@@ -404,7 +394,6 @@ impl Master {
                     // The primary pads record appends to the file's chunk size.
                     chunk_size: if s == primary { chunk_size } else { 0 },
                     cluster_id: self.meta.cluster_id,
-                    valid_until_ms,
                 });
                 (s, req)
             })
@@ -426,7 +415,6 @@ impl Master {
                 waiters: Vec::new(),
                 unsent,
                 chunk_size,
-                valid_until,
             },
         );
         if seq <= self.synced_seq {
@@ -514,18 +502,11 @@ impl Master {
             return;
         }
         let primary_ok = g.acked.contains(&g.primary);
-        // The holder may believe in its lease even if its answer was lost. Without its
-        // answer the master cannot know when it took the lease, only that it did not
-        // take it after the grant stopped being valid.
-        let taken_by = if primary_ok {
-            now
-        } else {
-            now.max(g.valid_until)
-        };
+        // The holder may believe in its lease even if its answer was lost.
         let mut lease = Lease {
             primary: g.primary,
             version: g.version,
-            expires: taken_by + self.cfg.lease_duration,
+            expires: now + self.cfg.lease_duration,
             void: !primary_ok,
             replicas: g.acked.clone(),
             chunk_size: g.chunk_size,
