@@ -155,11 +155,11 @@ fn act(w: &mut World, a: u8, b: u8, c: u8) {
             }
         }
         20 => {
-            if w.server_up(s) {
+            if !w.server_up(s) {
+                w.start_server(s)
+            } else if w.may_impair(s) {
                 w.crash_server(s);
                 w.checks.fault("crash", 1);
-            } else {
-                w.start_server(s)
             }
         }
         21 => {
@@ -171,10 +171,12 @@ fn act(w: &mut World, a: u8, b: u8, c: u8) {
         }
         22 => {
             let free = if c & 1 == 0 { Some(0) } else { None };
-            if free.is_some() && w.server_up(s) {
-                w.checks.fault("full_disk", 1);
+            if free.is_none() || w.may_impair(s) {
+                if free.is_some() && w.server_up(s) {
+                    w.checks.fault("full_disk", 1);
+                }
+                w.disk_space(s, free);
             }
-            w.disk_space(s, free);
         }
         23..=27 if w.active() < MAX_ACTIVE => {
             let chunk = w.settings.master.chunk_size;
@@ -245,6 +247,7 @@ fn heal(w: &mut World) {
         w.start_server(i);
         w.disk_space(i, None);
     }
+    w.end_impairments();
     for round in 0..400 {
         w.settle(20_000);
         if round % 4 == 3 {
@@ -390,6 +393,9 @@ fn judge(w: &mut World) {
                     .get(path)
                     .is_some_and(|l| l.acked.iter().any(|(_, at, _)| here(*at)));
             if readable == 0 && acked {
+                for line in w.log.iter().flatten() {
+                    eprintln!("{line}");
+                }
                 panic!(
                     "{path}: chunk {} (index {}) has no readable copy (listed: {:?})",
                     loc.handle, loc.index, loc.replicas

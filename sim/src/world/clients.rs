@@ -140,6 +140,7 @@ impl World {
             token,
             payload,
             duplicate: false,
+            expires: self.now + super::CALL_TIMEOUT_MS,
         });
     }
 

@@ -76,6 +76,20 @@ pub struct Msg {
     pub payload: Payload,
     /// A copy the network made: its reply, if any, goes nowhere.
     pub duplicate: bool,
+    /// A request is delivered before its caller gives up, or never (true ms): its
+    /// deadline, or earlier if the caller hears of a failure first (`time_out`). The
+    /// simulator's network keeps the same bound (`net.rs`): a request that arrives after
+    /// its caller gave up is a fault Tessera does not claim to survive.
+    pub expires: i64,
+}
+
+/// How long a caller waits for an answer (true ms), as the drivers' call timeout.
+pub const CALL_TIMEOUT_MS: i64 = 10_000;
+
+impl Msg {
+    fn is_request(&self) -> bool {
+        matches!(self.payload, Payload::ToMaster(_) | Payload::ToServer(..))
+    }
 }
 
 /// The world's settings.
@@ -132,6 +146,8 @@ pub struct Server {
     incarnation: u32,
     /// Fresh server ids handed out so far (each start may need one).
     ids: u64,
+    /// Its disk was last said to be full.
+    full: bool,
 }
 
 pub struct World {
@@ -164,6 +180,7 @@ impl World {
                 store: MemChunkStore::default(),
                 incarnation: 0,
                 ids: 0,
+                full: false,
             })
             .collect();
         let mut checks = Checks {
@@ -213,6 +230,34 @@ impl World {
 
     pub fn server_up(&self, i: usize) -> bool {
         self.servers[i].live.is_some()
+    }
+
+    /// Whether server `i` may be impaired now (crashed, its disk full, a copy of it
+    /// corrupted) within the claim, as the simulator's fault scheduler keeps it: at most
+    /// R−1 servers impaired at once, and no chunk left with a corrupted copy and no
+    /// intact one on a server that is not impaired.
+    pub fn may_impair(&self, i: usize) -> bool {
+        let addr = &self.servers[i].addr;
+        let goal = self.settings.master.default_replication as usize;
+        (self.checks.impaired.contains(addr) || self.checks.impaired.len() + 1 < goal)
+            && self.checks.may_impair(addr)
+    }
+
+    /// Server `i` is impaired from now on, or (`false`) no longer: up, its disk not full
+    /// and none of its copies corrupted by the run.
+    fn set_impaired(&mut self, i: usize) {
+        let s = &self.servers[i];
+        let corrupt = self.checks.corrupted.iter().any(|(a, _)| *a == s.addr);
+        if s.live.is_none() || s.full || corrupt {
+            self.checks.impaired.insert(s.addr.clone());
+        } else {
+            self.checks.impaired.remove(&s.addr);
+        }
+    }
+
+    /// The end of the faults: nothing counts as impaired any longer.
+    pub fn end_impairments(&mut self) {
+        self.checks.impaired.clear();
     }
 
     pub fn master(&self) -> Option<&Master> {
@@ -324,6 +369,7 @@ impl World {
                 token,
                 payload: Payload::FromMaster(resp),
                 duplicate: false,
+                expires: i64::MAX,
             });
         }
         for call in effects.calls {
@@ -337,6 +383,7 @@ impl World {
                     token,
                     payload: Payload::ToServer(i, call.req),
                     duplicate: false,
+                    expires: self.now + CALL_TIMEOUT_MS,
                 }),
                 // Nobody there: the call times out.
                 None => self.time_out(token),
@@ -399,6 +446,7 @@ impl World {
             running: Vec::new(),
         });
         self.checks.leases.forget(&self.servers[i].addr);
+        self.set_impaired(i);
     }
 
     /// Crashes server `i`: its unsynced writes are lost, its storage operations under
@@ -415,6 +463,7 @@ impl World {
                 self.time_out(token);
             }
         }
+        self.set_impaired(i);
     }
 
     fn server_input(&mut self, i: usize, input: cs::Input) {
@@ -459,6 +508,7 @@ impl World {
                 token,
                 payload: Payload::FromServer(resp),
                 duplicate: false,
+                expires: i64::MAX,
             });
         }
         for call in effects.calls {
@@ -482,6 +532,7 @@ impl World {
                 token,
                 payload,
                 duplicate: false,
+                expires: self.now + CALL_TIMEOUT_MS,
             });
         }
     }
@@ -492,6 +543,8 @@ impl World {
 
     /// Tells server `i` its disk's free space (`Some(0)`: full).
     pub fn disk_space(&mut self, i: usize, free: Option<u64>) {
+        self.servers[i].full = free == Some(0);
+        self.set_impaired(i);
         self.server_input(i, cs::Input::DiskSpace { free });
     }
 
@@ -536,12 +589,14 @@ impl World {
         }
         let h = handles[k % handles.len()];
         let len = s.store.data(h).map_or(0, |d| d.len());
-        if len == 0 || !self.checks.spare_copy(&s.addr, h) || !self.checks.may_impair(&s.addr) {
+        if len == 0 || !self.checks.spare_copy(&s.addr, h) || !self.may_impair(i) {
             return None;
         }
         s.store.corrupt(h, at % len);
         let addr = s.addr.clone();
+        self.note(|| format!("flip a bit of chunk {h} at {} on {addr}", at % len));
         self.checks.corrupted.insert((addr, h));
+        self.set_impaired(i);
         Some(h)
     }
 
@@ -606,6 +661,8 @@ impl World {
     }
 
     fn time_out(&mut self, token: Token) {
+        // The caller gave up: its request, if still on its way, never arrives.
+        self.net.retain(|m| m.token != token || !m.is_request());
         if let Some(caller) = self.outstanding.remove(&token) {
             let e = RpcError::Deadline("a fuzzed peer".into());
             match caller {
@@ -722,6 +779,18 @@ impl World {
     pub fn advance(&mut self, ms: i64) {
         self.note(|| format!("advance {ms} ms"));
         self.now += ms;
+        // Requests past their caller's deadline: the caller hears a timeout (if it
+        // still waits), and the request is gone.
+        let now = self.now;
+        let late: Vec<Token> = self
+            .net
+            .iter()
+            .filter(|m| m.expires <= now)
+            .map(|m| m.token)
+            .collect();
+        for token in late {
+            self.time_out(token);
+        }
         self.wake_clients();
     }
 
@@ -766,6 +835,7 @@ impl World {
             token,
             payload,
             duplicate: false,
+            expires: self.now + CALL_TIMEOUT_MS,
         });
         for _ in 0..100 {
             self.settle(20_000);
