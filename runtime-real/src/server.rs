@@ -267,13 +267,16 @@ impl Knobs {
             .clone()
             .or(file.trace_dir)
             .map(|d| (d, rotation));
+        let rpc_timeout = pick!(rpc_timeout, Duration::from_secs(10));
+        // The master's quiet period after a restart covers a grant still in flight.
+        m.call_timeout = rpc_timeout;
         Ok(Resolved {
             limits,
             trace,
             master: m,
             chunkserver: c,
             heartbeat,
-            rpc_timeout: pick!(rpc_timeout, Duration::from_secs(10)),
+            rpc_timeout,
             tick: pick!(tick, Duration::from_millis(500)),
         })
     }

@@ -225,6 +225,7 @@ impl Cluster {
                             checkpoint_every: knobs.checkpoint_every,
                             clone_timeout: knobs.clone_timeout,
                             rng_seed: madsim::rand::random(),
+                            call_timeout: knobs.rpc_timeout,
                             ..MasterConfig::default()
                         },
                         listen: addr.clone(),

@@ -40,6 +40,11 @@ pub struct MasterConfig {
     /// busy (the client retries), so a flood on one path cannot grow the queue, and the
     /// work each lock release does, without bound.
     pub max_queued: usize,
+    /// The longest a call of the master's may be in flight: its driver's deadline. A
+    /// request reaches its server before the deadline or never, so a grant sent just
+    /// before a crash can still reach its primary this long after, and the restarted
+    /// master's quiet period (see `leases.rs`) covers that too.
+    pub call_timeout: Duration,
 }
 
 impl Default for MasterConfig {
@@ -60,6 +65,7 @@ impl Default for MasterConfig {
             checkpoint_every: 100_000,
             rng_seed: 0,
             max_queued: 10_000,
+            call_timeout: Duration::from_secs(10),
         }
     }
 }

@@ -11,7 +11,9 @@
 //! The holder counts its lease from when the `SetVersion` (or extension) *reached* it; the
 //! master counts from when the answer came back, which is later, and then waits out
 //! `max_clock_skew` more. After a restart the master does not know which leases are out,
-//! so it grants none on existing chunks for one lease period plus the skew.
+//! so it grants none on existing chunks for one lease period plus the skew, plus the
+//! call timeout: a grant the crashed master sent may still be on its way (a request
+//! arrives before its caller's deadline or never).
 
 use crate::types::HashMap;
 
@@ -80,7 +82,9 @@ impl Leases {
             quiet_below: next_handle,
             held: HashMap::default(),
             granting: HashMap::default(),
-            quiet_until: now + cfg.lease_duration + cfg.max_clock_skew,
+            // A grant the last master sent may still arrive a call timeout from now (it
+            // crashed at the latest now), and its lease run a period from then.
+            quiet_until: now + cfg.call_timeout + cfg.lease_duration + cfg.max_clock_skew,
             unreserved: Default::default(),
         }
     }

@@ -24,6 +24,9 @@ fn cfg() -> MasterConfig {
         max_clock_skew: Duration::from_secs(1),
         heartbeat_timeout: Duration::from_secs(5),
         gc_delay: Duration::from_secs(100),
+        // No call in flight outlives its master here, but in the test written for it
+        // (`a_grant_in_flight_at_a_crash_is_waited_out_after_the_restart`).
+        call_timeout: Duration::ZERO,
         ..MasterConfig::default()
     }
 }
@@ -1170,6 +1173,47 @@ fn restarted_master_waits_a_lease_period() {
     assert_eq!(h2.write_target("/f", 0).unwrap().version, 2);
     m = h2.m;
     assert_eq!(m.meta().chunks.get(t.handle).unwrap().version, 2);
+}
+
+/// A grant the master sent just before it crashed can reach its primary up to a call
+/// timeout later, and that lease runs a period from then: the restarted master grants
+/// none on the chunk until both have passed, skew included (found by the
+/// `mutation_protocol` fuzzer: two primaries, the late one from before the crash).
+#[test]
+fn a_grant_in_flight_at_a_crash_is_waited_out_after_the_restart() {
+    let mut c = cfg();
+    c.call_timeout = Duration::from_secs(8);
+    let mut h = H::with(c.clone());
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    let t = h.write_target("/f", 0).unwrap();
+    // The master crashes and restarts at once, at 1 s.
+    let restart = Time(1000);
+    let m = Master::recover(c.clone(), restart, None, h.log.clone()).unwrap();
+    let mut h2 = recovered(m, restart);
+    let report = |h2: &mut H| {
+        cluster_report(
+            h2,
+            &[
+                ("cs0", t.handle, 1),
+                ("cs1", t.handle, 1),
+                ("cs2", t.handle, 1),
+            ],
+        )
+    };
+    // A grant sent just before the crash may arrive at restart + 8 s and hold its lease
+    // until restart + 18 s on the primary's clock.
+    let held_until = restart + c.call_timeout + c.lease_duration + c.max_clock_skew;
+    h2.advance(held_until.saturating_sub(h2.now) - Duration::from_millis(1));
+    report(&mut h2);
+    let r = h2.write_target("/f", 0);
+    assert!(
+        matches!(&r, Err(FsError::Unavailable(m)) if m.contains("master restarted")),
+        "a lease granted while one from before the crash may be held: {r:?}"
+    );
+    h2.advance(Duration::from_millis(2));
+    report(&mut h2);
+    assert!(h2.write_target("/f", 0).is_ok());
 }
 
 #[test]

@@ -55,6 +55,7 @@ pub fn master_settings(c: &MasterConfig) -> pb::MasterSettings {
         checkpoint_every: c.checkpoint_every,
         rng_seed: c.rng_seed,
         max_queued: c.max_queued as u64,
+        call_timeout_ns: ns(c.call_timeout),
     }
 }
 
@@ -80,6 +81,7 @@ pub fn master_config(s: &pb::MasterSettings) -> Result<MasterConfig, String> {
         checkpoint_every: s.checkpoint_every,
         rng_seed: s.rng_seed,
         max_queued: small(s.max_queued, "max queued")?,
+        call_timeout: dur(s.call_timeout_ns),
     })
 }
 

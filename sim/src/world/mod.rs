@@ -115,6 +115,7 @@ impl Settings {
                 checkpoint_every: 20,
                 clone_timeout: std::time::Duration::from_secs(30),
                 rng_seed,
+                call_timeout: std::time::Duration::from_millis(CALL_TIMEOUT_MS as u64),
                 ..MasterConfig::default()
             },
             offsets: vec![0; servers + 1],
