@@ -201,6 +201,10 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
     opts: MasterOptions,
     mut observer: O,
 ) -> Result<(), DriverError> {
+    let mut opts = opts;
+    // The quiet period after a restart must cover the longest a grant this driver sends
+    // can be in flight: its own deadline (see `MasterConfig::call_timeout`).
+    opts.config.call_timeout = opts.config.call_timeout.max(opts.call_timeout);
     let durable = load(&mut store).await?;
     let now = rt.now();
     // The seed of the master's choices: with the durable state and the inputs, all a

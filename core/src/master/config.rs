@@ -40,10 +40,12 @@ pub struct MasterConfig {
     /// busy (the client retries), so a flood on one path cannot grow the queue, and the
     /// work each lock release does, without bound.
     pub max_queued: usize,
-    /// The longest a call of the master's may be in flight: its driver's deadline. A
-    /// request reaches its server before the deadline or never, so a grant sent just
-    /// before a crash can still reach its primary this long after, and the restarted
-    /// master's quiet period (see `leases.rs`) covers that too.
+    /// The longest a grant's call (`SetVersion`) may be in flight: its driver's deadline
+    /// (the driver raises this to its own; clones have a longer one of their own, but
+    /// carry no lease). In Tessera's fault model a request reaches its server before
+    /// its caller's deadline or never, so a grant sent just before a crash can still
+    /// reach its primary this long after, and the restarted master's quiet period (see
+    /// `leases.rs`) covers that too.
     pub call_timeout: Duration,
 }
 
