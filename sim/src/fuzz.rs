@@ -202,9 +202,7 @@ fn fail_on_violation(w: &World, actions: usize) {
         panic!("after {actions} actions: the master refused to start: {e}");
     }
     if !w.checks.violations.is_empty() {
-        for line in w.log.iter().flatten() {
-            eprintln!("{line}");
-        }
+        w.print_log();
         panic!(
             "after {actions} actions, at t={}ms: {}",
             w.now,
@@ -347,9 +345,7 @@ fn judge(w: &mut World) {
                             "faults {:?} corrupted {:?} clients {:#?}",
                             w.checks.faults, w.checks.corrupted, w.clients
                         );
-                        for line in w.log.iter().flatten() {
-                            eprintln!("{line}");
-                        }
+                        w.print_log();
                     }
                     panic!(
                         "{path}: chunk {} (index {}) v{} on {addr}: {e}",
@@ -393,9 +389,7 @@ fn judge(w: &mut World) {
                     .get(path)
                     .is_some_and(|l| l.acked.iter().any(|(_, at, _)| here(*at)));
             if readable == 0 && acked {
-                for line in w.log.iter().flatten() {
-                    eprintln!("{line}");
-                }
+                w.print_log();
                 panic!(
                     "{path}: chunk {} (index {}) has no readable copy (listed: {:?})",
                     loc.handle, loc.index, loc.replicas

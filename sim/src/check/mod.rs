@@ -94,7 +94,8 @@ pub struct Checks {
     pub listed: std::collections::HashMap<u64, Vec<String>>,
     /// What the master's whole-table checks last saw (`step::master_step`): while it
     /// stays the same they have nothing new to look at.
-    pub master_fp: Option<u64>,
+    /// (The master's fingerprint, `Versions::generation`.)
+    pub master_fp: Option<(u64, u64)>,
     /// (server, chunk) copies whose bytes the run corrupted on purpose (see
     /// `corruption.rs`).
     pub corrupted: HashSet<(String, u64)>,

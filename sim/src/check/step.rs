@@ -86,9 +86,8 @@ pub fn master_step(
     // The whole-table checks read only the master's tables and what `versions` records;
     // while neither changed (nothing logged, the same fingerprint) they would find
     // nothing new, and most steps change neither.
-    let unchanged = effects.log.is_empty()
-        && c.missing.quiet()
-        && c.master_fp == Some(fingerprint(master, c.versions.generation()));
+    let fp = (fingerprint(master), c.versions.generation());
+    let unchanged = effects.log.is_empty() && c.missing.quiet() && c.master_fp == Some(fp);
     if !unchanged {
         for (h, chunk) in master.meta().chunks.iter() {
             if let Some(v) = c.versions.master(h, chunk.version) {
@@ -125,7 +124,8 @@ pub fn master_step(
                 (h, addrs)
             })
             .collect();
-        c.master_fp = Some(fingerprint(master, c.versions.generation()));
+        // The checks above may have moved the generation on (the master they leave alone).
+        c.master_fp = Some((fp.0, c.versions.generation()));
     }
     if matches!(input, ms::Input::Tick) {
         let mut r = ReplicationReport::of(master, t);
@@ -141,10 +141,10 @@ pub fn master_step(
 
 /// A hash of everything in the master the whole-table checks read but the namespace
 /// (which changes only by logging): each chunk's version, references, goal and replicas
-/// (and whether each is alive), its lease and whether one is being granted; with
-/// `generation`, the checkers' own record of versions.
-fn fingerprint(master: &Master, generation: u64) -> u64 {
-    let mut x = generation ^ 0x9e37_79b9_7f4a_7c15;
+/// (and whether each is alive), its lease and whether one is being granted. The
+/// checkers' own record of versions has its generation beside it.
+fn fingerprint(master: &Master) -> u64 {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut add = |v: u64| x = (x.rotate_left(23) ^ v).wrapping_mul(0x2545_f491_4f6c_dd1d);
     add(master.last_seq());
     let leases = master.leases();

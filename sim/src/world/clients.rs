@@ -14,7 +14,7 @@ use tessera_core::pb::master_request::Req;
 use tessera_core::pb::master_response::Resp;
 use tessera_core::record;
 
-use super::{Caller, Msg, Payload, World};
+use super::{Caller, Payload, World};
 
 /// Tries of one operation before its client gives up, and how long it keeps trying
 /// (true ms); it waits `BACKOFF_MS` between tries, doubling to at most a second, as the
@@ -136,12 +136,7 @@ impl World {
 
     fn send(&mut self, op: usize, payload: Payload) {
         let token = self.token(Caller::Client(op));
-        self.net.push(Msg {
-            token,
-            payload,
-            duplicate: false,
-            expires: self.now + super::CALL_TIMEOUT_MS,
-        });
+        self.send_request(token, payload);
     }
 
     fn send_master(&mut self, op: usize, req: Req) {

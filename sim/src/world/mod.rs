@@ -273,6 +273,13 @@ impl World {
         self.servers.iter().position(|s| s.addr == addr)
     }
 
+    /// Prints the log, if one is kept, to stderr.
+    pub fn print_log(&self) {
+        for line in self.log.iter().flatten() {
+            eprintln!("{line}");
+        }
+    }
+
     /// Keeps a line in the log, if one is kept (a debugging aid: long lines are cut).
     fn note(&mut self, line: impl FnOnce() -> String) {
         if let Some(log) = self.log.as_mut() {
@@ -287,6 +294,26 @@ impl World {
             }
             log.push(s);
         }
+    }
+
+    /// Puts a request on the network: it arrives before its caller's deadline or never.
+    fn send_request(&mut self, token: Token, payload: Payload) {
+        self.net.push(Msg {
+            token,
+            payload,
+            duplicate: false,
+            expires: self.now + CALL_TIMEOUT_MS,
+        });
+    }
+
+    /// Puts a reply on the network (a late one finds its caller gone, if it gave up).
+    fn send_reply(&mut self, token: Token, payload: Payload) {
+        self.net.push(Msg {
+            token,
+            payload,
+            duplicate: false,
+            expires: i64::MAX,
+        });
     }
 
     fn token(&mut self, caller: Caller) -> Token {
@@ -366,12 +393,7 @@ impl World {
             .filter_map(|(id, r)| node.replies.remove(&id).map(|t| (t, r)))
             .collect();
         for (token, resp) in replies {
-            self.net.push(Msg {
-                token,
-                payload: Payload::FromMaster(resp),
-                duplicate: false,
-                expires: i64::MAX,
-            });
+            self.send_reply(token, Payload::FromMaster(resp));
         }
         for call in effects.calls {
             let to = self.server_index(&call.to);
@@ -380,12 +402,7 @@ impl World {
                 call: call.id,
             });
             match to {
-                Some(i) => self.net.push(Msg {
-                    token,
-                    payload: Payload::ToServer(i, call.req),
-                    duplicate: false,
-                    expires: self.now + CALL_TIMEOUT_MS,
-                }),
+                Some(i) => self.send_request(token, Payload::ToServer(i, call.req)),
                 // Nobody there: the call times out.
                 None => self.time_out(token),
             }
@@ -505,12 +522,7 @@ impl World {
             .filter_map(|(id, r)| live.replies.remove(&id).map(|t| (t, r)))
             .collect();
         for (token, resp) in replies {
-            self.net.push(Msg {
-                token,
-                payload: Payload::FromServer(resp),
-                duplicate: false,
-                expires: i64::MAX,
-            });
+            self.send_reply(token, Payload::FromServer(resp));
         }
         for call in effects.calls {
             let token = self.token(Caller::Server {
@@ -529,12 +541,7 @@ impl World {
                 },
                 (to, req) => panic!("a call to {to:?} of {req:?}"),
             };
-            self.net.push(Msg {
-                token,
-                payload,
-                duplicate: false,
-                expires: self.now + CALL_TIMEOUT_MS,
-            });
+            self.send_request(token, payload);
         }
     }
 
@@ -832,12 +839,7 @@ impl World {
     fn probe(&mut self, payload: Payload) -> Option<clients::Answer> {
         self.probe = None;
         let token = self.token(Caller::Probe);
-        self.net.push(Msg {
-            token,
-            payload,
-            duplicate: false,
-            expires: self.now + CALL_TIMEOUT_MS,
-        });
+        self.send_request(token, payload);
         for _ in 0..100 {
             self.settle(20_000);
             if self.probe.is_some() {
