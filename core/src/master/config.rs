@@ -47,6 +47,12 @@ pub struct MasterConfig {
     /// reach its primary this long after, and the restarted master's quiet period (see
     /// `leases.rs`) covers that too.
     pub call_timeout: Duration,
+    /// The most chunks one write-target request may add to a file. A write past a file's
+    /// end allocates every chunk up to the one written (the hole reads as zeros), so
+    /// without a bound one small request could make the master log and keep millions of
+    /// chunks; a write further past the end is refused (`InvalidArgument`) before
+    /// anything is logged. 1024 chunks is 64 GiB at the default chunk size.
+    pub max_new_chunks: u64,
 }
 
 impl Default for MasterConfig {
@@ -68,6 +74,7 @@ impl Default for MasterConfig {
             rng_seed: 0,
             max_queued: 10_000,
             call_timeout: Duration::from_secs(10),
+            max_new_chunks: 1024,
         }
     }
 }

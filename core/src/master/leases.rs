@@ -181,6 +181,16 @@ impl Master {
                 "chunk index {index} too large"
             )));
         }
+        // Every chunk up to the one asked for is allocated, so the request's cost is
+        // bounded here, not by the index it names.
+        if allocate && index - have >= self.cfg.max_new_chunks {
+            return Err(FsError::InvalidArgument(format!(
+                "{path}: chunk {index} is {} chunks past the file's end (chunk {have}); \
+                 a write may start at most {} chunks past it",
+                index - have,
+                self.cfg.max_new_chunks
+            )));
+        }
         let set = LockSet::on(&path, if allocate { Mode::Write } else { Mode::Read })?;
         if !self.lock(&set) {
             return Ok(false);

@@ -375,6 +375,47 @@ fn malformed_requests_get_errors() {
     assert_eq!(r.error.unwrap().code, pb::ErrorCode::NotFound as i32);
 }
 
+/// A write far past a file's end allocates every chunk up to it, so one small request
+/// could make the master log and hold millions of chunks (the `decode` fuzzer's input
+/// `found-write-target-far-past-the-end`: chunk 211 million, past 2 GB). A request for more
+/// than `max_new_chunks` new chunks is refused before anything is logged.
+#[test]
+fn a_write_far_past_the_end_is_refused_not_allocated() {
+    let limit = 16;
+    let mut h = H::with(MasterConfig {
+        max_new_chunks: limit,
+        ..cfg()
+    });
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    let chunks = |h: &H| h.m.meta.ns.file("/f").unwrap().chunks.len() as u64;
+    let logged = h.log.len();
+    for (idx, append) in [(100_000, false), (211_103_766, true), (u64::MAX, false)] {
+        match h.target("/f", idx, append) {
+            Err(FsError::InvalidArgument(_)) => {}
+            other => panic!("chunk {idx}: {other:?}"),
+        }
+        assert_eq!(h.log.len(), logged, "nothing logged for a refused request");
+    }
+    // Up to the limit it is an ordinary write past the end; the limit counts from the
+    // file's end, not from zero.
+    assert_eq!(
+        h.write_target("/f", limit - 1).unwrap().chunk_index,
+        limit - 1
+    );
+    assert_eq!(chunks(&h), limit);
+    assert_eq!(
+        h.target("/f", 2 * limit - 1, true).unwrap().chunk_index,
+        2 * limit - 1
+    );
+    assert_eq!(chunks(&h), 2 * limit);
+    assert!(
+        h.write_target("/f", 3 * limit).is_err(),
+        "one past the limit"
+    );
+    assert_eq!(chunks(&h), 2 * limit);
+}
+
 #[test]
 fn a_listing_shows_nothing_that_is_not_durable() {
     let mut h = H::new();
