@@ -93,14 +93,17 @@ impl Master {
             Arrival::Known => {}
             Arrival::Revived => {
                 tracing::info!(server = %r.address, rack = %r.rack, "chunkserver up");
+                self.server_back(idx);
             }
             Arrival::Replaced => {
                 tracing::warn!(server = %r.address, id = r.server_id, "another server at a dead server's address; forgetting the old one's copies");
+                self.server_back(idx);
                 self.forget_server(idx);
             }
         }
         // Orders still standing: repeat those the server has not carried out yet.
         let reported: HashSet<ChunkHandle> = r.chunks.iter().map(|c| c.handle).collect();
+        self.fallbacks.unreported(idx, &reported);
         let chunks = &self.meta.chunks;
         let doomed: HashSet<ChunkHandle> = match self.gc.pending_deletes.0.get_mut(&idx) {
             Some(hs) => {
@@ -179,7 +182,10 @@ impl Master {
                 if c.replicas.contains(idx) {
                     self.drop_replica(h, idx);
                 }
-                delete.push(h);
+                // Below its goal, the chunk keeps it as a fallback (`fallback.rs`).
+                if !self.keep_stale(h, idx, rep.version) {
+                    delete.push(h);
+                }
                 continue;
             }
             if rep.version > c.version {
@@ -235,8 +241,11 @@ impl Master {
             matched += 1;
         }
         if matched < self.servers.get(idx).replicas {
-            // The master lists this server for chunks it no longer reports.
-            self.drop_replicas_where(idx, |h| !reported.contains(&h));
+            // The master lists this server for chunks it no longer reports: those
+            // current copies are gone.
+            for h in self.drop_replicas_where(idx, |h| !reported.contains(&h)) {
+                self.current_copy_destroyed(h);
+            }
         }
         if delete.is_empty() {
             self.gc.deleting.remove(&idx);
@@ -273,7 +282,9 @@ impl Master {
         self.gc.pending_deletes.0.remove(&idx);
         self.gc.deleting.remove(&idx);
         self.retired_at.retain(|&(_, s), _| s != idx);
-        self.drop_replicas_where(idx, |_| true);
+        for h in self.drop_replicas_where(idx, |_| true) {
+            self.current_copy_destroyed(h);
+        }
     }
 
     pub(super) fn on_report_corrupt(&mut self, id: RequestId, r: &pb::ReportCorruptRequest) {
@@ -289,6 +300,15 @@ impl Master {
             && self.meta.chunks.get(r.handle).is_some()
         {
             tracing::warn!(chunk = r.handle, server = %r.address, "corrupt replica reported");
+            if self
+                .meta
+                .chunks
+                .get(r.handle)
+                .is_some_and(|c| c.replicas.contains(idx))
+            {
+                self.current_copy_destroyed(r.handle);
+            }
+            self.fallbacks.drop_kept(r.handle, idx);
             self.drop_replica(r.handle, idx);
             let v = self.meta.chunks.get(r.handle).map_or(0, |c| c.version);
             self.gc.pending_deletes.order(idx, r.handle, v, self.now);
@@ -301,13 +321,20 @@ impl Master {
         for idx in self.servers.expire(self.now, self.cfg.heartbeat_timeout) {
             tracing::warn!(server = %self.servers.get(idx).addr, "chunkserver down");
             self.gc.deleting.remove(&idx);
-            self.drop_replicas_where(idx, |_| true);
+            for h in self.drop_replicas_where(idx, |_| true) {
+                self.holder_died(h, idx);
+            }
         }
     }
 
     /// Removes `server` from the replicas of every chunk for which `pred` holds. A full
     /// scan of the chunk table: it happens when a server dies or lost chunks, not per op.
-    fn drop_replicas_where(&mut self, server: ServerIdx, pred: impl Fn(ChunkHandle) -> bool) {
+    /// Returns the chunks it was removed from.
+    fn drop_replicas_where(
+        &mut self,
+        server: ServerIdx,
+        pred: impl Fn(ChunkHandle) -> bool,
+    ) -> Vec<ChunkHandle> {
         let mut dropped = Vec::new();
         for (h, c) in self.meta.chunks.iter_mut() {
             if pred(h) && c.replicas.remove(server) {
@@ -316,9 +343,10 @@ impl Master {
         }
         let s = self.servers.get_mut(server);
         s.replicas -= dropped.len() as u64;
-        for h in dropped {
+        for &h in &dropped {
             self.repl.check(h);
         }
+        dropped
     }
 
     pub(super) fn add_replica(&mut self, h: ChunkHandle, s: ServerIdx) {
@@ -328,6 +356,7 @@ impl Master {
             .get_mut(h)
             .expect("adding a replica of a known chunk");
         if c.replicas.insert(s) {
+            self.fallbacks.drop_kept(h, s);
             self.servers.get_mut(s).replicas += 1;
             // It may now have more copies than its goal (a server came back after its
             // chunks were copied elsewhere).

@@ -76,6 +76,6 @@ impl Master {
                 }
             }
         }
-        Ok(())
+        self.check_fallbacks()
     }
 }

@@ -49,7 +49,8 @@ pub struct Lease {
 
 #[derive(Debug)]
 struct Grant {
-    primary: ServerIdx,
+    /// None: a revival of stale copies (`fallback.rs`), which carries no lease.
+    primary: Option<ServerIdx>,
     targets: Vec<ServerIdx>,
     version: Version,
     create: bool,
@@ -395,6 +396,21 @@ impl Master {
             live
         };
         let primary = targets[self.rng.below(targets.len() as u64) as usize];
+        tracing::debug!(chunk = h, version, primary = %self.servers.get(primary).addr, "granting lease");
+        self.begin_grant(h, version, targets, Some(primary), create, chunk_size)
+    }
+
+    /// Reserves `version` of `h` in the log and, once that is durable, asks `targets` to
+    /// take it, with a lease for `primary` (none: a revival, `fallback.rs`).
+    pub(super) fn begin_grant(
+        &mut self,
+        h: ChunkHandle,
+        version: Version,
+        targets: Vec<ServerIdx>,
+        primary: Option<ServerIdx>,
+        create: bool,
+        chunk_size: u64,
+    ) -> Result<(), FsError> {
         let lease_ms = millis(self.cfg.lease_duration);
         let unsent: Vec<(ServerIdx, CReq)> = targets
             .iter()
@@ -403,10 +419,10 @@ impl Master {
                     handle: h,
                     version,
                     create,
-                    lease_ms: if s == primary { lease_ms } else { 0 },
+                    lease_ms: if Some(s) == primary { lease_ms } else { 0 },
                     valid_ms: lease_ms,
                     // The primary pads record appends to the file's chunk size.
-                    chunk_size: if s == primary { chunk_size } else { 0 },
+                    chunk_size: if Some(s) == primary { chunk_size } else { 0 },
                     cluster_id: self.meta.cluster_id,
                 });
                 (s, req)
@@ -416,15 +432,14 @@ impl Master {
             handle: h,
             version,
         }))?;
-        tracing::debug!(chunk = h, version, primary = %self.servers.get(primary).addr, "granting lease");
         self.leases.granting.insert(
             h,
             Grant {
                 primary,
-                targets: targets.clone(),
+                pending: targets.len(),
+                targets,
                 version,
                 create,
-                pending: targets.len(),
                 acked: Vec::new(),
                 waiters: Vec::new(),
                 unsent,
@@ -515,10 +530,14 @@ impl Master {
             }
             return;
         }
-        let primary_ok = g.acked.contains(&g.primary);
+        let Some(primary) = g.primary else {
+            self.finish_revival(h, g.version, &g.acked);
+            return;
+        };
+        let primary_ok = g.acked.contains(&primary);
         // The holder may believe in its lease even if its answer was lost.
         let mut lease = Lease {
-            primary: g.primary,
+            primary,
             version: g.version,
             expires: now + self.cfg.lease_duration,
             void: !primary_ok,

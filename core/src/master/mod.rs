@@ -14,6 +14,7 @@ mod admin;
 mod append;
 mod chunks;
 mod config;
+mod fallback;
 mod gc;
 mod heartbeat;
 mod invariants;
@@ -138,6 +139,8 @@ pub struct Master {
     leases: leases::Leases,
     repl: replication::Replication,
     gc: gc::Gc,
+    /// Stale copies kept while their chunk is below its goal (`fallback.rs`).
+    fallbacks: fallback::Fallbacks,
     checkpoint_seq: LogSeq,
     /// Write-target requests waiting for their chunk's allocation to be durable:
     /// (request, chunk, its index in the file, the file's chunk size).
@@ -194,6 +197,7 @@ impl Master {
             leases,
             repl,
             gc: Default::default(),
+            fallbacks: Default::default(),
             checkpoint_seq: seq,
             retired_at: HashMap::default(),
             deferred_targets: BTreeMap::new(),
@@ -850,6 +854,7 @@ impl Master {
     fn forget_chunk(&mut self, h: u64) {
         self.leases.forget(h);
         self.repl.forget(h);
+        self.fallbacks.forget(h);
     }
 }
 

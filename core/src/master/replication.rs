@@ -22,6 +22,8 @@ pub(super) struct Replication {
     not_before: Time,
     /// Chunks with more live copies than their goal, found by the last queue pass.
     excess: Vec<ChunkHandle>,
+    /// Chunks with no live copy at all, found by the last queue pass (`fallback.rs`).
+    orphaned: Vec<ChunkHandle>,
 }
 
 impl Replication {
@@ -102,6 +104,9 @@ impl Master {
             // reach its replicas but not the copy, at the same version. Once the lease is
             // over, a write needs a new grant, which bumps the version, and a copy made at
             // the old version is refused when it completes.
+            if live == 0 && coming == 0 {
+                self.repl.orphaned.push(h);
+            }
             if live == 0 || self.lease_may_be_out(h) {
                 continue;
             }
@@ -169,11 +174,15 @@ impl Master {
         // The queue is worked out every tick, so chunks at their goal leave the suspect
         // set even while clones may not start yet.
         self.repl.excess.clear();
+        self.repl.orphaned.clear();
         let queue = self.replication_queue();
         if self.now < self.repl.not_before {
             return;
         }
         self.trim_excess();
+        for h in std::mem::take(&mut self.repl.orphaned) {
+            self.revive(h);
+        }
         let per_server = self.cfg.clones_per_server;
         for need in queue {
             if self.repl.running >= self.cfg.clones_cluster {

@@ -1071,7 +1071,18 @@ fn failed_replica_is_stale_after_grant() {
     };
     assert_eq!(t2.version, 2);
     assert!(!t2.secondaries.contains(&lagging) && t2.primary != lagging);
-    // When the lagging server reports version 1, it is told to delete it.
+    // When the lagging server reports version 1, it is not a location, but kept while
+    // the chunk is below its goal (`fallback.rs`).
+    let hb = h.heartbeat(&lagging, "r", &[(h0, 1)]);
+    assert!(hb.delete_chunks.is_empty(), "{hb:?}");
+    let locs = chunk_replicas(&mut h, "/f");
+    assert!(
+        !locs.contains(&lagging),
+        "stale replica listed as a location"
+    );
+    // Once the chunk is back at its goal (a new server took a copy), it is told to
+    // delete it.
+    h.heartbeat("cs3", "r", &[(h0, 2)]);
     let hb = h.heartbeat(&lagging, "r", &[(h0, 1)]);
     assert_eq!(
         hb.delete_chunks
@@ -1080,11 +1091,7 @@ fn failed_replica_is_stale_after_grant() {
             .collect::<Vec<_>>(),
         vec![h0]
     );
-    let locs = chunk_replicas(&mut h, "/f");
-    assert!(
-        !locs.contains(&lagging),
-        "stale replica listed as a location"
-    );
+    assert!(!chunk_replicas(&mut h, "/f").contains(&lagging));
 }
 
 fn cluster_report(h: &mut H, reports: &[(&str, u64, u64)]) {
@@ -2222,7 +2229,15 @@ fn a_version_handed_out_before_a_crash_is_never_handed_out_again() {
     }
     let t = h2.write_target("/f", 0).unwrap();
     assert_eq!(t.version, 3, "version 2 handed out twice");
-    // The copy at version 2 comes back: it missed the writes under version 3.
+    // The copy at version 2 comes back: it missed the writes under version 3. It is no
+    // location (kept as a fallback while the chunk has two copies of three), and is
+    // told to delete it once the chunk is back at its goal.
+    h2.heartbeat(&away, "r", &[(t1.handle, 2)]);
+    assert!(
+        !chunk_replicas(&mut h2, "/f").contains(&away),
+        "a copy from the lost grant passed for current"
+    );
+    h2.heartbeat("cs3", "r", &[(t1.handle, 3)]);
     let hb = h2.heartbeat(&away, "r", &[(t1.handle, 2)]);
     assert_eq!(
         hb.delete_chunks
@@ -2333,8 +2348,11 @@ fn report_and_fsck_show_servers_and_chunk_health() {
     held.sort();
     assert_eq!(held, vec!["cs0", "cs1"]);
 
-    // cs2 returns with an old copy of /d/f: it is told to delete it, and fsck says so.
-    let hb = h.heartbeat("cs2", "rack2", &[(f.handle, 0), (g.handle, 1)]);
+    // /d/f is back at its goal (cs3 took a copy), so an old copy of it is no longer
+    // worth keeping (`fallback.rs`): cs2 returns with one and is told to delete it, and
+    // fsck says so.
+    h.heartbeat("cs3", "rack3", &[(f.handle, 1)]);
+    let hb = h.heartbeat("cs2", "rack2", &[(f.handle, 0)]);
     assert_eq!(hb.delete_chunks.len(), 1);
     let after = fsck(&mut h, "/d/f", false).unwrap();
     assert_eq!(after.files[0].chunks[0].deleting, vec!["cs2".to_string()]);
@@ -2940,4 +2958,238 @@ fn a_write_whose_file_was_replaced_meanwhile_extends_nothing() {
     }));
     assert!(matches!(err_of(&r), Some(FsError::NotFound(_))));
     assert_eq!(length_of(&mut h, "/log"), 16);
+}
+
+/// A grant whose `SetVersion` reached only one copy in time made the other two stale,
+/// though nothing was written under the new version; that one copy was then found
+/// corrupt. The stale copies hold every acknowledged write: they are kept while the
+/// chunk is below its goal, and revived once the only current copy is known destroyed
+/// and no lease can be out (the `mutation_protocol` fuzzer's
+/// `void-version-bump-strands-a-corrupt-copy`, and the simulator's all-faults seed
+/// 5615257, lost the chunk here).
+#[test]
+fn stale_copies_are_revived_when_every_current_copy_is_destroyed() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    let rack = |a: &str| format!("rack{}", &a[2..]);
+    let beat = |h: &mut H, a: &str, chunks: &[(u64, u64)]| {
+        let r = rack(a);
+        h.heartbeat(a, &r, chunks)
+    };
+    h.call(create("/f"));
+    let t = h.write_target("/f", 0).unwrap();
+    let handle = t.handle;
+    let all: Vec<String> = ["cs0", "cs1", "cs2"].map(String::from).to_vec();
+    for a in &all {
+        beat(&mut h, a, &[(handle, 1)]);
+    }
+    // The lease runs out; the next grant reaches one copy only.
+    h.advance(Duration::from_secs(12));
+    for a in &all {
+        beat(&mut h, a, &[(handle, 1)]);
+    }
+    let (id, mut e) = h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+        path: "/f".into(),
+        chunk_index: 0,
+        append: false,
+    }));
+    e.replies.extend(h.sync().replies);
+    let primary = h.grant_target(true).expect("a grant");
+    let missed: Vec<&str> = all
+        .iter()
+        .map(String::as_str)
+        .filter(|a| **a != primary)
+        .collect();
+    e.replies.extend(h.answer_calls(&missed).replies);
+    let target = match reply_for(&e, id).expect("a write target").resp {
+        Some(Resp::WriteTarget(t)) => t,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!((target.version, target.secondaries.len()), (2, 0));
+    // The two that missed it report version 1: kept, not ordered deleted.
+    for a in &missed {
+        let hb = beat(&mut h, a, &[(handle, 1)]);
+        assert!(
+            hb.delete_chunks.is_empty(),
+            "{a} told to delete its copy: {hb:?}"
+        );
+    }
+    beat(&mut h, &primary, &[(handle, 2)]);
+    assert_eq!(chunk_replicas(&mut h, "/f"), vec![primary.clone()]);
+    // The only current copy is found corrupt.
+    h.call(MReq::ReportCorrupt(pb::ReportCorruptRequest {
+        address: primary.clone(),
+        handle,
+        by_scrubber: true,
+        ..Default::default()
+    }));
+    // Not while its lease may still be valid.
+    h.calls.clear();
+    h.step(Input::Tick);
+    h.sync();
+    assert!(h.calls.is_empty(), "revived under a lease: {:?}", h.calls);
+    h.advance(Duration::from_secs(12));
+    for a in &missed {
+        let hb = beat(&mut h, a, &[(handle, 1)]);
+        assert!(hb.delete_chunks.is_empty(), "{hb:?}");
+    }
+    beat(&mut h, &primary, &[]);
+    h.step(Input::Tick);
+    h.sync();
+    let mut revived: Vec<(String, u64, u64)> = h
+        .calls
+        .iter()
+        .filter_map(|c| match &c.req.req {
+            Some(CReq::SetVersion(s)) => Some((c.to.clone(), s.version, s.lease_ms)),
+            _ => None,
+        })
+        .collect();
+    revived.sort();
+    let want: Vec<(String, u64, u64)> = missed.iter().map(|a| (a.to_string(), 3, 0)).collect();
+    assert_eq!(
+        revived, want,
+        "the stale copies revived at a new version, no lease"
+    );
+    h.answer_calls(&[]);
+    let mut now = chunk_replicas(&mut h, "/f");
+    now.sort();
+    assert_eq!(now, missed);
+    // Current again, they are not stale: their heartbeats at version 3 keep them.
+    for a in &missed {
+        let hb = beat(&mut h, a, &[(handle, 3)]);
+        assert!(hb.delete_chunks.is_empty(), "{hb:?}");
+    }
+    h.m.check_invariants().unwrap();
+    // The check catches a replica also kept as a stale copy.
+    let idx = h.m.servers.find(missed[0]).unwrap();
+    assert!(h.m.keep_stale(handle, idx, 1));
+    let e = h.m.check_invariants().expect_err("a replica kept as stale");
+    assert!(e.contains("as stale"), "{e}");
+}
+
+/// A chunk whose current copies are gone, one destroyed but one on a server that is
+/// merely down, is not revived from older copies: that server may come back with
+/// writes made under the current version.
+#[test]
+fn no_revival_while_a_current_copy_may_come_back() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    let rack = |a: &str| format!("rack{}", &a[2..]);
+    let beat = |h: &mut H, a: &str, chunks: &[(u64, u64)]| {
+        let r = rack(a);
+        h.heartbeat(a, &r, chunks)
+    };
+    h.call(create("/f"));
+    let handle = h.write_target("/f", 0).unwrap().handle;
+    let all: Vec<String> = ["cs0", "cs1", "cs2"].map(String::from).to_vec();
+    h.advance(Duration::from_secs(12));
+    for a in &all {
+        beat(&mut h, a, &[(handle, 1)]);
+    }
+    let (_, _) = h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+        path: "/f".into(),
+        chunk_index: 0,
+        append: false,
+    }));
+    h.sync();
+    // Version 2 reaches the primary and one other; the third keeps version 1.
+    let primary = h.grant_target(true).expect("a grant");
+    let other = h.grant_target(false).expect("a secondary");
+    let missed = all
+        .iter()
+        .find(|a| **a != primary && **a != other)
+        .unwrap()
+        .clone();
+    h.answer_calls(&[&missed]);
+    beat(&mut h, &other, &[(handle, 2)]);
+    // The secondary's copy is found corrupt; the primary falls silent and is declared
+    // dead. The copy at version 1 is kept, but not revived.
+    h.call(MReq::ReportCorrupt(pb::ReportCorruptRequest {
+        address: other.clone(),
+        handle,
+        by_scrubber: true,
+        ..Default::default()
+    }));
+    for _ in 0..8 {
+        h.advance(Duration::from_secs(4));
+        for a in [&missed, &other] {
+            let chunks: &[(u64, u64)] = if *a == missed { &[(handle, 1)] } else { &[] };
+            let hb = beat(&mut h, a, chunks);
+            assert!(*a == other || hb.delete_chunks.is_empty(), "{hb:?}");
+        }
+        h.calls.clear();
+        h.step(Input::Tick);
+        h.sync();
+        let grants = h
+            .calls
+            .iter()
+            .filter(|c| matches!(c.req.req, Some(CReq::SetVersion(_))))
+            .count();
+        assert_eq!(
+            grants, 0,
+            "revived while a current copy's server may come back"
+        );
+    }
+    assert!(chunk_replicas(&mut h, "/f").is_empty());
+    // It comes back with its copy, current again.
+    beat(&mut h, &primary, &[(handle, 2)]);
+    assert_eq!(chunk_replicas(&mut h, "/f"), vec![primary.clone()]);
+    h.m.check_invariants().unwrap();
+}
+
+/// A restarted master that never hears from the server holding a chunk's current copy
+/// has no evidence the copy is gone (the server may be down, or not yet reported): the
+/// older copies it hears of are kept, not revived.
+#[test]
+fn no_revival_without_evidence_the_current_copies_are_gone() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    let rack = |a: &str| format!("rack{}", &a[2..]);
+    let beat = |h: &mut H, a: &str, chunks: &[(u64, u64)]| {
+        let r = rack(a);
+        h.heartbeat(a, &r, chunks)
+    };
+    h.call(create("/f"));
+    let handle = h.write_target("/f", 0).unwrap().handle;
+    let all: Vec<String> = ["cs0", "cs1", "cs2"].map(String::from).to_vec();
+    h.advance(Duration::from_secs(12));
+    for a in &all {
+        beat(&mut h, a, &[(handle, 1)]);
+    }
+    h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+        path: "/f".into(),
+        chunk_index: 0,
+        append: false,
+    }));
+    h.sync();
+    let primary = h.grant_target(true).expect("a grant");
+    let missed: Vec<&str> = all
+        .iter()
+        .map(String::as_str)
+        .filter(|a| **a != primary)
+        .collect();
+    h.answer_calls(&missed);
+    // The master restarts; the primary never reports again.
+    let now = h.now;
+    h.m = Master::recover(cfg(), now, None, h.log.clone()).unwrap();
+    h.calls.clear();
+    for _ in 0..20 {
+        h.advance(Duration::from_secs(4));
+        for a in &missed {
+            let hb = beat(&mut h, a, &[(handle, 1)]);
+            assert!(hb.delete_chunks.is_empty(), "{hb:?}");
+        }
+        h.step(Input::Tick);
+        h.sync();
+    }
+    let grants = h
+        .calls
+        .iter()
+        .filter(|c| matches!(c.req.req, Some(CReq::SetVersion(_))))
+        .count();
+    assert_eq!(
+        grants, 0,
+        "revived with no evidence the current copy is gone"
+    );
+    assert!(chunk_replicas(&mut h, "/f").is_empty());
 }
