@@ -256,6 +256,14 @@ impl Master {
         }
         let now = self.now;
         if let Some(g) = self.leases.granting.get_mut(&h) {
+            if g.primary.is_none() {
+                // A revival (`fallback.rs`) carries no lease: ask again once it is done.
+                self.reply_err(
+                    id,
+                    FsError::Unavailable(format!("chunk {h}: reviving its older copies")),
+                );
+                return;
+            }
             assert_eq!(
                 g.chunk_size, chunk_size,
                 "chunk {h} changed its file's chunk size"

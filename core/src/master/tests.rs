@@ -3050,6 +3050,14 @@ fn stale_copies_are_revived_when_every_current_copy_is_destroyed() {
         revived, want,
         "the stale copies revived at a new version, no lease"
     );
+    // A writer meanwhile is told to come back: a revival carries no lease to wait for.
+    let (id, e) = h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+        path: "/f".into(),
+        chunk_index: 0,
+        append: false,
+    }));
+    let err = reply_for(&e, id).and_then(|r| r.error).expect("refused");
+    assert_eq!(err.code, pb::ErrorCode::Unavailable as i32, "{err:?}");
     h.answer_calls(&[]);
     let mut now = chunk_replicas(&mut h, "/f");
     now.sort();
