@@ -81,6 +81,15 @@ for m in "$TRACES"/*/master-*; do
   "$CARGO_TARGET_DIR/debug/tessera" replay node "$m" | grep -v '^note:' | tr '\n' ' '
   echo "($m)"
 done
+# Workload replay: the client operations of recorded runs (a private workload, and
+# record appends) become the workload of other scenarios, under other seeds and faults,
+# with every checker; `--check-determinism` runs each twice.
+echo "== workload replay: recorded runs replayed under other scenarios and seeds"
+"$RUNNER" run steady --seed "$FRESH_FIRST" --trace-dir "$TRACES/steady" > /dev/null
+"$RUNNER" run record-append --seed "$FRESH_FIRST" --trace-dir "$TRACES/appends" > /dev/null
+"$RUNNER" replay "$TRACES/steady" --scenario all-faults --seeds 3 --first 7 --check-determinism
+"$RUNNER" replay "$TRACES/steady" --scenario stale-replica --seeds 2 --first 11
+"$RUNNER" replay "$TRACES/appends" --scenario chunkserver-crash --seeds 2 --first 13
 rm -rf "$TRACES"
 echo "== planted bugs: each must be caught by the check it exists for"
 ./scripts/planted-bugs.sh

@@ -35,7 +35,7 @@ mod madsim_main {
 
     fn usage() -> i32 {
         eprintln!(
-            "usage: tessera-scenarios list | run <name|all> (--seed N | --seeds COUNT [--first N]) [--check-determinism] [--verbose] [--trace-dir DIR]\n       tessera-scenarios append-bench [--appenders 1,4,16] [--seconds 60] [--record 4096] [--seed 1]"
+            "usage: tessera-scenarios list | run <name|all> (--seed N | --seeds COUNT [--first N]) [--check-determinism] [--verbose] [--trace-dir DIR]\n       tessera-scenarios replay TRACE_DIR... --scenario <name> (--seed N | --seeds COUNT [--first N]) [--check-determinism] [--verbose]\n       tessera-scenarios append-bench [--appenders 1,4,16] [--seconds 60] [--record 4096] [--seed 1]"
         );
         2
     }
@@ -74,6 +74,7 @@ mod madsim_main {
                 0
             }
             Some("run") => run_cmd(&args[1..]),
+            Some("replay") => replay_cmd(&args[1..]),
             Some("append-bench") => append_bench(&args[1..]),
             _ => usage(),
         }
@@ -159,6 +160,61 @@ mod madsim_main {
                 }
             }
         };
+        sweep(&scenarios, args, &|sc: &str, seed: u64| {
+            format!("{REPLAY} run {sc} --seed {seed}")
+        })
+    }
+
+    /// `replay TRACE_DIR... --scenario S --seed N`: the client operations found in the
+    /// traces (`tessera_tracefile::workload`) become the workload of scenario S, run
+    /// under its faults with every checker.
+    fn replay_cmd(args: &[String]) -> i32 {
+        let paths: Vec<PathBuf> = args
+            .iter()
+            .take_while(|a| !a.starts_with("--"))
+            .map(PathBuf::from)
+            .collect();
+        let name = args
+            .iter()
+            .position(|a| a == "--scenario")
+            .and_then(|i| args.get(i + 1));
+        let (Some(name), false) = (name, paths.is_empty()) else {
+            return usage();
+        };
+        let Some(mut sc) = tessera_scenarios::find(name) else {
+            eprintln!("unknown scenario {name}; `list` shows them");
+            return 2;
+        };
+        let nodes = match tessera_tracefile::read_paths(&paths) {
+            Ok(n) => n,
+            Err(e) => {
+                eprintln!("replay: {e}");
+                return 2;
+            }
+        };
+        let script = tessera_tracefile::workload::script(&nodes);
+        eprintln!(
+            "replay: {} nodes' traces: {}",
+            nodes.len(),
+            script.describe()
+        );
+        if script.steps.is_empty() {
+            eprintln!("replay: no client operation in these traces");
+            return 2;
+        }
+        // The script lives as long as the runs, which are `Copy` scenarios.
+        let script: &'static tessera_tracefile::workload::Script = Box::leak(Box::new(script));
+        sc.workload.kind = tessera_sim::workload::Kind::Replay(script);
+        let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        let shown = shown.join(" ");
+        sweep(&[sc], args, &|sc: &str, seed: u64| {
+            format!("{REPLAY} replay {shown} --scenario {sc} --seed {seed}")
+        })
+    }
+
+    /// Runs each scenario on the seeds `args` name; `how` gives a failing run's replay
+    /// command.
+    fn sweep(scenarios: &[Scenario], args: &[String], how: &dyn Fn(&str, u64) -> String) -> i32 {
         let seeds: Vec<u64> = match (flag(args, "--seed"), flag(args, "--seeds")) {
             (Some(s), _) => vec![s],
             (None, Some(n)) => {
@@ -183,7 +239,7 @@ mod madsim_main {
         let verbose = args.iter().any(|a| a == "--verbose");
         let mut failed = 0;
         let mut gaps = 0;
-        for sc in &scenarios {
+        for sc in scenarios {
             let started = Instant::now();
             let mut sim_ms = 0i64;
             let (mut records, mut reads, mut stale_runs, mut scrubbed) = (0, 0, 0, 0);
@@ -239,15 +295,17 @@ mod madsim_main {
                         println!("  violated: {v}");
                     }
                     println!("  knobs: {}", o.knobs);
-                    println!("  replay: {REPLAY} run {} --seed {seed}", sc.name);
+                    println!("  replay: {}", how(sc.name, seed));
                 }
                 if verbose {
                     println!(
-                        "  sim={}ms steps={} ops_ok={} ops_failed={} reads_checked={} records_checked={} stale_copies={} scrub_found={}",
+                        "  sim={}ms steps={} ops_ok={} ops_failed={} ops_replayed={} ops_replay_skipped={} reads_checked={} records_checked={} stale_copies={} scrub_found={}",
                         o.sim_ms,
                         o.steps,
                         o.ops_ok,
                         o.ops_failed,
+                        o.ops_replayed,
+                        o.ops_replay_skipped,
                         o.reads_checked,
                         o.records_checked,
                         o.stale_seen,

@@ -40,11 +40,17 @@ fn varied(sc: Scenario) -> (Scenario, u32) {
         clients: 2 + (rand() % 4) as usize,
     };
     let replication = 1 + (rand() % 5.min(servers as u64)) as u32;
-    sc.workload.kind = match rand() % 3 {
+    // A replayed workload stays (the draw is made all the same, so the rest of the run
+    // follows the seed as it would).
+    let drawn = match rand() % 3 {
         0 => workload::Kind::Private,
         1 => workload::Kind::Shared { files: 2 },
         _ => workload::Kind::Appends { files: 2 },
     };
+    if matches!(sc.workload.kind, workload::Kind::Replay(_)) {
+        return (sc, replication);
+    }
+    sc.workload.kind = drawn;
     if sc.workload.kind != workload::Kind::Private {
         sc.workload.ops = 40;
         sc.workload.max_write = 64 << 10;
@@ -70,6 +76,9 @@ pub struct Outcome {
     pub ops_ok: u64,
     pub ops_failed: u64,
     pub records_checked: u64,
+    /// A replay's recorded operations: run, and left out (see `workload::replay_run`).
+    pub ops_replayed: u64,
+    pub ops_replay_skipped: u64,
     /// Distinct stale copies seen on chunkservers during the run.
     pub stale_seen: usize,
     pub scrub_found: usize,
@@ -132,7 +141,10 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
     madsim::time::sleep(Duration::from_secs(2)).await;
 
     // Readers of files others write see fresh locations (see `client_with_ttl`).
-    let shared = sc.workload.kind != workload::Kind::Private;
+    let shared = matches!(
+        sc.workload.kind,
+        workload::Kind::Shared { .. } | workload::Kind::Appends { .. }
+    );
     let client_for = |cluster: &Cluster, i: usize| {
         if shared {
             cluster.client_with_ttl(i, Duration::ZERO)
@@ -161,6 +173,7 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         handles.push(cluster.clients[i].0.spawn(workload::run(
             client,
             i,
+            sc.shape.clients,
             w,
             checks,
             start,
@@ -221,17 +234,7 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         for run in runs.iter_mut() {
             let client = cluster.client(run.id);
             let (checks2, start) = (checks.clone(), cluster.start);
-            let mut r = std::mem::replace(
-                run,
-                ClientRun {
-                    id: run.id,
-                    chunk_size: run.chunk_size,
-                    model: Default::default(),
-                    ok: 0,
-                    errors: 0,
-                    ns_files: Vec::new(),
-                },
-            );
+            let mut r = std::mem::replace(run, ClientRun::new(run.id, run.chunk_size));
             let h = cluster.clients[r.id].0.spawn(async move {
                 workload::verify_all(&client, &mut r, &checks2, start).await;
                 r
@@ -253,6 +256,10 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
                 "{} of {} clients' directories listed",
                 c.listings_checked, sc.shape.clients
             ));
+        }
+        let replayed: u64 = runs.iter().map(|r| r.replayed).sum();
+        if matches!(sc.workload.kind, workload::Kind::Replay(_)) && replayed == 0 {
+            missing.push("no recorded operation replayed".into());
         }
         if matches!(sc.workload.kind, workload::Kind::Shared { .. }) && c.ns_ops_checked == 0 {
             missing.push("no namespace operation on the shared directory checked".into());
@@ -296,6 +303,8 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         ops_ok: runs.iter().map(|r| r.ok).sum(),
         ops_failed: runs.iter().map(|r| r.errors).sum(),
         records_checked: c.records_checked,
+        ops_replayed: runs.iter().map(|r| r.replayed).sum(),
+        ops_replay_skipped: runs.iter().map(|r| r.replay_skipped).sum(),
         stale_seen: c.stale_seen.len(),
         scrub_found: c.scrub_found.len(),
         knobs: format!("{knobs:?} faults={:?}", sched.mix()),

@@ -19,6 +19,8 @@ use tessera_core::client::Client;
 use tessera_core::error::FsError;
 use tessera_core::record;
 
+use tessera_tracefile::workload::{ClientOp, Script};
+
 use crate::check::Shared;
 use crate::check::model::{FileModel, Model};
 use crate::check::namespace::{CHILD, NAMES, NsOp, Outcome};
@@ -28,8 +30,15 @@ use crate::runtime::SimRuntime;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Kind {
     Private,
-    Shared { files: usize },
-    Appends { files: usize },
+    Shared {
+        files: usize,
+    },
+    Appends {
+        files: usize,
+    },
+    /// The client operations found in recorded traces (`tessera-scenarios replay`),
+    /// judged as `Private` files are: each group of directories is one client's.
+    Replay(&'static Script),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -77,6 +86,31 @@ pub struct ClientRun {
     /// stat or listing), which its writes go to most of the time: others may have
     /// moved or deleted them since.
     pub ns_files: Vec<String>,
+    /// Directories a replay's operations went to (listed after healing); empty for
+    /// other workloads, whose files are in `/c<id>`.
+    pub dirs: std::collections::BTreeSet<String>,
+    /// Files a replay record-appended to, judged by the append model, not `model`.
+    pub append_files: Vec<String>,
+    /// Replayed operations: done, and left out (a path the model cannot judge).
+    pub replayed: u64,
+    pub replay_skipped: u64,
+}
+
+impl ClientRun {
+    pub fn new(id: usize, chunk_size: u64) -> ClientRun {
+        ClientRun {
+            id,
+            chunk_size,
+            model: Model::default(),
+            ok: 0,
+            errors: 0,
+            ns_files: Vec::new(),
+            dirs: Default::default(),
+            append_files: Vec::new(),
+            replayed: 0,
+            replay_skipped: 0,
+        }
+    }
 }
 
 /// Runs a client operation, unless the client crashes in the middle of it: with the
@@ -115,7 +149,7 @@ fn now_ms(start: madsim::time::Instant) -> i64 {
 /// The files shared workloads use; created by [`setup`] before clients start.
 pub fn shared_paths(w: &Workload) -> Vec<String> {
     match w.kind {
-        Kind::Private => vec![],
+        Kind::Private | Kind::Replay(_) => vec![],
         Kind::Shared { files } => (0..files).map(|i| format!("/shared/w{i}")).collect(),
         Kind::Appends { files } => (0..files).map(|i| format!("/shared/log{i}")).collect(),
     }
@@ -177,7 +211,7 @@ pub async fn setup(client: &C, w: &Workload, checks: &Shared) {
                 c.appends.insert(p.clone(), Default::default());
                 c.stored.get_or_insert_with(Default::default);
             }
-            Kind::Private => {}
+            Kind::Private | Kind::Replay(_) => {}
         }
     }
 }
@@ -186,22 +220,20 @@ pub async fn setup(client: &C, w: &Workload, checks: &Shared) {
 pub async fn run(
     client: C,
     id: usize,
+    clients: usize,
     w: Workload,
     checks: Shared,
     start: madsim::time::Instant,
     chunk_size: u64,
 ) -> ClientRun {
     let dir = format!("/c{id}");
-    let mut run = ClientRun {
-        id,
-        chunk_size,
-        model: Model::default(),
-        ok: 0,
-        errors: 0,
-        ns_files: Vec::new(),
-    };
+    let mut run = ClientRun::new(id, chunk_size);
     match w.kind {
         Kind::Private => {}
+        Kind::Replay(script) => {
+            replay_run(&client, &mut run, script, clients, &checks, start).await;
+            return run;
+        }
         Kind::Shared { .. } => {
             shared_run(&client, &mut run, &w, &checks, start).await;
             return run;
@@ -244,6 +276,217 @@ pub async fn run(
         }
     }
     run
+}
+
+// ---- replay of recorded client operations --------------------------------------------
+
+/// The largest write or read a replay makes: the simulator keeps file data in memory.
+const REPLAY_MAX_IO: u64 = 8 << 20;
+
+/// When the replayed operations begin, after the cluster started (setup takes ~2 s).
+const REPLAY_LEAD: Duration = Duration::from_secs(3);
+
+/// Runs this client's share of `script`: the groups `group % clients == id`, each
+/// operation at its recorded time after the replay began (or as soon as the one before
+/// it is done), judged by the model as a private workload's are. Paths the model cannot
+/// judge (a file made before the traces began and never created in them is created
+/// first; a directory's rename or delete is not replayed) are counted as skipped.
+async fn replay_run(
+    client: &C,
+    run: &mut ClientRun,
+    script: &Script,
+    clients: usize,
+    checks: &Shared,
+    start: madsim::time::Instant,
+) {
+    let base = start + REPLAY_LEAD;
+    let id = run.id;
+    let mine = script
+        .steps
+        .iter()
+        .filter(|st| st.group % clients.max(1) == id);
+    for (n, st) in mine.enumerate() {
+        let due = base + Duration::from_millis(st.at_ms);
+        if due > madsim::time::Instant::now() {
+            madsim::time::sleep_until(due).await;
+        }
+        let seq = n as u64;
+        let done = match &st.op {
+            ClientOp::Mkdir { path } => {
+                match crashable(checks, client.mkdir(path, true)).await {
+                    Ok(()) => run.ok += 1,
+                    Err(_) => run.errors += 1,
+                }
+                run.dirs.insert(path.clone());
+                true
+            }
+            ClientOp::Create { path } => {
+                if run.model.files.contains_key(path) || run.append_files.contains(path) {
+                    false
+                } else {
+                    replay_create(client, run, path, checks).await;
+                    true
+                }
+            }
+            ClientOp::Delete { path } if run.model.files.contains_key(path) => {
+                delete(client, run, path, checks).await;
+                true
+            }
+            ClientOp::Rename { from, to }
+                if run.model.files.contains_key(from)
+                    && !run.model.files.contains_key(to)
+                    && !run.model.limbo.contains(to) =>
+            {
+                parents(client, run, to).await;
+                // A rename the master refuses outright (a reserved name, say, as the
+                // recorded client may have tried on purpose) changes nothing.
+                match crashable(checks, client.rename(from, to)).await {
+                    Err(FsError::InvalidArgument(_)) => run.ok += 1,
+                    result => renamed(client, run, from, to, result).await,
+                }
+                true
+            }
+            ClientOp::Write { path, offset, len } => {
+                if run.append_files.contains(path) {
+                    false
+                } else {
+                    if !run.model.files.contains_key(path) && !run.model.limbo.contains(path) {
+                        replay_create(client, run, path, checks).await;
+                    }
+                    if run.model.files.contains_key(path) {
+                        let len = (*len).clamp(1, REPLAY_MAX_IO);
+                        let data = pattern(run.id, 2_000_000 + seq, len);
+                        write_at(client, run, path, *offset, data, checks).await;
+                        true
+                    } else {
+                        false
+                    }
+                }
+            }
+            ClientOp::Append { path, len } => {
+                if run.model.files.contains_key(path) {
+                    // Appended to from now on: judged by the append model, whose
+                    // records are self-identifying, not byte for byte.
+                    run.model.files.remove(path);
+                    run.model.limbo.push(path.clone());
+                }
+                if !run.append_files.contains(path) {
+                    replay_create(client, run, path, checks).await;
+                    run.model.files.remove(path);
+                    run.append_files.push(path.clone());
+                    let mut c = checks.lock().expect("checks");
+                    c.appends.entry(path.clone()).or_default();
+                    c.stored.get_or_insert_with(Default::default);
+                }
+                let max = Client::<SimRuntime, SimNet>::max_record(run.chunk_size);
+                let payload = (*len).saturating_sub(record::HEADER as u64).clamp(1, max);
+                append_sized(client, run, path, seq, payload, checks, start).await;
+                true
+            }
+            ClientOp::Read { path, offset, len } => {
+                if run.model.files.contains_key(path) {
+                    let len = (*len).clamp(1, REPLAY_MAX_IO);
+                    read_at(client, run, path, *offset, len, checks, start).await;
+                    true
+                } else if run.append_files.contains(path) {
+                    read_appends(client, run, path, checks, start, "").await;
+                    true
+                } else {
+                    false
+                }
+            }
+            _ => false,
+        };
+        if done {
+            run.replayed += 1;
+        } else {
+            run.replay_skipped += 1;
+        }
+    }
+}
+
+/// Makes the directories above `path` (a replay names paths anywhere).
+async fn parents(client: &C, run: &mut ClientRun, path: &str) {
+    let dir = path
+        .rsplit_once('/')
+        .map_or("/", |(d, _)| if d.is_empty() { "/" } else { d });
+    run.dirs.insert(dir.to_string());
+    if dir != "/" {
+        let _ = client.mkdir(dir, true).await;
+    }
+}
+
+async fn replay_create(client: &C, run: &mut ClientRun, path: &str, checks: &Shared) {
+    parents(client, run, path).await;
+    create(client, run, path, checks).await;
+}
+
+async fn write_at(
+    client: &C,
+    run: &mut ClientRun,
+    path: &str,
+    off: u64,
+    data: Bytes,
+    checks: &Shared,
+) {
+    let result = crashable(checks, client.write(path, off, data.clone())).await;
+    let f = run.model.files.get_mut(path).expect("modelled");
+    match result {
+        Ok(()) => {
+            run.ok += 1;
+            f.write_ok(off, &data);
+        }
+        Err(_) => {
+            run.errors += 1;
+            f.write_failed(off, &data);
+        }
+    }
+}
+
+async fn read_at(
+    client: &C,
+    run: &mut ClientRun,
+    path: &str,
+    off: u64,
+    len: u64,
+    checks: &Shared,
+    start: madsim::time::Instant,
+) {
+    let f = run.model.files.get(path).expect("modelled");
+    match client.read(path, off, len).await {
+        Ok(got) => {
+            run.ok += 1;
+            checks.lock().expect("checks").reads_checked += 1;
+            if let Err(e) = f.check_read(off, len, &got) {
+                let detail = explain(client, path, off, len, &got, f).await;
+                violation(checks, start, format!("{path}: {e}; {detail}"));
+            }
+        }
+        Err(_) => run.errors += 1,
+    }
+}
+
+/// After healing, each file a replay appended to reads back as the append model says.
+async fn verify_replay_appends(
+    client: &C,
+    run: &mut ClientRun,
+    checks: &Shared,
+    start: madsim::time::Instant,
+) {
+    for path in run.append_files.clone() {
+        let give_up = madsim::time::Instant::now() + Duration::from_secs(120);
+        while !read_appends(client, run, &path, checks, start, "after healing, ").await {
+            if madsim::time::Instant::now() >= give_up {
+                violation(
+                    checks,
+                    start,
+                    format!("after healing, {path} cannot be read"),
+                );
+                break;
+            }
+            madsim::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
 }
 
 /// A file name of some kind, unique by `seq`: plain, with spaces, dots, punctuation,
@@ -354,6 +597,17 @@ async fn delete(client: &C, run: &mut ClientRun, path: &str, checks: &Shared) {
 
 async fn rename(client: &C, run: &mut ClientRun, from: &str, to: &str, checks: &Shared) {
     let result = crashable(checks, client.rename(from, to)).await;
+    renamed(client, run, from, to, result).await;
+}
+
+/// The model after a rename of `from` to `to` that gave `result`.
+async fn renamed(
+    client: &C,
+    run: &mut ClientRun,
+    from: &str,
+    to: &str,
+    result: Result<(), FsError>,
+) {
     let moved = match result {
         Ok(()) => {
             run.ok += 1;
@@ -503,6 +757,7 @@ pub async fn verify_all(
         }
         verify_replicas(client, path, Judge::Model, run, checks, start).await;
     }
+    verify_replay_appends(client, run, checks, start).await;
     verify_namespace(client, run, checks, start).await;
 }
 
@@ -516,21 +771,41 @@ async fn verify_namespace(
     checks: &Shared,
     start: madsim::time::Instant,
 ) {
-    let dir = format!("/c{}", run.id);
-    let listed = match patiently(|| client.list(&dir, false)).await {
-        Ok(l) => l,
-        Err(e) => {
-            violation(
-                checks,
-                start,
-                format!("after healing, {dir} cannot be listed: {e}"),
-            );
-            return;
-        }
+    // A private workload's files are all in its directory; a replay's in those its
+    // operations named.
+    let dirs: Vec<String> = if run.dirs.is_empty() {
+        vec![format!("/c{}", run.id)]
+    } else {
+        run.dirs.iter().cloned().collect()
     };
-    checks.lock().expect("checks").listings_checked += 1;
-    for m in listing_mismatches(&run.model, &dir, &listed) {
-        violation(checks, start, format!("after healing, {m}"));
+    let mut listed = Vec::new();
+    for dir in &dirs {
+        let here = match patiently(|| client.list(dir, false)).await {
+            Ok(l) => l,
+            Err(FsError::NotFound(_))
+                if !run.model.files.keys().any(|p| parent_of(p) == dir.as_str()) =>
+            {
+                continue; // a directory of the replay's that is gone, and no file of it
+            }
+            Err(e) => {
+                violation(
+                    checks,
+                    start,
+                    format!("after healing, {dir} cannot be listed: {e}"),
+                );
+                return;
+            }
+        };
+        checks.lock().expect("checks").listings_checked += 1;
+        // A replay's directories may hold others' directories: those are not judged.
+        let here: Vec<_> = here
+            .into_iter()
+            .filter(|e| run.dirs.is_empty() || !e.is_dir || run.model.files.contains_key(&e.path))
+            .collect();
+        for m in listing_mismatches(&run.model, dir, &here) {
+            violation(checks, start, format!("after healing, {m}"));
+        }
+        listed.extend(here);
     }
     for (path, f) in &run.model.files {
         if !listed.iter().any(|e| &e.path == path) {
@@ -599,12 +874,20 @@ fn listing_mismatches(
             Some(_) => {}
         }
     }
-    for path in model.files.keys() {
+    for path in model.files.keys().filter(|p| parent_of(p) == dir) {
         if !listed.iter().any(|e| &e.path == path) {
             out.push(format!("{path} is missing from the listing of {dir}"));
         }
     }
     out
+}
+
+/// The directory `path` is in.
+fn parent_of(path: &str) -> &str {
+    match path.rsplit_once('/') {
+        Some(("", _)) | None => "/",
+        Some((d, _)) => d,
+    }
 }
 
 /// For a failed read check: what the master and each replica say about the first bad
@@ -1434,7 +1717,21 @@ async fn append_one(
     checks: &Shared,
     start: madsim::time::Instant,
 ) -> bool {
-    let payload = pattern(run.id, seq, 1 + rand() % max);
+    append_sized(client, run, path, seq, 1 + rand() % max, checks, start).await
+}
+
+/// Record-appends a record of `len` bytes of payload to `path`, an append file.
+#[allow(clippy::too_many_arguments)]
+async fn append_sized(
+    client: &C,
+    run: &mut ClientRun,
+    path: &str,
+    seq: u64,
+    len: u64,
+    checks: &Shared,
+    start: madsim::time::Instant,
+) -> bool {
+    let payload = pattern(run.id, seq, len);
     let id = rand();
     checks
         .lock()

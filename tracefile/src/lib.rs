@@ -4,6 +4,7 @@
 //! `tessera_core::trace`'s.
 
 pub mod summary;
+pub mod workload;
 
 use std::fs::File;
 use std::io::{BufWriter, Write};

@@ -85,3 +85,38 @@ fn the_summary_of_a_recorded_simulator_run() {
     let s = summary(&nodes);
     insta::assert_snapshot!(s.table());
 }
+
+/// The client workload of a recorded simulator run (the `steady` scenario, seed 1: two
+/// clients, each in its own directory, creating, writing, reading, renaming and
+/// deleting), as `tessera-scenarios replay` would run it again.
+#[test]
+fn the_workload_of_a_recorded_simulator_run() {
+    use tessera_tracefile::workload::{ClientOp, script};
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/steady-1");
+    let nodes = tessera_tracefile::read_paths(&[dir]).expect("the fixture reads");
+    let s = script(&nodes);
+    assert!(s.steps.windows(2).all(|w| w[0].at_ms <= w[1].at_ms));
+    // Every file written, appended to or read was made by a create the script holds,
+    // under its name then or a later one (renames followed).
+    let mut names: std::collections::HashSet<String> = Default::default();
+    for st in &s.steps {
+        match &st.op {
+            ClientOp::Create { path } => {
+                names.insert(path.clone());
+            }
+            ClientOp::Rename { to, .. } => {
+                names.insert(to.clone());
+            }
+            ClientOp::Write { path, .. } | ClientOp::Read { path, .. } => {
+                assert!(
+                    names.contains(path),
+                    "{path} used before it was made: {st:?}"
+                )
+            }
+            _ => {}
+        }
+    }
+    // Each client works in its own directory: two groups.
+    assert_eq!(s.groups, 2, "{}", s.describe());
+    insta::assert_snapshot!(s.describe());
+}
