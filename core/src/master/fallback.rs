@@ -1,26 +1,38 @@
-//! Stale copies as a last resort.
+//! Demoted copies as a last resort.
 //!
-//! A grant makes every copy that did not take its new version stale at once, though
-//! nothing may ever have been written under that version: the calls to the other copies
-//! only timed out (a slow disk, a cut link). If the copies that did take it are then
-//! lost (a flipped bit found by the scrubber, a disk that comes back empty), the chunk
-//! would be gone with every write acknowledged before the grant, while intact copies of
-//! those writes sit on the stale servers, ordered deleted.
+//! A grant makes every current copy that did not take its new version stale at once,
+//! though nothing may ever have been written under that version: the calls to them only
+//! timed out (a slow disk, a cut link). If the copies that did take it are then found
+//! corrupt, the chunk would be gone with every write acknowledged before the grant,
+//! while intact copies of those writes sit on the demoted servers, ordered deleted.
 //!
-//! So a stale copy is not ordered deleted while its chunk has fewer current copies than
-//! its goal: it is kept, as a fallback, and deleted once the chunk is back at its goal.
-//! When every current copy is known destroyed (reported corrupt, missing from its own
-//! server's report, or on a replaced disk) and none may still be on a server that is
-//! merely down, the master revives the newest kept copies: it grants them a new version
-//! without a lease (`begin_grant` with no primary), and they become the chunk's current
-//! copies, from which re-replication restores the goal. Writes made under the versions
-//! between are lost, but they were on the destroyed copies only: nothing else held them.
+//! So the master remembers, at each grant, the copies it demotes: servers it listed as
+//! current at the old version that did not take the new one. Each was a replica of the
+//! old version's lease (or copied while none was out), so it holds every write
+//! acknowledged up to that version. While the chunk is below its goal such a copy is
+//! kept, not ordered deleted, when its server reports it at that very version (a copy
+//! at any other version is judged as before: one that took the new version late is
+//! retired, and missed its writes). Once the goal is met again they are deleted.
 //!
-//! What the master knows here is learned from heartbeats and reports, not logged: a
-//! master that restarts after the current copies were destroyed has no evidence of it,
-//! and does not revive (the chunk stays unavailable, as it was before this rule).
+//! When every current copy is known destroyed, the master revives the newest demoted
+//! copies: a grant with no primary and no lease gives them a new version, and
+//! re-replication restores the goal from them. Writes under the versions between were
+//! on the destroyed copies only. "Known destroyed" is narrow on purpose, since reviving
+//! while a current copy still exists somewhere would throw away its writes:
+//! - a current copy left the replicas only by a corruption report (the scrubber or a
+//!   reader found it bad), never by a missing report or a dead server;
+//! - no server that died listed as holding the current version may come back with it;
+//! - no clone of the current version has an unknown outcome (no answer, or a copy made
+//!   but not listed): its target may hold the version;
+//! - no lease may be out, and no demoted copy newer than those revived is on a server
+//!   that is down;
+//! - a revival nobody answered waits a lease period before the next try.
+//!
+//! All of this is learned from grants, reports and heartbeats, not logged: a master
+//! that restarts forgets it, keeps nothing, and revives nothing (the chunk stays
+//! missing, as it was before this rule).
 
-use crate::types::HashMap;
+use crate::types::{HashMap, HashSet, Time};
 
 use super::Master;
 use super::chunks::ServerIdx;
@@ -28,12 +40,18 @@ use crate::types::{ChunkHandle, Version};
 
 #[derive(Debug, Default)]
 pub(super) struct Fallbacks {
-    /// Stale copies kept because their chunk was below its goal: (server, version).
+    /// Copies demoted by a grant: (server, the version it was current at).
     kept: HashMap<ChunkHandle, Vec<(ServerIdx, Version)>>,
-    /// Chunks a current copy of which was seen destroyed, with the version then current.
+    /// Chunks a current copy of which was reported corrupt, with the version then.
     lost: HashMap<ChunkHandle, Version>,
-    /// Servers that were declared dead holding a chunk, with the version they held.
+    /// Servers declared dead while listed as holding a chunk that has demoted copies,
+    /// with the version they held.
     dead: HashMap<ChunkHandle, Vec<(ServerIdx, Version)>>,
+    /// Chunks a clone of which, at this version, may have made a copy nobody lists.
+    unsure: HashMap<ChunkHandle, Version>,
+    /// Revivals under way (the version revived from), and when a failed one may retry.
+    reviving: HashMap<ChunkHandle, Version>,
+    retry_at: HashMap<ChunkHandle, Time>,
 }
 
 impl Fallbacks {
@@ -41,9 +59,12 @@ impl Fallbacks {
         self.kept.remove(&h);
         self.lost.remove(&h);
         self.dead.remove(&h);
+        self.unsure.remove(&h);
+        self.reviving.remove(&h);
+        self.retry_at.remove(&h);
     }
 
-    /// `server`'s kept copy of `h` is gone (reported corrupt).
+    /// `server`'s copy of `h` is gone (reported corrupt, or not reported).
     pub fn drop_kept(&mut self, h: ChunkHandle, server: ServerIdx) {
         if let Some(k) = self.kept.get_mut(&h) {
             k.retain(|&(s, _)| s != server);
@@ -54,7 +75,10 @@ impl Fallbacks {
     }
 
     /// `server` reported the chunks in `reported`: its kept copies of others are gone.
-    pub fn unreported(&mut self, server: ServerIdx, reported: &crate::types::HashSet<ChunkHandle>) {
+    pub fn unreported(&mut self, server: ServerIdx, reported: &HashSet<ChunkHandle>) {
+        if self.kept.is_empty() {
+            return;
+        }
         self.kept.retain(|h, k| {
             if !reported.contains(h) {
                 k.retain(|&(s, _)| s != server);
@@ -85,8 +109,22 @@ impl Master {
         Ok(())
     }
 
+    /// A grant moved `h` from `old` to a new version without `demoted`, which were
+    /// current at `old`.
+    pub(super) fn demoted(&mut self, h: ChunkHandle, old: Version, demoted: &[ServerIdx]) {
+        if demoted.is_empty() || old == 0 {
+            return;
+        }
+        let kept = self.fallbacks.kept.entry(h).or_default();
+        for &s in demoted {
+            kept.retain(|&(k, _)| k != s);
+            kept.push((s, old));
+        }
+    }
+
     /// A heartbeat reports `server`'s copy of `h` at `version`, older than the chunk's.
-    /// Kept (true) while the chunk is below its goal; otherwise it is to be deleted.
+    /// Kept (true) if it is a demoted copy at the version it was demoted from and the
+    /// chunk is below its goal; otherwise it is to be deleted.
     pub(super) fn keep_stale(
         &mut self,
         h: ChunkHandle,
@@ -96,28 +134,30 @@ impl Master {
         let Some(c) = self.meta.chunks.get(h) else {
             return false;
         };
-        let below_goal = self.live_replicas(c).len() < usize::from(c.goal);
-        let kept = self.fallbacks.kept.entry(h).or_default();
-        kept.retain(|&(s, _)| s != server);
-        if below_goal {
-            kept.push((server, version));
-        } else if kept.is_empty() {
-            self.fallbacks.kept.remove(&h);
+        if self.live_replicas(c).len() >= usize::from(c.goal) {
+            // Whole again: no fallback is needed any more.
+            self.fallbacks.forget(h);
+            return false;
         }
-        below_goal
+        self.fallbacks
+            .kept
+            .get(&h)
+            .is_some_and(|k| k.contains(&(server, version)))
     }
 
-    /// `server`'s current copy of `h` is destroyed (reported corrupt, missing from the
-    /// server's own report, or on a replaced disk).
-    pub(super) fn current_copy_destroyed(&mut self, h: ChunkHandle) {
+    /// `server`'s copy of `h`, listed as current, was reported corrupt.
+    pub(super) fn current_copy_corrupt(&mut self, h: ChunkHandle) {
         if let Some(c) = self.meta.chunks.get(h) {
             self.fallbacks.lost.insert(h, c.version);
         }
     }
 
-    /// `server` was declared dead holding `h` at its current version: it may come back
-    /// with it, so `h` is not revived from older copies meanwhile.
+    /// `server` was declared dead listed as holding `h`: it may come back with it, so
+    /// `h` is not revived from older copies meanwhile.
     pub(super) fn holder_died(&mut self, h: ChunkHandle, server: ServerIdx) {
+        if !self.fallbacks.kept.contains_key(&h) {
+            return;
+        }
         if let Some(c) = self.meta.chunks.get(h) {
             let v = c.version;
             let dead = self.fallbacks.dead.entry(h).or_default();
@@ -128,13 +168,21 @@ impl Master {
 
     /// `server` is heard from again: what it holds, its heartbeat says.
     pub(super) fn server_back(&mut self, server: ServerIdx) {
+        if self.fallbacks.dead.is_empty() {
+            return;
+        }
         self.fallbacks.dead.retain(|_, v| {
             v.retain(|&(s, _)| s != server);
             !v.is_empty()
         });
     }
 
-    /// Revives `h` from its newest kept stale copies if every current copy is known
+    /// A clone of `h` at `version` may have left a copy the master does not list.
+    pub(super) fn clone_unsure(&mut self, h: ChunkHandle, version: Version) {
+        self.fallbacks.unsure.insert(h, version);
+    }
+
+    /// Revives `h` from its newest demoted copies if every current copy is known
     /// destroyed (see the module comment). Returns whether a revival started.
     pub(super) fn revive(&mut self, h: ChunkHandle) -> bool {
         let Some(c) = self.meta.chunks.get(h) else {
@@ -142,39 +190,45 @@ impl Master {
             return false;
         };
         let current = c.version;
+        let f = &self.fallbacks;
         if current == 0
             || !self.live_replicas(c).is_empty()
-            || self.fallbacks.lost.get(&h) != Some(&current)
+            || f.lost.get(&h) != Some(&current)
+            || f.unsure.get(&h) == Some(&current)
+            || f.retry_at.get(&h).is_some_and(|&t| self.now < t)
             || self.lease_may_be_out(h)
         {
             return false;
         }
-        let may_come_back = self.fallbacks.dead.get(&h).is_some_and(|d| {
-            d.iter()
-                .any(|&(s, v)| v == current && !self.servers.is_alive(s))
-        });
+        let alive = |s: ServerIdx| self.servers.is_alive(s);
+        let may_come_back = f
+            .dead
+            .get(&h)
+            .is_some_and(|d| d.iter().any(|&(s, v)| v == current && !alive(s)));
         if may_come_back {
             return false;
         }
-        let usable: Vec<(ServerIdx, Version)> = self
-            .fallbacks
+        let kept: Vec<(ServerIdx, Version)> = f
             .kept
             .get(&h)
             .into_iter()
             .flatten()
             .copied()
-            .filter(|&(s, v)| {
-                v < current && self.servers.is_alive(s) && !self.gc.pending_deletes.is_ordered(s, h)
-            })
+            .filter(|&(s, v)| v < current && !self.gc.pending_deletes.is_ordered(s, h))
             .collect();
-        let Some(best) = usable.iter().map(|&(_, v)| v).max() else {
+        // The newest demoted copies, wherever they are: if none of those is on a live
+        // server, wait for one rather than revive older data.
+        let Some(best) = kept.iter().map(|&(_, v)| v).max() else {
             return false;
         };
-        let targets: Vec<ServerIdx> = usable
+        let targets: Vec<ServerIdx> = kept
             .iter()
-            .filter(|&&(_, v)| v == best)
+            .filter(|&&(s, v)| v == best && alive(s))
             .map(|&(s, _)| s)
             .collect();
+        if targets.is_empty() {
+            return false;
+        }
         let version = (current + 1).max(self.meta.reserved.get(&h).map_or(0, |r| r + 1));
         tracing::warn!(
             chunk = h,
@@ -182,18 +236,44 @@ impl Master {
             from = best,
             to = version,
             copies = targets.len(),
-            "every current copy destroyed: reviving the newest stale copies"
+            "every current copy reported corrupt: reviving the newest demoted copies"
         );
         // No lease: nothing is written under the revival's version, so a copy that takes
         // it late is as good as one that answered.
-        self.begin_grant(h, version, targets, None, false, 0)
-            .is_ok()
+        if self
+            .begin_grant(h, version, targets, None, false, 0)
+            .is_err()
+        {
+            return false;
+        }
+        self.fallbacks.reviving.insert(h, best);
+        true
     }
 
-    /// A revival's answers are in: the copies that took the version are current.
+    /// A revival's answers are in: the copies that took the version, still kept at the
+    /// version revived from and alive, are current.
     pub(super) fn finish_revival(&mut self, h: ChunkHandle, version: Version, acked: &[ServerIdx]) {
         self.repl.check(h);
-        if acked.is_empty() {
+        let from = self.fallbacks.reviving.remove(&h);
+        let good: Vec<ServerIdx> = acked
+            .iter()
+            .copied()
+            .filter(|&s| {
+                self.servers.is_alive(s)
+                    && from.is_some_and(|v| {
+                        self.fallbacks
+                            .kept
+                            .get(&h)
+                            .is_some_and(|k| k.contains(&(s, v)))
+                    })
+            })
+            .collect();
+        if good.is_empty() {
+            // Nobody took it (a copy refused, or calls timed out): try again later, not
+            // at every tick. A copy that takes the version late is adopted by its
+            // report (the version is reserved).
+            let at = self.now + self.cfg.lease_duration;
+            self.fallbacks.retry_at.insert(h, at);
             return;
         }
         if let Err(e) = self.log(crate::pb::log_record::Op::SetVersion(
@@ -202,10 +282,8 @@ impl Master {
             panic!("logging revived version {version} of chunk {h} failed: {e}");
         }
         self.fallbacks.lost.remove(&h);
-        if let Some(k) = self.fallbacks.kept.get_mut(&h) {
-            k.retain(|(s, _)| !acked.contains(s));
-        }
-        for &s in acked {
+        self.fallbacks.retry_at.remove(&h);
+        for &s in &good {
             self.add_replica(h, s);
         }
     }

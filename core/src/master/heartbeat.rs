@@ -137,17 +137,22 @@ impl Master {
         let mut doomed = doomed;
         for (h, v) in retired {
             let at = *self.retired_at.entry((h, idx)).or_insert(self.now);
-            if let Some(&reported_version) = versions.get(&h) {
+            let held = versions.get(&h).copied();
+            if held == Some(v) {
                 // Only a copy at the retired version is suspect; an older one simply did
                 // not take part, and is judged by its version like any other.
-                if reported_version == v {
-                    doomed.insert(h);
-                    delete.push(h);
-                }
-            } else if self.now >= at + self.cfg.lease_duration * 2 && !r.changing.contains(&h) {
+                doomed.insert(h);
+                delete.push(h);
+            } else if held.is_none_or(|held| held < v)
+                && self.now >= at + self.cfg.lease_duration * 2
+                && !r.changing.contains(&h)
+            {
                 // Grants are valid for one lease period after they arrive (`valid_ms`), so
                 // two periods after the order no late one can still start; one started in
                 // time may still be on its way to a stuck disk, and the server says so.
+                // A copy older than the retired version (kept as a fallback while the
+                // chunk is below its goal, `fallback.rs`) can no longer become one, and
+                // must not keep the server from taking a fresh copy.
                 let version = self.meta.chunks.get(h).map_or(0, |c| c.version);
                 let op = Op::RetireReplica(pb::RetireReplicaOp {
                     handle: h,
@@ -241,11 +246,8 @@ impl Master {
             matched += 1;
         }
         if matched < self.servers.get(idx).replicas {
-            // The master lists this server for chunks it no longer reports: those
-            // current copies are gone.
-            for h in self.drop_replicas_where(idx, |h| !reported.contains(&h)) {
-                self.current_copy_destroyed(h);
-            }
+            // The master lists this server for chunks it no longer reports.
+            self.drop_replicas_where(idx, |h| !reported.contains(&h));
         }
         if delete.is_empty() {
             self.gc.deleting.remove(&idx);
@@ -282,9 +284,7 @@ impl Master {
         self.gc.pending_deletes.0.remove(&idx);
         self.gc.deleting.remove(&idx);
         self.retired_at.retain(|&(_, s), _| s != idx);
-        for h in self.drop_replicas_where(idx, |_| true) {
-            self.current_copy_destroyed(h);
-        }
+        self.drop_replicas_where(idx, |_| true);
     }
 
     pub(super) fn on_report_corrupt(&mut self, id: RequestId, r: &pb::ReportCorruptRequest) {
@@ -306,7 +306,7 @@ impl Master {
                 .get(r.handle)
                 .is_some_and(|c| c.replicas.contains(idx))
             {
-                self.current_copy_destroyed(r.handle);
+                self.current_copy_corrupt(r.handle);
             }
             self.fallbacks.drop_kept(r.handle, idx);
             self.drop_replica(r.handle, idx);

@@ -567,6 +567,7 @@ impl Master {
             }
             return;
         }
+        let old_version = self.meta.chunks.get(h).map_or(0, |c| c.version);
         if let Err(e) = self.log(Op::SetVersion(pb::SetVersionOp {
             handle: h,
             version: g.version,
@@ -590,11 +591,20 @@ impl Master {
             .replicas
             .as_slice()
             .to_vec();
-        for s in old {
-            if !g.acked.contains(&s) {
-                self.drop_replica(h, s);
+        let dropped: Vec<ServerIdx> = old.into_iter().filter(|s| !g.acked.contains(s)).collect();
+        for &s in &dropped {
+            self.drop_replica(h, s);
+        }
+        // Those, and the grant's targets that did not answer (listed at the old version
+        // when it began; one may have been declared dead since), hold every write
+        // acknowledged up to the old version (`fallback.rs`).
+        let mut demoted = dropped;
+        for &s in &g.targets {
+            if !g.acked.contains(&s) && !demoted.contains(&s) {
+                demoted.push(s);
             }
         }
+        self.demoted(h, old_version, &demoted);
         for &s in &g.acked {
             self.add_replica(h, s);
         }

@@ -818,7 +818,7 @@ impl Master {
                 source,
                 target,
                 version,
-            } => self.on_clone_result(handle, source, target, version, ok),
+            } => self.on_clone_result(handle, source, target, version, ok, result.is_ok()),
             CallCtx::Revoke { handle, server } => self.on_revoke_result(handle, server, ok),
         }
     }

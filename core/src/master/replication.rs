@@ -98,6 +98,10 @@ impl Master {
                 } else if coming == 0 {
                     settled.push(h);
                 }
+                // Whole again: demoted copies are no longer worth keeping.
+                if live >= goal {
+                    self.fallbacks.forget(h);
+                }
                 continue;
             }
             // A chunk under a lease that may still be valid is not cloned: writes could
@@ -317,6 +321,7 @@ impl Master {
         target: ServerIdx,
         version: Version,
         ok: bool,
+        answered: bool,
     ) {
         self.servers.get_mut(source).clones_in_flight -= 1;
         self.servers.get_mut(target).clones_in_flight -= 1;
@@ -338,6 +343,15 @@ impl Master {
         } else if ok {
             // The copy is of an old version, or of a chunk now gone: collect it.
             self.gc.pending_deletes.order(target, h, version, self.now);
+        }
+        let listed = self
+            .meta
+            .chunks
+            .get(h)
+            .is_some_and(|c| c.replicas.contains(target));
+        if current == Some(version) && (!answered || ok) && !listed {
+            // The target may hold the current version unlisted (`fallback.rs`).
+            self.clone_unsure(h, version);
         }
     }
 }
