@@ -260,7 +260,10 @@ fn heal(w: &mut World) {
             w.tick_server(i);
         }
         w.settle(20_000);
-        if w.active() == 0 && round >= 2 {
+        // Healed once the clients are done and the master has no revival waiting (one
+        // may wait out a lease, `core/src/master/fallback.rs`).
+        let reviving = w.master().is_some_and(|m| m.awaiting_revival());
+        if w.active() == 0 && round >= 2 && !reviving {
             break;
         }
         w.advance(250);

@@ -177,6 +177,19 @@ impl Master {
         });
     }
 
+    /// Whether some chunk has every current copy reported corrupt and demoted copies to
+    /// revive it from: the master has repair work pending (a revival may wait for a
+    /// lease to run out). For harnesses deciding when a cluster has healed.
+    pub fn awaiting_revival(&self) -> bool {
+        self.fallbacks.lost.iter().any(|(&h, &v)| {
+            self.meta.chunks.get(h).is_some_and(|c| {
+                c.version == v
+                    && self.live_replicas(c).is_empty()
+                    && self.fallbacks.kept.get(&h).is_some_and(|k| !k.is_empty())
+            })
+        })
+    }
+
     /// A clone of `h` at `version` may have left a copy the master does not list.
     pub(super) fn clone_unsure(&mut self, h: ChunkHandle, version: Version) {
         self.fallbacks.unsure.insert(h, version);
