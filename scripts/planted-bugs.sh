@@ -6,7 +6,9 @@
 # may be given, separated by " || "),
 # and the same seed must pass without the plant. A plant the scenarios do not catch within
 # 100 seeds, found by the mutation_protocol fuzzer instead, names the input the fuzzer found
-# (`fuzz-input:`, kept in the corpus): run in the planted copy, it must fail by `expect:`. Prints the catch table; exits non-zero if a plant goes uncaught or is caught
+# (`fuzz-input:`, kept in the corpus): run in the planted copy, it must fail by `expect:`.
+# A `replay: S N` line runs the scenario on the client operations recorded from run S
+# seed N (workload replay) instead of its own workload. Prints the catch table; exits non-zero if a plant goes uncaught or is caught
 # only by another check. Run by scripts/test.sh; the plants never touch the clone.
 #   ./scripts/planted-bugs.sh [max-seeds]     (PLANTS="early-ack no-padding" narrows it)
 set -euo pipefail
@@ -76,9 +78,19 @@ for p in $PLANTS; do
     continue
   }
   cp "$PLANT_TARGET/release/tessera-scenarios" "$OUT/runner-$p"
-  result="not caught in $MAX seeds of $scenario"
+  # `replay: S N`: the scenario's workload is the client operations of run S seed N,
+  # recorded by the runner without the plant (workload replay must catch it too).
+  how=(run "$scenario")
+  recorded=$(header "$p" replay)
+  if [ -n "$recorded" ]; then
+    read -r rs rn <<<"$recorded"
+    rm -rf "$OUT/recorded-$p"
+    "$CLEAN" run "$rs" --seed "$rn" --trace-dir "$OUT/recorded-$p" >/dev/null 2>&1
+    how=(replay "$OUT/recorded-$p" --scenario "$scenario")
+  fi
+  result="not caught in $MAX seeds of ${how[*]}"
   for seed in $(header "$p" seeds) $(seq 1 "$MAX"); do
-    out=$("$OUT/runner-$p" run "$scenario" --seed "$seed" 2>/dev/null || true)
+    out=$("$OUT/runner-$p" "${how[@]}" --seed "$seed" 2>/dev/null || true)
     if grep -q 'result=FAIL' <<<"$out"; then
       # `expect:` may name several checks, separated by " || ": any of them will do.
       pats=()
@@ -88,7 +100,7 @@ for p in $PLANTS; do
         result="caught at seed $seed by another check: $(grep -m1 'violated:' <<<"$out")"
         break
       fi
-      if ! "$CLEAN" run "$scenario" --seed "$seed" >/dev/null 2>&1; then
+      if ! "$CLEAN" "${how[@]}" --seed "$seed" >/dev/null 2>&1; then
         result="seed $seed fails without the plant too"
         break
       fi
