@@ -85,7 +85,11 @@ for p in $PLANTS; do
   if [ -n "$recorded" ]; then
     read -r rs rn <<<"$recorded"
     rm -rf "$OUT/recorded-$p"
-    "$CLEAN" run "$rs" --seed "$rn" --trace-dir "$OUT/recorded-$p" >/dev/null 2>&1
+    if ! "$CLEAN" run "$rs" --seed "$rn" --trace-dir "$OUT/recorded-$p" >/dev/null 2>&1; then
+      echo "plant=$p: recording $rs seed $rn without the plant failed" >&2
+      failed=1
+      continue
+    fi
     how=(replay "$OUT/recorded-$p" --scenario "$scenario")
   fi
   result="not caught in $MAX seeds of ${how[*]}"

@@ -91,6 +91,8 @@ pub struct ClientRun {
     pub dirs: std::collections::BTreeSet<String>,
     /// Files a replay record-appended to, judged by the append model, not `model`.
     pub append_files: Vec<String>,
+    /// A replay's client (its directories are those in `dirs`).
+    pub replay: bool,
     /// Replayed operations: done, and left out (a path the model cannot judge).
     pub replayed: u64,
     pub replay_skipped: u64,
@@ -107,6 +109,7 @@ impl ClientRun {
             ns_files: Vec::new(),
             dirs: Default::default(),
             append_files: Vec::new(),
+            replay: false,
             replayed: 0,
             replay_skipped: 0,
         }
@@ -280,8 +283,10 @@ pub async fn run(
 
 // ---- replay of recorded client operations --------------------------------------------
 
-/// The largest write or read a replay makes: the simulator keeps file data in memory.
+/// The largest write or read a replay makes, and the furthest offset it writes or
+/// reads at: the simulator keeps file data, and the model, in memory.
 const REPLAY_MAX_IO: u64 = 8 << 20;
+const REPLAY_MAX_OFFSET: u64 = 256 << 20;
 
 /// When the replayed operations begin, after the cluster started (setup takes ~2 s).
 const REPLAY_LEAD: Duration = Duration::from_secs(3);
@@ -300,6 +305,7 @@ async fn replay_run(
     start: madsim::time::Instant,
 ) {
     let base = start + REPLAY_LEAD;
+    run.replay = true;
     let id = run.id;
     let mine = script
         .steps
@@ -313,15 +319,25 @@ async fn replay_run(
         let seq = n as u64;
         let done = match &st.op {
             ClientOp::Mkdir { path } => {
+                // Recorded requests include refused ones (the path is a file, say): a
+                // refusal is an answer, not a failure, and only a directory that was
+                // made is listed after healing.
                 match crashable(checks, client.mkdir(path, true)).await {
-                    Ok(()) => run.ok += 1,
+                    Ok(()) => {
+                        run.ok += 1;
+                        run.dirs.insert(path.clone());
+                    }
+                    Err(e) if refused(&e) => run.ok += 1,
                     Err(_) => run.errors += 1,
                 }
-                run.dirs.insert(path.clone());
                 true
             }
             ClientOp::Create { path } => {
-                if run.model.files.contains_key(path) || run.append_files.contains(path) {
+                if run.model.files.contains_key(path)
+                    || run.append_files.contains(path)
+                    || run.model.limbo.contains(path)
+                    || run.dirs.contains(path)
+                {
                     false
                 } else {
                     replay_create(client, run, path, checks).await;
@@ -335,22 +351,33 @@ async fn replay_run(
             ClientOp::Rename { from, to }
                 if run.model.files.contains_key(from)
                     && !run.model.files.contains_key(to)
-                    && !run.model.limbo.contains(to) =>
+                    && !run.model.limbo.contains(to)
+                    && !run.append_files.contains(to) =>
             {
-                parents(client, run, to).await;
+                let there = parents(client, run, to).await;
                 // A rename the master refuses outright (a reserved name, say, as the
                 // recorded client may have tried on purpose) changes nothing.
-                match crashable(checks, client.rename(from, to)).await {
-                    Err(FsError::InvalidArgument(_)) => run.ok += 1,
+                let result = if there {
+                    crashable(checks, client.rename(from, to)).await
+                } else {
+                    Err(FsError::InvalidArgument(
+                        "no directory to rename into".into(),
+                    ))
+                };
+                match result {
+                    Err(FsError::InvalidArgument(_)) => run.ok += u64::from(there),
                     result => renamed(client, run, from, to, result).await,
                 }
-                true
+                there
             }
             ClientOp::Write { path, offset, len } => {
-                if run.append_files.contains(path) {
+                if run.append_files.contains(path) || *offset > REPLAY_MAX_OFFSET {
                     false
                 } else {
-                    if !run.model.files.contains_key(path) && !run.model.limbo.contains(path) {
+                    if !run.model.files.contains_key(path)
+                        && !run.model.limbo.contains(path)
+                        && !run.dirs.contains(path)
+                    {
                         replay_create(client, run, path, checks).await;
                     }
                     if run.model.files.contains_key(path) {
@@ -364,27 +391,35 @@ async fn replay_run(
                 }
             }
             ClientOp::Append { path, len } => {
-                if run.model.files.contains_key(path) {
-                    // Appended to from now on: judged by the append model, whose
-                    // records are self-identifying, not byte for byte.
-                    run.model.files.remove(path);
-                    run.model.limbo.push(path.clone());
-                }
-                if !run.append_files.contains(path) {
+                if !run.append_files.contains(path)
+                    && !run.model.files.contains_key(path)
+                    && !run.model.limbo.contains(path)
+                    && !run.dirs.contains(path)
+                {
                     replay_create(client, run, path, checks).await;
+                }
+                // A file becomes an append file (judged by the append model, whose
+                // records identify themselves) only while nothing else was written to
+                // it: bytes written before would be unaccounted for there.
+                let empty = run.model.files.get(path).is_some_and(|f| f.len_max == 0);
+                if empty {
                     run.model.files.remove(path);
                     run.append_files.push(path.clone());
                     let mut c = checks.lock().expect("checks");
                     c.appends.entry(path.clone()).or_default();
                     c.stored.get_or_insert_with(Default::default);
                 }
-                let max = Client::<SimRuntime, SimNet>::max_record(run.chunk_size);
-                let payload = (*len).saturating_sub(record::HEADER as u64).clamp(1, max);
-                append_sized(client, run, path, seq, payload, checks, start).await;
-                true
+                if run.append_files.contains(path) {
+                    let max = Client::<SimRuntime, SimNet>::max_record(run.chunk_size);
+                    let payload = (*len).saturating_sub(record::HEADER as u64).clamp(1, max);
+                    append_sized(client, run, path, seq, payload, checks, start).await;
+                    true
+                } else {
+                    false
+                }
             }
             ClientOp::Read { path, offset, len } => {
-                if run.model.files.contains_key(path) {
+                if run.model.files.contains_key(path) && *offset <= REPLAY_MAX_OFFSET {
                     let len = (*len).clamp(1, REPLAY_MAX_IO);
                     read_at(client, run, path, *offset, len, checks, start).await;
                     true
@@ -405,20 +440,67 @@ async fn replay_run(
     }
 }
 
-/// Makes the directories above `path` (a replay names paths anywhere).
-async fn parents(client: &C, run: &mut ClientRun, path: &str) {
-    let dir = path
-        .rsplit_once('/')
-        .map_or("/", |(d, _)| if d.is_empty() { "/" } else { d });
-    run.dirs.insert(dir.to_string());
-    if dir != "/" {
-        let _ = client.mkdir(dir, true).await;
+/// Makes the directories above `path` (a replay names paths anywhere); whether they
+/// are there.
+async fn parents(client: &C, run: &mut ClientRun, path: &str) -> bool {
+    let dir = parent_of(path);
+    if dir == "/" || run.dirs.contains(dir) {
+        return true;
+    }
+    if client.mkdir(dir, true).await.is_ok() {
+        run.dirs.insert(dir.to_string());
+        true
+    } else {
+        false
     }
 }
 
+/// An answer the master gives to a request it will never carry out as asked: the
+/// recorded client may have made it on purpose (a reserved name, a path in use).
+fn refused(e: &FsError) -> bool {
+    matches!(
+        e,
+        FsError::InvalidArgument(_)
+            | FsError::AlreadyExists(_)
+            | FsError::NotADirectory(_)
+            | FsError::NotFound(_)
+    )
+}
+
+/// Creates `path` for a replay: the model holds it if the create landed; a path the
+/// master refused is left alone (in use by a file made outside the model, or a
+/// directory, or an invalid name), one left in doubt goes to limbo.
 async fn replay_create(client: &C, run: &mut ClientRun, path: &str, checks: &Shared) {
-    parents(client, run, path).await;
-    create(client, run, path, checks).await;
+    if !parents(client, run, path).await {
+        run.model.limbo.push(path.to_string());
+        return;
+    }
+    match crashable(checks, client.create(path, 0)).await {
+        Ok(()) => {
+            run.ok += 1;
+            run.model
+                .files
+                .insert(path.to_string(), FileModel::default());
+        }
+        Err(e) if refused(&e) => {
+            run.ok += 1;
+            run.model.limbo.push(path.to_string());
+        }
+        Err(_) => {
+            run.errors += 1;
+            // A lost reply may hide a success: ask, once the call can no longer land.
+            settle().await;
+            match client.stat(path).await {
+                Ok(info) if !info.is_dir => {
+                    run.model
+                        .files
+                        .insert(path.to_string(), FileModel::default());
+                }
+                Err(FsError::NotFound(_)) => {}
+                _ => run.model.limbo.push(path.to_string()),
+            }
+        }
+    }
 }
 
 async fn write_at(
@@ -773,19 +855,23 @@ async fn verify_namespace(
 ) {
     // A private workload's files are all in its directory; a replay's in those its
     // operations named.
-    let dirs: Vec<String> = if run.dirs.is_empty() {
-        vec![format!("/c{}", run.id)]
-    } else {
+    let dirs: Vec<String> = if run.replay {
         run.dirs.iter().cloned().collect()
+    } else {
+        vec![format!("/c{}", run.id)]
     };
     let mut listed = Vec::new();
     for dir in &dirs {
+        let replay = run.replay;
         let here = match patiently(|| client.list(dir, false)).await {
             Ok(l) => l,
-            Err(FsError::NotFound(_))
-                if !run.model.files.keys().any(|p| parent_of(p) == dir.as_str()) =>
+            // A replay's directory another group's recorded operations took away (its
+            // directory deletes and renames are not replayed), with no file of the
+            // model in it.
+            Err(FsError::NotFound(_) | FsError::NotADirectory(_))
+                if replay && !run.model.files.keys().any(|p| parent_of(p) == dir.as_str()) =>
             {
-                continue; // a directory of the replay's that is gone, and no file of it
+                continue;
             }
             Err(e) => {
                 violation(
@@ -793,14 +879,19 @@ async fn verify_namespace(
                     start,
                     format!("after healing, {dir} cannot be listed: {e}"),
                 );
-                return;
+                continue;
             }
         };
         checks.lock().expect("checks").listings_checked += 1;
-        // A replay's directories may hold others' directories: those are not judged.
+        // A replay's directories may hold others' directories, and its own append
+        // files (judged by the append model): those are not judged here.
         let here: Vec<_> = here
             .into_iter()
-            .filter(|e| run.dirs.is_empty() || !e.is_dir || run.model.files.contains_key(&e.path))
+            .filter(|e| {
+                !replay
+                    || run.model.files.contains_key(&e.path)
+                    || !(e.is_dir || run.append_files.contains(&e.path))
+            })
             .collect();
         for m in listing_mismatches(&run.model, dir, &here) {
             violation(checks, start, format!("after healing, {m}"));

@@ -24,6 +24,9 @@ use tessera_core::pb::{
 };
 use tessera_core::trace::TraceFile;
 
+/// The longest pause between two operations the script keeps (see [`script`]).
+pub const MAX_IDLE_MS: u64 = 10_000;
+
 /// One client operation found in the traces.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClientOp {
@@ -49,7 +52,8 @@ impl ClientOp {
         }
     }
 
-    /// The directory whose group runs this operation.
+    /// The directory whose group runs this operation (a mkdir: the one it makes, whose
+    /// files the same group makes).
     fn dir(&self) -> String {
         match self {
             ClientOp::Mkdir { path } => path.clone(),
@@ -155,6 +159,15 @@ pub fn script(nodes: &[Vec<(String, TraceFile)>]) -> Script {
     let mut tokens: std::collections::HashSet<u64> = Default::default();
     let mut renames: Vec<(u64, String, String)> = Vec::new();
     let mut dirs: std::collections::HashSet<String> = Default::default();
+    // Hosts of the chunkservers, and of the clients that asked the master.
+    let host = |peer: &str| peer.rsplit_once(':').map_or(peer, |(h, _)| h).to_string();
+    let servers: std::collections::HashSet<String> = nodes
+        .iter()
+        .filter_map(|files| files.first())
+        .filter(|(_, f)| f.header.role == "chunkserver")
+        .map(|(_, f)| host(&f.header.node))
+        .collect();
+    let mut clients: std::collections::HashSet<String> = Default::default();
     for files in nodes {
         let mut asked: HashMap<u64, pb::MasterRequest> = HashMap::new();
         for (_, f) in files {
@@ -172,6 +185,13 @@ pub fn script(nodes: &[Vec<(String, TraceFile)>]) -> Script {
                     && let Some(req) = &r.req
                 {
                     asked.insert(r.id, req.clone());
+                    if !matches!(
+                        req.req,
+                        Some(MReq::Heartbeat(_)) | Some(MReq::ReportCorrupt(_)) | None
+                    ) && let Some(o) = &step.origin
+                    {
+                        clients.insert(host(&o.peer));
+                    }
                     let fresh = req.token == 0 || tokens.insert(req.token);
                     let op = match &req.req {
                         Some(MReq::Mkdir(m)) => Some(ClientOp::Mkdir {
@@ -196,9 +216,6 @@ pub fn script(nodes: &[Vec<(String, TraceFile)>]) -> Script {
                             if let ClientOp::Mkdir { path } = &op {
                                 dirs.insert(path.clone());
                             }
-                            if let ClientOp::Rename { from, to } = &op {
-                                renames.push((now, from.clone(), to.clone()));
-                            }
                             found.push(Found { at: now, op });
                         }
                     }
@@ -207,10 +224,19 @@ pub fn script(nodes: &[Vec<(String, TraceFile)>]) -> Script {
                     let Some(req) = asked.remove(&reply.id) else {
                         continue;
                     };
-                    let Some(resp) = reply.resp.as_ref().and_then(|r| r.resp.as_ref()) else {
+                    let Some(resp) = reply
+                        .resp
+                        .as_ref()
+                        .filter(|r| r.error.is_none())
+                        .and_then(|r| r.resp.as_ref())
+                    else {
                         continue;
                     };
                     match (&req.req, resp) {
+                        // Chunks are followed only through renames that were done.
+                        (Some(MReq::Rename(r)), MResp::Empty(_)) => {
+                            renames.push((now, r.src.clone(), r.dst.clone()));
+                        }
                         (Some(MReq::GetWriteTarget(q)), MResp::WriteTarget(t)) => {
                             places.entry(t.handle).or_default().push(Place {
                                 path: q.path.clone(),
@@ -235,7 +261,8 @@ pub fn script(nodes: &[Vec<(String, TraceFile)>]) -> Script {
             }
         }
     }
-    renames.sort();
+    // By time, and in the order the master answered within a millisecond.
+    renames.sort_by_key(|r| r.0);
     for ps in places.values_mut() {
         ps.sort_by_key(|p| p.at);
     }
@@ -298,16 +325,25 @@ pub fn script(nodes: &[Vec<(String, TraceFile)>]) -> Script {
                     continue;
                 };
                 let now = rec.now_ms;
+                // Where clients run on hosts of their own, a request from a
+                // chunkserver's host is a server's (a clone reads its source).
+                let from_server = clients.is_disjoint(&servers)
+                    && step
+                        .origin
+                        .as_ref()
+                        .is_some_and(|o| servers.contains(&host(&o.peer)));
                 let inline = r.data.as_ref().map_or(0, |d| d.len);
                 let size = |data_id: u64| match data_id {
                     0 => Some(inline),
                     id => pushed.get(&id).copied(),
                 };
                 let placed = |h: u64, off: u64| {
-                    places
-                        .get(&h)
-                        .and_then(|ps| at_time(ps, now))
-                        .map(|(path, index, chunk_size)| (path, index * chunk_size + off))
+                    places.get(&h).and_then(|ps| at_time(ps, now)).and_then(
+                        |(path, index, chunk_size)| {
+                            let at = index.checked_mul(chunk_size)?.checked_add(off)?;
+                            Some((path, at))
+                        },
+                    )
                 };
                 let op = match r.req.as_ref().and_then(|q| q.req.as_ref()) {
                     Some(CReq::Write(w)) => {
@@ -345,6 +381,10 @@ pub fn script(nodes: &[Vec<(String, TraceFile)>]) -> Script {
                                 None
                             }
                         }
+                    }
+                    Some(CReq::Read(_)) if from_server => {
+                        skip("read by a chunkserver (a clone)");
+                        None
                     }
                     Some(CReq::Read(q)) => match placed(q.handle, q.offset) {
                         Some((path, offset)) => Some(ClientOp::Read {
@@ -400,9 +440,11 @@ pub fn script(nodes: &[Vec<(String, TraceFile)>]) -> Script {
         }
         step_dirs.push(a);
     }
-    // Groups numbered densely, in order of first use.
+    // Groups numbered densely, in order of first use. Times from the first operation,
+    // with idle stretches longer than `MAX_IDLE_MS` cut to it: a trace of days replays
+    // in what its activity needs.
     let mut dense: HashMap<usize, usize> = HashMap::new();
-    let t0 = found.first().map_or(0, |f| f.at);
+    let (mut last, mut at) = (found.first().map_or(0, |f| f.at), 0u64);
     let steps = found
         .into_iter()
         .zip(step_dirs)
@@ -410,8 +452,10 @@ pub fn script(nodes: &[Vec<(String, TraceFile)>]) -> Script {
             let r = root(&mut parent_of, d);
             let n = dense.len();
             let group = *dense.entry(r).or_insert(n);
+            at += f.at.saturating_sub(last).min(MAX_IDLE_MS);
+            last = f.at;
             Step {
-                at_ms: f.at - t0,
+                at_ms: at,
                 group,
                 op: f.op,
             }
