@@ -141,6 +141,12 @@ impl Leases {
         self.held.get(&h)
     }
 
+    /// Every lease the master still counts (void and expired ones included, until they
+    /// are purged), for the checkers.
+    pub fn held(&self) -> impl Iterator<Item = (ChunkHandle, &Lease)> {
+        self.held.iter().map(|(h, l)| (*h, l))
+    }
+
     /// Leases that are valid now, for invariant checks.
     pub fn valid(&self, now: Time) -> impl Iterator<Item = (ChunkHandle, &Lease)> {
         self.held

@@ -1,8 +1,15 @@
-//! At most one chunkserver believes it is primary for a chunk at any true moment.
+//! At most one chunkserver believes it is primary for a chunk at any true moment, and no
+//! holder's lease outlasts the master's record of it.
 //!
 //! Each chunkserver's leases are read from its state after every step, converted from its
 //! own clock to true time, and compared with every other server's. A dead server's beliefs
 //! die with it.
+//!
+//! The first rule catches a lease run long only when the master happens to grant the next
+//! one inside the overlap. The second catches it at once: the master grants the chunk to
+//! another server only after the lease it recorded has expired on its clock plus the skew
+//! bound, so a holder whose lease ends later than that (in true time) is a second primary
+//! waiting to happen, whether or not the next grant comes in time to meet it.
 
 use std::collections::HashMap;
 
@@ -12,6 +19,9 @@ use tessera_core::types::ChunkHandle;
 pub struct LeaseBoard {
     /// Per server: chunk -> lease end in true milliseconds.
     held: HashMap<String, HashMap<ChunkHandle, i64>>,
+    /// The master's leases as of its last step, on chunks it is not granting: chunk ->
+    /// (primary, the true time the master may next grant it: expiry plus skew bound).
+    master: HashMap<ChunkHandle, (String, i64)>,
 }
 
 impl LeaseBoard {
@@ -39,8 +49,27 @@ impl LeaseBoard {
                 }
             }
         }
+        for (h, until) in &leases {
+            if *until > now
+                && let Some((primary, free_at)) = self.master.get(h)
+                && primary == server
+                && until > free_at
+            {
+                found = Some(format!(
+                    "lease on chunk {h} at {server} runs to {until}ms, past the master's \
+                     record of it ({free_at}ms with the skew bound)"
+                ));
+            }
+        }
         self.held.insert(server.to_string(), leases);
         found
+    }
+
+    /// Records the master's leases after one of its steps: chunk -> (primary, the true
+    /// time from which the master would grant the chunk again). Chunks being granted are
+    /// left out: the holder may have taken the new lease before the master counts it.
+    pub fn master_saw(&mut self, leases: HashMap<ChunkHandle, (String, i64)>) {
+        self.master = leases;
     }
 
     pub fn forget(&mut self, server: &str) {

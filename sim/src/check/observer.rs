@@ -34,8 +34,18 @@ impl Observer for SimObserver {
         master: &Master,
     ) {
         let t = self.true_ms();
+        let (clock, jump) = (self.clock, self.jump.get());
         let mut c = self.checks.lock().expect("checks lock");
-        step::master_step(&mut c, &self.node, t, now, input, effects, master);
+        step::master_step(
+            &mut c,
+            &self.node,
+            t,
+            now,
+            input,
+            effects,
+            master,
+            |local| clock.true_time(local - jump),
+        );
     }
 
     fn chunkserver_step(

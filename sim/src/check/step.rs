@@ -11,7 +11,9 @@ use tessera_core::types::Time;
 
 use super::{Checks, NS_DIR, references, replication::ReplicationReport};
 
-/// After a master step at true time `t` (ms) on `node`, whose clock read `now`.
+/// After a master step at true time `t` (ms) on `node`, whose clock read `now`;
+/// `to_true` turns a reading of the node's clock into true time.
+#[allow(clippy::too_many_arguments)]
 pub fn master_step(
     c: &mut Checks,
     node: &str,
@@ -20,6 +22,7 @@ pub fn master_step(
     input: &ms::Input,
     effects: &ms::Effects,
     master: &Master,
+    to_true: impl Fn(i64) -> i64,
 ) {
     c.steps += 1;
     let tr = &mut c.trace;
@@ -79,6 +82,19 @@ pub fn master_step(
             _ => {}
         }
     }
+    // The master's leases, in true time, for the holders' leases to be measured against.
+    let skew = master.config().max_clock_skew;
+    c.leases.master_saw(
+        master
+            .leases()
+            .held()
+            .filter(|(h, _)| !master.leases().is_granting(*h))
+            .map(|(h, l)| {
+                let primary = master.servers().get(l.primary).addr.clone();
+                (h, (primary, to_true((l.expires + skew).0 as i64)))
+            })
+            .collect(),
+    );
     let mut found = Vec::new();
     if let Err(e) = master.check_queues() {
         found.push(format!("master invariant: {e}"));

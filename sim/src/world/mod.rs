@@ -365,6 +365,7 @@ impl World {
     fn master_input(&mut self, input: ms::Input) {
         let now = self.master_clock();
         let t = self.now;
+        let off = EPOCH_MS + self.settings.offsets.first().copied().unwrap_or(0);
         let incarnation = self.master_incarnation;
         let Some(node) = self.master.as_mut() else {
             return;
@@ -385,6 +386,7 @@ impl World {
             &input,
             &effects,
             &node.m,
+            |local| local - off,
         );
         node.batch.add(&mut effects);
         let replies: Vec<_> = effects
