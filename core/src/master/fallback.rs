@@ -110,13 +110,19 @@ impl Master {
     }
 
     /// A grant moved `h` from `old` to a new version without `demoted`, which were
-    /// current at `old`.
+    /// current at `old`, nor the servers that died listed with `h` at `old`.
     pub(super) fn demoted(&mut self, h: ChunkHandle, old: Version, demoted: &[ServerIdx]) {
+        let mut demoted = demoted.to_vec();
+        for &(s, v) in self.fallbacks.dead.get(&h).into_iter().flatten() {
+            if v == old && !self.servers.is_alive(s) && !demoted.contains(&s) {
+                demoted.push(s);
+            }
+        }
         if demoted.is_empty() || old == 0 {
             return;
         }
         let kept = self.fallbacks.kept.entry(h).or_default();
-        for &s in demoted {
+        for s in demoted {
             kept.retain(|&(k, _)| k != s);
             kept.push((s, old));
         }
@@ -153,11 +159,10 @@ impl Master {
     }
 
     /// `server` was declared dead listed as holding `h`: it may come back with it, so
-    /// `h` is not revived from older copies meanwhile.
+    /// `h` is not revived from older copies meanwhile; and if a grant moves `h` on
+    /// while it is down, its copy is demoted. (Kept until the server is back or the
+    /// chunk at its goal again: bounded by the chunks below their goal.)
     pub(super) fn holder_died(&mut self, h: ChunkHandle, server: ServerIdx) {
-        if !self.fallbacks.kept.contains_key(&h) {
-            return;
-        }
         if let Some(c) = self.meta.chunks.get(h) {
             let v = c.version;
             let dead = self.fallbacks.dead.entry(h).or_default();

@@ -3443,3 +3443,47 @@ fn a_current_copy_missing_from_a_report_is_no_reason_to_revive() {
         assert!(set_versions(&h).is_empty(), "revived on a missing report");
     }
 }
+
+/// A server declared dead while listed at the old version holds every write
+/// acknowledged up to it, like a copy the grant reached too late: it is demoted when
+/// the grant moves the chunk on while it is down, kept when it comes back below the
+/// goal, and revived if the new version's copies are reported corrupt.
+#[test]
+fn a_copy_on_a_server_down_during_a_grant_is_demoted() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    let handle = h.write_target("/f", 0).unwrap().handle;
+    for a in ["cs0", "cs1", "cs2"] {
+        beat(&mut h, a, &[(handle, 1)]);
+    }
+    // cs2 falls silent and is declared dead; the lease runs out meanwhile.
+    for _ in 0..4 {
+        h.advance(Duration::from_secs(3));
+        for a in ["cs0", "cs1"] {
+            beat(&mut h, a, &[(handle, 1)]);
+        }
+        h.step(Input::Tick);
+    }
+    assert!(!chunk_replicas(&mut h, "/f").contains(&"cs2".to_string()));
+    // v2 reaches one of the two live copies.
+    let primary = regrant(&mut h, None);
+    let other = if primary == "cs0" { "cs1" } else { "cs0" };
+    h.answer_calls(&[other]);
+    // cs2 comes back with version 1: kept, not deleted.
+    let hb = beat(&mut h, "cs2", &[(handle, 1)]);
+    assert!(hb.delete_chunks.is_empty(), "{hb:?}");
+    // The v2 copy is found corrupt; once no lease can be out, both v1 copies revive.
+    corrupt(&mut h, &primary, handle);
+    h.advance(Duration::from_secs(12));
+    for a in ["cs2", other] {
+        beat(&mut h, a, &[(handle, 1)]);
+    }
+    beat(&mut h, &primary, &[]);
+    h.calls.clear();
+    h.step(Input::Tick);
+    h.sync();
+    let mut want = vec![("cs2".to_string(), 3), (other.to_string(), 3)];
+    want.sort();
+    assert_eq!(set_versions(&h), want);
+}
