@@ -237,6 +237,10 @@ fn setup(w: &mut World) {
     }
 }
 
+/// How far time moves between the heal phase's rounds of ticks: well inside the
+/// master's heartbeat timeout (4 s), so no server is declared dead for want of ticks.
+const HEAL_STEP_MS: i64 = 1_000;
+
 /// Everything restarts; time runs on, with every message delivered, until the clients
 /// are done and leases and re-replication have settled.
 fn heal(w: &mut World) {
@@ -266,7 +270,7 @@ fn heal(w: &mut World) {
         if w.active() == 0 && round >= 2 && !reviving {
             break;
         }
-        w.advance(250);
+        w.advance(HEAL_STEP_MS);
     }
     assert_eq!(w.active(), 0, "clients still busy after healing");
 }

@@ -121,6 +121,13 @@ pub struct ChunkTable {
     len: usize,
 }
 
+/// An empty page, built where it lives: an array this size built on the stack and then
+/// boxed costs a 40 KiB copy, and a master builds one at every start and recovery.
+fn empty_page() -> Page {
+    let slots: Box<[Chunk]> = (0..PAGE).map(|_| Chunk::default()).collect();
+    slots.try_into().expect("a page has PAGE slots")
+}
+
 fn split(h: ChunkHandle) -> (u64, usize) {
     (h >> PAGE_BITS, (h as usize) & (PAGE - 1))
 }
@@ -152,7 +159,7 @@ impl ChunkTable {
         let (live, page) = self
             .pages
             .entry(p)
-            .or_insert_with(|| (0, Box::new(std::array::from_fn(|_| Chunk::default()))));
+            .or_insert_with(|| (0, empty_page()));
         assert_eq!(page[i].refcount, 0, "chunk {h} inserted twice");
         page[i] = Chunk {
             version,
