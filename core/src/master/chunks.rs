@@ -156,10 +156,7 @@ impl ChunkTable {
     /// Adds a chunk with one reference. The handle must be unused.
     pub fn insert(&mut self, h: ChunkHandle, version: Version, goal: u8) {
         let (p, i) = split(h);
-        let (live, page) = self
-            .pages
-            .entry(p)
-            .or_insert_with(|| (0, empty_page()));
+        let (live, page) = self.pages.entry(p).or_insert_with(|| (0, empty_page()));
         assert_eq!(page[i].refcount, 0, "chunk {h} inserted twice");
         page[i] = Chunk {
             version,
