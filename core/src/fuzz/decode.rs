@@ -132,6 +132,7 @@ pub fn small_master() -> Master {
         Op::SetVersion(pb::SetVersionOp {
             handle: 1,
             version: 1,
+            ..Default::default()
         }),
         Op::SetLength(pb::SetLengthOp {
             path: "/d/f".into(),
@@ -506,6 +507,16 @@ pub fn seeds() -> Vec<Vec<u8>> {
         Op::SetVersion(pb::SetVersionOp {
             handle: 1,
             version: 2,
+            demoted: vec![pb::DemotedCopy {
+                address: "cs1:7000".into(),
+                version: 1,
+            }],
+            holders: vec!["cs0:7000".into()],
+        }),
+        Op::Fallback(pb::FallbackOp {
+            handle: 1,
+            address: "cs2:7000".into(),
+            kind: pb::Fallback::Holder as i32,
         }),
         Op::ReserveVersion(pb::ReserveVersionOp {
             handle: 1,

@@ -31,6 +31,14 @@ enum Step {
     SetVersion {
         chunk: u8,
         up: u8,
+        /// Servers (bits) whose copies the grant demotes, and those that took it.
+        demoted: u8,
+        holders: u8,
+    },
+    Fallback {
+        chunk: u8,
+        server: u8,
+        kind: u8,
     },
     Reserve {
         chunk: u8,
@@ -77,7 +85,7 @@ pub fn dump(meta: &Meta) -> String {
         .collect();
     format!(
         "cluster {}\nnext handle {}\nnamespace {:?}\nchunks {:?}\nretired {:?}\n\
-         reserved {:?}\ncompleted {:?}\nfiles {}",
+         reserved {:?}\ncompleted {:?}\nfallbacks {:?}\nfiles {}",
         meta.cluster_id,
         meta.next_handle,
         tree,
@@ -85,6 +93,7 @@ pub fn dump(meta: &Meta) -> String {
         meta.retired,
         reserved,
         meta.retries.iter().collect::<Vec<_>>(),
+        meta.fallbacks,
         meta.ns.file_count(),
     )
 }
@@ -124,11 +133,39 @@ fn op(meta: &Meta, step: &Step) -> Option<Op> {
             path: path(p),
             handle: meta.next_handle,
         }),
-        Step::SetVersion { chunk: c, up } => {
+        Step::SetVersion {
+            chunk: c,
+            up,
+            demoted,
+            holders,
+        } => {
             let (handle, version) = chunk(meta, c);
+            let servers = |bits: u8| {
+                SERVERS
+                    .iter()
+                    .enumerate()
+                    .filter(move |(i, _)| bits & (1 << i) != 0)
+                    .map(|(_, a)| a.to_string())
+            };
             Op::SetVersion(pb::SetVersionOp {
                 handle,
                 version: version + u64::from(up % 4),
+                demoted: servers(demoted)
+                    .map(|address| pb::DemotedCopy { address, version })
+                    .collect(),
+                holders: servers(holders).collect(),
+            })
+        }
+        Step::Fallback {
+            chunk: c,
+            server,
+            kind,
+        } => {
+            let (handle, _) = chunk(meta, c);
+            Op::Fallback(pb::FallbackOp {
+                handle,
+                address: SERVERS[server as usize % SERVERS.len()].into(),
+                kind: i32::from(kind % 6),
             })
         }
         Step::Reserve { chunk: c, up } => {
@@ -268,7 +305,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
     // `arbitrary` reads each step of the sequence after a byte whose low bit says one
     // follows, an enum's variant as a u32 `x` (variant `x * count >> 32`), then each
     // field; the steps below are written that way, one per entry.
-    const VARIANTS: u64 = 12;
+    const VARIANTS: u64 = 13;
     let step = |variant: u64, fields: &[u8]| {
         let x = (variant << 32).div_ceil(VARIANTS) as u32;
         let mut v = vec![1];
@@ -281,14 +318,18 @@ pub fn seeds() -> Vec<Vec<u8>> {
         step(0, &[0]),                  // mkdir /a
         step(1, &[2, 3, 1]),            // create /a/x
         step(4, &[2]),                  // add a chunk to /a/x
-        step(5, &[0, 1]),               // its version up by one
-        step(6, &[0, 2]),               // reserve a version above it
-        step(11, &[]),                  // checkpoint
-        step(7, &[2, 100, 0, 0, 0, 0]), // length 100
+        step(5, &[0, 1, 0, 0]),         // its version up by one
+        step(7, &[0, 2]),               // reserve a version above it
+        step(12, &[]),                  // checkpoint
+        step(5, &[0, 1, 0b110, 0b001]), // up again: cs1, cs2 demoted, cs0 took it
+        step(6, &[0, 2, 1]),            // a clone to cs2: a holder
+        step(12, &[]),                  // checkpoint
+        step(8, &[2, 100, 0, 0, 0, 0]), // length 100
         step(2, &[0, 1]),               // rename /a to /b
-        step(8, &[0, 1, 0]),            // retire a copy
+        step(9, &[0, 1, 0]),            // retire a copy
+        step(6, &[0, 1, 3]),            // cs1's demoted copy gone
         step(3, &[6]),                  // remove /c (none: refused)
-        step(11, &[]),
+        step(12, &[]),
     ];
     let mut out = vec![tree.concat()];
     for n in 1..tree.len() {

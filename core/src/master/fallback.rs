@@ -6,33 +6,36 @@
 //! corrupt, the chunk would be gone with every write acknowledged before the grant,
 //! while intact copies of those writes sit on the demoted servers, ordered deleted.
 //!
-//! So the master remembers, at each grant, the copies it demotes: servers it listed as
-//! current at the old version that did not take the new one. Each was a replica of the
-//! old version's lease (or copied while none was out), so it holds every write
-//! acknowledged up to that version. While the chunk is below its goal such a copy is
-//! kept, not ordered deleted, when its server reports it at that very version (a copy
-//! at any other version is judged as before: one that took the new version late is
-//! retired, and missed its writes). Once the goal is met again they are deleted.
+//! So each grant logs, with the new version, the copies it demotes: servers current at
+//! the old version that did not take the new one (listed, targets of the grant that did
+//! not answer, or declared dead while listed at it). Each holds every write acknowledged
+//! up to that version. While the chunk is below its goal such a copy is kept, not
+//! ordered deleted, when its server reports it at that very version (a copy at any other
+//! version is judged as before: one that took the new version late is retired, and
+//! missed its writes). Once the goal is met again a record forgets them, and they are
+//! deleted.
 //!
-//! When every current copy is known destroyed, the master revives the newest demoted
-//! copies: a grant with no primary and no lease gives them a new version, and
-//! re-replication restores the goal from them. Writes under the versions between were
-//! on the destroyed copies only. "Known destroyed" is narrow on purpose, since reviving
-//! while a current copy still exists somewhere would throw away its writes:
-//! - a current copy left the replicas only by a corruption report (the scrubber or a
-//!   reader found it bad), never by a missing report or a dead server;
-//! - no server that died listed as holding the current version may come back with it;
-//! - no clone of the current version has an unknown outcome (no answer, or a copy made
-//!   but not listed): its target may hold the version;
-//! - no lease may be out, and no demoted copy newer than those revived is on a server
-//!   that is down;
-//! - a revival nobody answered waits a lease period before the next try.
+//! When every copy of the current version is known destroyed, the master revives the
+//! newest demoted copies: a grant with no primary and no lease gives them a new version,
+//! and re-replication restores the goal from them. Writes under the versions between
+//! were on the destroyed copies only. Reviving while a current copy still exists
+//! somewhere would throw away its writes, so the log also keeps, for such a chunk, every
+//! server that may hold its current version (its *holders*):
+//! - those that took the version at its grant (or revival, or were found holding it);
+//! - each clone target, logged before the clone is sent (the clone waits for the record
+//!   to be durable), so a master that crashed mid-clone still counts it (a demoted copy
+//!   on the target stays demoted until the clone replaces it);
+//! - a holder leaves only when its copy is known destroyed: reported corrupt, or its
+//!   clone answered that it failed or was never sent. Never for a missing report or a
+//!   dead server: it may come back with the copy.
 //!
-//! All of this is learned from grants, reports and heartbeats, not logged: a master
-//! that restarts forgets it, keeps nothing, and revives nothing (the chunk stays
-//! missing, as it was before this rule).
+//! A revival needs no holder left, no clone under way, no lease that may be out, and
+//! the newest demoted copies on live servers (none newer on a server that is down); one
+//! nobody answered waits a lease period before the next try. All of this is in the log
+//! and the checkpoint, so a restarted master keeps and revives as the one before it.
 
-use crate::types::{HashMap, HashSet, Time};
+use crate::pb::{self, log_record::Op};
+use crate::types::{HashMap, HashSet, LogSeq, Time};
 
 use super::Master;
 use super::chunks::ServerIdx;
@@ -40,68 +43,70 @@ use crate::types::{ChunkHandle, Version};
 
 #[derive(Debug, Default)]
 pub(super) struct Fallbacks {
-    /// Copies demoted by a grant: (server, the version it was current at).
-    kept: HashMap<ChunkHandle, Vec<(ServerIdx, Version)>>,
-    /// Chunks a current copy of which was reported corrupt, with the version then.
-    lost: HashMap<ChunkHandle, Version>,
-    /// Servers declared dead while listed as holding a chunk that has demoted copies,
-    /// with the version they held.
+    /// Servers declared dead while listed as holding a chunk, with the version they held:
+    /// a grant that moves the chunk on while one is down demotes its copy too. (Until
+    /// the server is back or the chunk at its goal again.)
     dead: HashMap<ChunkHandle, Vec<(ServerIdx, Version)>>,
-    /// Chunks a clone of which, at this version, may have made a copy nobody lists.
-    unsure: HashMap<ChunkHandle, Version>,
     /// Revivals under way (the version revived from), and when a failed one may retry.
     reviving: HashMap<ChunkHandle, Version>,
     retry_at: HashMap<ChunkHandle, Time>,
+    /// Clones waiting for their target's holder record to be durable.
+    intents: HashMap<ChunkHandle, Intent>,
+    /// Clones sent to a target logged as a holder for them.
+    cloning: HashSet<(ChunkHandle, ServerIdx)>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Intent {
+    target: ServerIdx,
+    version: Version,
+    seq: LogSeq,
 }
 
 impl Fallbacks {
     pub fn forget(&mut self, h: ChunkHandle) {
-        self.kept.remove(&h);
-        self.lost.remove(&h);
         self.dead.remove(&h);
-        self.unsure.remove(&h);
         self.reviving.remove(&h);
         self.retry_at.remove(&h);
-    }
-
-    /// `server`'s copy of `h` is gone (reported corrupt, or not reported).
-    pub fn drop_kept(&mut self, h: ChunkHandle, server: ServerIdx) {
-        if let Some(k) = self.kept.get_mut(&h) {
-            k.retain(|&(s, _)| s != server);
-            if k.is_empty() {
-                self.kept.remove(&h);
-            }
-        }
-    }
-
-    /// `server` reported the chunks in `reported`: its kept copies of others are gone.
-    pub fn unreported(&mut self, server: ServerIdx, reported: &HashSet<ChunkHandle>) {
-        if self.kept.is_empty() {
-            return;
-        }
-        self.kept.retain(|h, k| {
-            if !reported.contains(h) {
-                k.retain(|&(s, _)| s != server);
-            }
-            !k.is_empty()
-        });
+        self.intents.remove(&h);
+        self.cloning.retain(|&(c, _)| c != h);
     }
 }
 
 impl Master {
-    /// A kept copy is older than its chunk and not one of its replicas.
+    /// Logs a change to `h`'s fallbacks; returns its sequence number.
+    fn log_fallback(&mut self, h: ChunkHandle, address: String, kind: pb::Fallback) -> LogSeq {
+        let op = Op::Fallback(pb::FallbackOp {
+            handle: h,
+            address,
+            kind: kind as i32,
+        });
+        match self.log(op) {
+            Ok((seq, _)) => seq,
+            Err(e) => panic!("logging a fallback record of chunk {h}: {e}"),
+        }
+    }
+
+    /// For each chunk with fallbacks: its demoted copies are older than it and on none
+    /// of its replicas, and every replica is a holder of its version.
     pub(super) fn check_fallbacks(&self) -> Result<(), String> {
-        for (&h, kept) in &self.fallbacks.kept {
+        for (&h, f) in &self.meta.fallbacks {
             let Some(c) = self.meta.chunks.get(h) else {
-                continue;
+                return Err(format!("fallbacks of chunk {h}, which is gone"));
             };
-            for &(s, v) in kept {
-                if v >= c.version || c.replicas.contains(s) {
+            if let Some((a, v)) = f.demoted.iter().find(|&(_, &v)| v >= c.version) {
+                return Err(format!(
+                    "chunk {h} at version {} keeps {a}'s copy at version {v} as demoted",
+                    c.version
+                ));
+            }
+            for &s in c.replicas.as_slice() {
+                let a = &self.servers.get(s).addr;
+                if !f.holders.contains(a) || f.demoted.contains_key(a) {
                     return Err(format!(
-                        "chunk {h} at version {} keeps server {s}'s copy at version {v} as \
-                         stale (replicas {:?})",
-                        c.version,
-                        c.replicas.as_slice()
+                        "chunk {h} lists {a} as a replica, not as a holder of version {} \
+                         ({f:?})",
+                        c.version
                     ));
                 }
             }
@@ -109,23 +114,49 @@ impl Master {
         Ok(())
     }
 
-    /// A grant moved `h` from `old` to a new version without `demoted`, which were
-    /// current at `old`, nor the servers that died listed with `h` at `old`.
-    pub(super) fn demoted(&mut self, h: ChunkHandle, old: Version, demoted: &[ServerIdx]) {
-        let mut demoted = demoted.to_vec();
+    /// The copies a grant moving `h` from `old` demotes, besides `demoted` (current at
+    /// `old`, not among `acked`): the servers that died listed with it at `old`, and the
+    /// holders of `old` the log knows of. For the grant's `SetVersionOp`, with the
+    /// holders of the new version (logged only where the chunk has fallbacks).
+    pub(super) fn demotions(
+        &self,
+        h: ChunkHandle,
+        old: Version,
+        demoted: &[ServerIdx],
+        acked: &[ServerIdx],
+    ) -> (Vec<pb::DemotedCopy>, Vec<String>) {
+        if old == 0 {
+            return (Vec::new(), Vec::new());
+        }
+        let mut out: Vec<String> = demoted
+            .iter()
+            .map(|&s| self.servers.get(s).addr.clone())
+            .collect();
         for &(s, v) in self.fallbacks.dead.get(&h).into_iter().flatten() {
-            if v == old && !self.servers.is_alive(s) && !demoted.contains(&s) {
-                demoted.push(s);
+            if v == old && !self.servers.is_alive(s) && !acked.contains(&s) {
+                out.push(self.servers.get(s).addr.clone());
             }
         }
-        if demoted.is_empty() || old == 0 {
-            return;
+        let holders: Vec<String> = acked
+            .iter()
+            .map(|&s| self.servers.get(s).addr.clone())
+            .collect();
+        if let Some(f) = self.meta.fallbacks.get(&h) {
+            out.extend(f.holders.iter().filter(|a| !holders.contains(a)).cloned());
         }
-        let kept = self.fallbacks.kept.entry(h).or_default();
-        for s in demoted {
-            kept.retain(|&(k, _)| k != s);
-            kept.push((s, old));
+        out.sort();
+        out.dedup();
+        if out.is_empty() && !self.meta.fallbacks.contains_key(&h) {
+            return (Vec::new(), Vec::new());
         }
+        let demoted = out
+            .into_iter()
+            .map(|address| pb::DemotedCopy {
+                address,
+                version: old,
+            })
+            .collect();
+        (demoted, holders)
     }
 
     /// A heartbeat reports `server`'s copy of `h` at `version`, older than the chunk's.
@@ -142,26 +173,74 @@ impl Master {
         };
         if self.live_replicas(c).len() >= usize::from(c.goal) {
             // Whole again: no fallback is needed any more.
-            self.fallbacks.forget(h);
+            self.whole_again(h);
             return false;
         }
-        self.fallbacks
-            .kept
+        let addr = &self.servers.get(server).addr;
+        self.meta
+            .fallbacks
             .get(&h)
-            .is_some_and(|k| k.contains(&(server, version)))
+            .is_some_and(|f| f.demoted.get(addr) == Some(&version))
     }
 
-    /// `server`'s copy of `h`, listed as current, was reported corrupt.
-    pub(super) fn current_copy_corrupt(&mut self, h: ChunkHandle) {
-        if let Some(c) = self.meta.chunks.get(h) {
-            self.fallbacks.lost.insert(h, c.version);
+    /// `h` is at its goal again: its demoted copies are not needed any more.
+    pub(super) fn whole_again(&mut self, h: ChunkHandle) {
+        self.fallbacks.forget(h);
+        if self.meta.fallbacks.contains_key(&h) {
+            self.log_fallback(h, String::new(), pb::Fallback::Forget);
         }
     }
 
-    /// `server` was declared dead listed as holding `h`: it may come back with it, so
-    /// `h` is not revived from older copies meanwhile; and if a grant moves `h` on
-    /// while it is down, its copy is demoted. (Kept until the server is back or the
-    /// chunk at its goal again: bounded by the chunks below their goal.)
+    /// `server`'s copy of `h` was reported corrupt: as a holder's, the current version
+    /// has one copy fewer; as a demoted copy, it is gone.
+    pub(super) fn copy_corrupt(&mut self, h: ChunkHandle, server: ServerIdx) {
+        let addr = self.servers.get(server).addr.clone();
+        let Some(f) = self.meta.fallbacks.get(&h) else {
+            return;
+        };
+        if f.holders.contains(&addr) {
+            self.log_fallback(h, addr, pb::Fallback::NotHolder);
+        } else if f.demoted.contains_key(&addr) {
+            self.log_fallback(h, addr, pb::Fallback::Gone);
+        }
+    }
+
+    /// `server` reported the chunks in `reported`: its demoted copies of others are gone.
+    pub(super) fn unreported(&mut self, server: ServerIdx, reported: &HashSet<ChunkHandle>) {
+        if self.meta.fallbacks.is_empty() {
+            return;
+        }
+        let addr = self.servers.get(server).addr.clone();
+        let gone: Vec<ChunkHandle> = self
+            .meta
+            .fallbacks
+            .iter()
+            .filter(|(h, f)| !reported.contains(h) && f.demoted.contains_key(&addr))
+            .map(|(&h, _)| h)
+            .collect();
+        for h in gone {
+            self.log_fallback(h, addr.clone(), pb::Fallback::Gone);
+        }
+    }
+
+    /// `server` is now listed as holding `h`'s current version: a holder, and its
+    /// demoted copy, if it had one, is gone (replaced by the current one).
+    pub(super) fn listed_holder(&mut self, h: ChunkHandle, server: ServerIdx) {
+        let addr = self.servers.get(server).addr.clone();
+        let Some(f) = self.meta.fallbacks.get(&h) else {
+            return;
+        };
+        let (holder, demoted) = (f.holders.contains(&addr), f.demoted.contains_key(&addr));
+        if !holder {
+            self.log_fallback(h, addr.clone(), pb::Fallback::Holder);
+        }
+        if demoted {
+            self.log_fallback(h, addr, pb::Fallback::Gone);
+        }
+    }
+
+    /// `server` was declared dead listed as holding `h`: if a grant moves `h` on while it
+    /// is down, its copy is demoted.
     pub(super) fn holder_died(&mut self, h: ChunkHandle, server: ServerIdx) {
         if let Some(c) = self.meta.chunks.get(h) {
             let v = c.version;
@@ -182,67 +261,153 @@ impl Master {
         });
     }
 
-    /// Whether some chunk has every current copy reported corrupt and demoted copies to
+    /// Starts a clone of `h` at `version` from `source` to `target`; or, if `h` has
+    /// fallbacks and `target` is not a holder of `version` yet, logs it as one and leaves
+    /// the clone to [`Master::intended_clone`] once that record is durable.
+    pub(super) fn clone_to(
+        &mut self,
+        h: ChunkHandle,
+        version: Version,
+        source: ServerIdx,
+        target: ServerIdx,
+    ) {
+        let addr = &self.servers.get(target).addr;
+        if let Some(f) = self.meta.fallbacks.get(&h)
+            && !f.holders.contains(addr)
+        {
+            let addr = addr.clone();
+            let seq = self.log_fallback(h, addr, pb::Fallback::Holder);
+            self.fallbacks.intents.insert(
+                h,
+                Intent {
+                    target,
+                    version,
+                    seq,
+                },
+            );
+            return;
+        }
+        self.start_clone(h, version, source, target);
+    }
+
+    /// A clone of `h` logged by [`Master::clone_to`]: `Some(true)` if it starts now,
+    /// `Some(false)` while its record is not durable yet, `None` if there is none (any
+    /// more: a target that can no longer take it is logged as holding nothing).
+    pub(super) fn intended_clone(
+        &mut self,
+        h: ChunkHandle,
+        version: Version,
+        source: ServerIdx,
+    ) -> Option<bool> {
+        let i = *self.fallbacks.intents.get(&h)?;
+        if i.seq > self.synced_seq {
+            return Some(false);
+        }
+        self.fallbacks.intents.remove(&h);
+        if i.version != version {
+            // A grant since named the new version's holders.
+            return None;
+        }
+        let t = i.target;
+        let usable = self.servers.is_alive(t)
+            && t != source
+            && self
+                .meta
+                .chunks
+                .get(h)
+                .is_some_and(|c| !c.replicas.contains(t))
+            && !self.gc.pending_deletes.is_ordered(t, h)
+            && !self.is_retired(h, t)
+            && self.servers.get(t).clones_in_flight < self.cfg.clones_per_server;
+        if usable {
+            self.start_clone(h, version, source, t);
+            self.fallbacks.cloning.insert((h, t));
+            return Some(true);
+        }
+        // Never sent: the target holds nothing of this version.
+        let addr = self.servers.get(t).addr.clone();
+        if self
+            .meta
+            .fallbacks
+            .get(&h)
+            .is_some_and(|f| f.holders.contains(&addr))
+        {
+            self.log_fallback(h, addr, pb::Fallback::NotHolder);
+        }
+        None
+    }
+
+    /// A clone of `h` to `target` ended. If it was logged as making a holder and answered
+    /// that it failed, the target holds nothing of the version.
+    pub(super) fn clone_ended(&mut self, h: ChunkHandle, target: ServerIdx, failed: bool) {
+        if !self.fallbacks.cloning.remove(&(h, target)) || !failed {
+            return;
+        }
+        let listed = self
+            .meta
+            .chunks
+            .get(h)
+            .is_some_and(|c| c.replicas.contains(target));
+        let addr = self.servers.get(target).addr.clone();
+        if !listed
+            && self
+                .meta
+                .fallbacks
+                .get(&h)
+                .is_some_and(|f| f.holders.contains(&addr))
+        {
+            self.log_fallback(h, addr, pb::Fallback::NotHolder);
+        }
+    }
+
+    /// Whether some chunk has no holder of its current version left and demoted copies to
     /// revive it from: the master has repair work pending (a revival may wait for a
     /// lease to run out). For harnesses deciding when a cluster has healed.
     pub fn awaiting_revival(&self) -> bool {
-        self.fallbacks.lost.iter().any(|(&h, &v)| {
-            self.meta.chunks.get(h).is_some_and(|c| {
-                c.version == v
-                    && self.live_replicas(c).is_empty()
-                    && self.fallbacks.kept.get(&h).is_some_and(|k| !k.is_empty())
-            })
+        self.meta.fallbacks.iter().any(|(&h, f)| {
+            f.holders.is_empty()
+                && !f.demoted.is_empty()
+                && self
+                    .meta
+                    .chunks
+                    .get(h)
+                    .is_some_and(|c| self.live_replicas(c).is_empty())
         })
     }
 
-    /// A clone of `h` at `version` may have left a copy the master does not list.
-    pub(super) fn clone_unsure(&mut self, h: ChunkHandle, version: Version) {
-        self.fallbacks.unsure.insert(h, version);
-    }
-
-    /// Revives `h` from its newest demoted copies if every current copy is known
-    /// destroyed (see the module comment). Returns whether a revival started.
+    /// Revives `h` from its newest demoted copies if no copy of its current version may
+    /// be left (see the module comment). Returns whether a revival started.
     pub(super) fn revive(&mut self, h: ChunkHandle) -> bool {
-        let Some(c) = self.meta.chunks.get(h) else {
-            self.fallbacks.forget(h);
+        let (Some(c), Some(f)) = (self.meta.chunks.get(h), self.meta.fallbacks.get(&h)) else {
             return false;
         };
         let current = c.version;
-        let f = &self.fallbacks;
         if current == 0
+            || !f.holders.is_empty()
             || !self.live_replicas(c).is_empty()
-            || f.lost.get(&h) != Some(&current)
-            || f.unsure.get(&h) == Some(&current)
-            || f.retry_at.get(&h).is_some_and(|&t| self.now < t)
+            || self.repl.in_flight.contains_key(&h)
+            || self.fallbacks.intents.contains_key(&h)
+            || self.fallbacks.reviving.contains_key(&h)
+            || self
+                .fallbacks
+                .retry_at
+                .get(&h)
+                .is_some_and(|&t| self.now < t)
             || self.lease_may_be_out(h)
         {
             return false;
         }
-        let alive = |s: ServerIdx| self.servers.is_alive(s);
-        let may_come_back = f
-            .dead
-            .get(&h)
-            .is_some_and(|d| d.iter().any(|&(s, v)| v == current && !alive(s)));
-        if may_come_back {
-            return false;
-        }
-        let kept: Vec<(ServerIdx, Version)> = f
-            .kept
-            .get(&h)
-            .into_iter()
-            .flatten()
-            .copied()
-            .filter(|&(s, v)| v < current && !self.gc.pending_deletes.is_ordered(s, h))
-            .collect();
         // The newest demoted copies, wherever they are: if none of those is on a live
         // server, wait for one rather than revive older data.
-        let Some(best) = kept.iter().map(|&(_, v)| v).max() else {
+        let Some(best) = f.demoted.values().copied().max() else {
             return false;
         };
-        let targets: Vec<ServerIdx> = kept
+        let targets: Vec<ServerIdx> = f
+            .demoted
             .iter()
-            .filter(|&&(s, v)| v == best && alive(s))
-            .map(|&(s, _)| s)
+            .filter(|&(_, &v)| v == best)
+            .filter_map(|(a, _)| self.servers.find(a))
+            .filter(|&s| self.servers.is_alive(s) && !self.gc.pending_deletes.is_ordered(s, h))
             .collect();
         if targets.is_empty() {
             return false;
@@ -254,7 +419,7 @@ impl Master {
             from = best,
             to = version,
             copies = targets.len(),
-            "every current copy reported corrupt: reviving the newest demoted copies"
+            "every current copy destroyed: reviving the newest demoted copies"
         );
         // No lease: nothing is written under the revival's version, so a copy that takes
         // it late is as good as one that answered.
@@ -268,8 +433,8 @@ impl Master {
         true
     }
 
-    /// A revival's answers are in: the copies that took the version, still kept at the
-    /// version revived from and alive, are current.
+    /// A revival's answers are in: the copies that took the version, still demoted at
+    /// the version revived from and alive, are current.
     pub(super) fn finish_revival(&mut self, h: ChunkHandle, version: Version, acked: &[ServerIdx]) {
         self.repl.check(h);
         let from = self.fallbacks.reviving.remove(&h);
@@ -277,12 +442,13 @@ impl Master {
             .iter()
             .copied()
             .filter(|&s| {
+                let addr = &self.servers.get(s).addr;
                 self.servers.is_alive(s)
                     && from.is_some_and(|v| {
-                        self.fallbacks
-                            .kept
+                        self.meta
+                            .fallbacks
                             .get(&h)
-                            .is_some_and(|k| k.contains(&(s, v)))
+                            .is_some_and(|f| f.demoted.get(addr) == Some(&v))
                     })
             })
             .collect();
@@ -294,12 +460,18 @@ impl Master {
             self.fallbacks.retry_at.insert(h, at);
             return;
         }
-        if let Err(e) = self.log(crate::pb::log_record::Op::SetVersion(
-            crate::pb::SetVersionOp { handle: h, version },
-        )) {
+        let holders = good
+            .iter()
+            .map(|&s| self.servers.get(s).addr.clone())
+            .collect();
+        if let Err(e) = self.log(Op::SetVersion(pb::SetVersionOp {
+            handle: h,
+            version,
+            demoted: Vec::new(),
+            holders,
+        })) {
             panic!("logging revived version {version} of chunk {h} failed: {e}");
         }
-        self.fallbacks.lost.remove(&h);
         self.fallbacks.retry_at.remove(&h);
         for &s in &good {
             self.add_replica(h, s);

@@ -103,7 +103,7 @@ impl Master {
         }
         // Orders still standing: repeat those the server has not carried out yet.
         let reported: HashSet<ChunkHandle> = r.chunks.iter().map(|c| c.handle).collect();
-        self.fallbacks.unreported(idx, &reported);
+        self.unreported(idx, &reported);
         let chunks = &self.meta.chunks;
         let doomed: HashSet<ChunkHandle> = match self.gc.pending_deletes.0.get_mut(&idx) {
             Some(hs) => {
@@ -217,26 +217,39 @@ impl Master {
                     delete.push(h);
                     continue;
                 }
+                if !self.leases.quiet_for(h, self.now).is_zero() {
+                    // A restarted master adopts a newer version only once every live
+                    // server has reported: the copies at the version it leaves are
+                    // demoted by name (nothing was written under the newer one, whose
+                    // grant never finished), and one not yet listed would be deleted.
+                    // Nothing is granted on the chunk meanwhile; the copy stays.
+                    if c.replicas.contains(idx) {
+                        self.drop_replica(h, idx);
+                    }
+                    continue;
+                }
                 tracing::info!(
                     chunk = h,
                     from = c.version,
                     to = rep.version,
                     "adopting newer version"
                 );
+                // Nothing was written under the version adopted (its grant never
+                // finished, or had no lease): the copies current at the old one hold
+                // every acknowledged write, and are demoted (`fallback.rs`), this server
+                // the one holder of the new version.
+                let old_version = c.version;
+                let old: Vec<_> = c.replicas.as_slice().to_vec();
+                let demoted: Vec<ServerIdx> = old.iter().copied().filter(|&s| s != idx).collect();
+                let (demoted, holders) = self.demotions(h, old_version, &demoted, &[idx]);
                 if let Err(e) = self.log(Op::SetVersion(pb::SetVersionOp {
                     handle: h,
                     version: rep.version,
+                    demoted,
+                    holders,
                 })) {
                     panic!("adopting version of chunk {h}: {e}");
                 }
-                let old: Vec<_> = self
-                    .meta
-                    .chunks
-                    .get(h)
-                    .expect("present")
-                    .replicas
-                    .as_slice()
-                    .to_vec();
                 for s in old {
                     self.drop_replica(h, s);
                 }
@@ -300,15 +313,7 @@ impl Master {
             && self.meta.chunks.get(r.handle).is_some()
         {
             tracing::warn!(chunk = r.handle, server = %r.address, "corrupt replica reported");
-            if self
-                .meta
-                .chunks
-                .get(r.handle)
-                .is_some_and(|c| c.replicas.contains(idx))
-            {
-                self.current_copy_corrupt(r.handle);
-            }
-            self.fallbacks.drop_kept(r.handle, idx);
+            self.copy_corrupt(r.handle, idx);
             self.drop_replica(r.handle, idx);
             let v = self.meta.chunks.get(r.handle).map_or(0, |c| c.version);
             self.gc.pending_deletes.order(idx, r.handle, v, self.now);
@@ -356,7 +361,7 @@ impl Master {
             .get_mut(h)
             .expect("adding a replica of a known chunk");
         if c.replicas.insert(s) {
-            self.fallbacks.drop_kept(h, s);
+            self.listed_holder(h, s);
             self.servers.get_mut(s).replicas += 1;
             // It may now have more copies than its goal (a server came back after its
             // chunks were copied elsewhere).

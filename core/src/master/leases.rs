@@ -574,9 +574,32 @@ impl Master {
             return;
         }
         let old_version = self.meta.chunks.get(h).map_or(0, |c| c.version);
+        // Replicas that did not take the new version are stale now.
+        let old: Vec<ServerIdx> = self
+            .meta
+            .chunks
+            .get(h)
+            .expect("checked")
+            .replicas
+            .as_slice()
+            .to_vec();
+        let dropped: Vec<ServerIdx> = old.into_iter().filter(|s| !g.acked.contains(s)).collect();
+        // Those, and the grant's targets that did not answer (listed at the old version
+        // when it began; one may have been declared dead since), hold every write
+        // acknowledged up to the old version: demoted, logged with the version
+        // (`fallback.rs`).
+        let mut demoted = dropped.clone();
+        for &s in &g.targets {
+            if !g.acked.contains(&s) && !demoted.contains(&s) {
+                demoted.push(s);
+            }
+        }
+        let (demoted, holders) = self.demotions(h, old_version, &demoted, &g.acked);
         if let Err(e) = self.log(Op::SetVersion(pb::SetVersionOp {
             handle: h,
             version: g.version,
+            demoted,
+            holders,
         })) {
             panic!("logging version {} of chunk {h} failed: {e}", g.version);
         }
@@ -588,29 +611,9 @@ impl Master {
         if let Some(l) = self.leases.held.get_mut(&h) {
             l.durable = lease.durable;
         }
-        // Replicas that did not take the new version are stale now.
-        let old: Vec<ServerIdx> = self
-            .meta
-            .chunks
-            .get(h)
-            .expect("checked")
-            .replicas
-            .as_slice()
-            .to_vec();
-        let dropped: Vec<ServerIdx> = old.into_iter().filter(|s| !g.acked.contains(s)).collect();
         for &s in &dropped {
             self.drop_replica(h, s);
         }
-        // Those, and the grant's targets that did not answer (listed at the old version
-        // when it began; one may have been declared dead since), hold every write
-        // acknowledged up to the old version (`fallback.rs`).
-        let mut demoted = dropped;
-        for &s in &g.targets {
-            if !g.acked.contains(&s) && !demoted.contains(&s) {
-                demoted.push(s);
-            }
-        }
-        self.demoted(h, old_version, &demoted);
         for &s in &g.acked {
             self.add_replica(h, s);
         }

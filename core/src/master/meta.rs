@@ -5,7 +5,7 @@
 use crate::error::FsError;
 use crate::pb::{self, log_record::Op};
 use crate::types::HashMap;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::types::{ChunkHandle, LogSeq, Version};
 
@@ -31,6 +31,10 @@ pub struct Meta {
     /// The latest requests completed with a token: asked again, they are answered as
     /// before (see `retries.rs`).
     pub retries: Retries,
+    /// Chunks with copies a grant demoted, kept as a last resort while the chunk is
+    /// below its goal (`fallback.rs`), with every server that may hold its current
+    /// version. Logged, so a restarted master keeps them too.
+    pub fallbacks: BTreeMap<ChunkHandle, Fallback>,
     /// The chunk size of files whose create record (or checkpoint entry) names none: the
     /// master's configured default when it recovers. Records made before files kept
     /// their own size have none; no cluster was deployed then, so this only serves old
@@ -38,6 +42,17 @@ pub struct Meta {
     /// their day (a master started with another one reads them wrong, as it always did).
     /// Not persistent state itself: every record made now names the size.
     pub default_chunk_size: u64,
+}
+
+/// A chunk's demoted copies and the holders of its current version (see `fallback.rs`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Fallback {
+    /// Server address -> the version its demoted copy holds (below the chunk's).
+    pub demoted: BTreeMap<String, Version>,
+    /// Every server that may hold the chunk's current version: those that took it, each
+    /// clone target (logged before the clone starts), each server found holding it. One
+    /// leaves only when its copy is known destroyed.
+    pub holders: BTreeSet<String>,
 }
 
 /// What an applied record did beyond the state change, for the master to follow up.
@@ -58,6 +73,7 @@ impl Meta {
             reserved: HashMap::default(),
             cluster_id: 0,
             retries: Retries::default(),
+            fallbacks: BTreeMap::new(),
             default_chunk_size,
         }
     }
@@ -122,7 +138,30 @@ impl Meta {
                         o.handle, c.version, o.version
                     )));
                 }
+                let fallback = !o.demoted.is_empty() || self.fallbacks.contains_key(&o.handle);
+                if fallback && o.holders.is_empty() {
+                    return Err(FsError::Internal(format!(
+                        "chunk {}: version {} with fallbacks names no holder",
+                        o.handle, o.version
+                    )));
+                }
+                if let Some(d) = o.demoted.iter().find(|d| d.version >= o.version) {
+                    return Err(FsError::Internal(format!(
+                        "chunk {}: copy demoted at version {} by version {}",
+                        o.handle, d.version, o.version
+                    )));
+                }
                 c.version = o.version;
+                if fallback {
+                    let f = self.fallbacks.entry(o.handle).or_default();
+                    for d in &o.demoted {
+                        f.demoted.insert(d.address.clone(), d.version);
+                    }
+                    f.holders = o.holders.iter().cloned().collect();
+                    for a in &o.holders {
+                        f.demoted.remove(a);
+                    }
+                }
                 if self
                     .reserved
                     .get(&o.handle)
@@ -166,6 +205,42 @@ impl Meta {
                 }
                 self.cluster_id = o.cluster_id;
             }
+            Some(Op::Fallback(o)) => {
+                if self.chunks.get(o.handle).is_none() {
+                    return Err(FsError::ChunkNotFound(format!(
+                        "fallback of unknown chunk {}",
+                        o.handle
+                    )));
+                }
+                use pb::Fallback as K;
+                match K::try_from(o.kind) {
+                    Ok(K::Forget) => {
+                        self.fallbacks.remove(&o.handle);
+                    }
+                    Ok(kind @ (K::Holder | K::NotHolder | K::Gone)) => {
+                        let f = self.fallbacks.get_mut(&o.handle).ok_or_else(|| {
+                            FsError::Internal(format!("chunk {} has no fallbacks", o.handle))
+                        })?;
+                        match kind {
+                            K::Holder => {
+                                f.holders.insert(o.address.clone());
+                            }
+                            K::NotHolder => {
+                                f.holders.remove(&o.address);
+                            }
+                            _ => {
+                                f.demoted.remove(&o.address);
+                            }
+                        }
+                    }
+                    _ => {
+                        return Err(FsError::Internal(format!(
+                            "fallback record of kind {}",
+                            o.kind
+                        )));
+                    }
+                }
+            }
             Some(Op::RetireReplica(o)) => {
                 if self.chunks.get(o.handle).is_none() {
                     return Err(FsError::ChunkNotFound(format!(
@@ -199,6 +274,7 @@ impl Meta {
         }
         for h in &out.reclaimed {
             self.reserved.remove(h);
+            self.fallbacks.remove(h);
         }
         Ok(out)
     }
@@ -260,6 +336,22 @@ impl Meta {
             chunks,
             retired,
             reserved,
+            fallbacks: self
+                .fallbacks
+                .iter()
+                .map(|(&handle, f)| pb::FallbackEntry {
+                    handle,
+                    demoted: f
+                        .demoted
+                        .iter()
+                        .map(|(address, &version)| pb::DemotedCopy {
+                            address: address.clone(),
+                            version,
+                        })
+                        .collect(),
+                    holders: f.holders.iter().cloned().collect(),
+                })
+                .collect(),
             completed: self
                 .retries
                 .iter()
@@ -333,6 +425,27 @@ impl Meta {
                 }
                 _ => return Err(bad(format!("reserved version of chunk {}", r.handle))),
             }
+        }
+        for e in &cp.fallbacks {
+            let Some(c) = meta.chunks.get(e.handle) else {
+                return Err(bad(format!("fallbacks of unknown chunk {}", e.handle)));
+            };
+            if e.demoted.iter().any(|d| d.version >= c.version)
+                || meta.fallbacks.contains_key(&e.handle)
+            {
+                return Err(bad(format!("fallbacks of chunk {}", e.handle)));
+            }
+            meta.fallbacks.insert(
+                e.handle,
+                Fallback {
+                    demoted: e
+                        .demoted
+                        .iter()
+                        .map(|d| (d.address.clone(), d.version))
+                        .collect(),
+                    holders: e.holders.iter().cloned().collect(),
+                },
+            );
         }
         for c in &cp.completed {
             if c.token == 0 || c.offset.checked_add(c.length).is_none() {

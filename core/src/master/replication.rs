@@ -16,7 +16,7 @@ pub(super) struct Replication {
     /// Chunks whose replica count changed and may be below goal.
     suspects: BTreeSet<ChunkHandle>,
     /// Clones running, per chunk (their targets).
-    in_flight: HashMap<ChunkHandle, Vec<ServerIdx>>,
+    pub(super) in_flight: HashMap<ChunkHandle, Vec<ServerIdx>>,
     running: u32,
     /// No clones before this time (see `Master::from_meta`).
     not_before: Time,
@@ -71,6 +71,7 @@ impl Master {
     pub fn replication_queue(&mut self) -> Vec<Need> {
         let mut needs = Vec::new();
         let mut settled = Vec::new();
+        let mut whole = Vec::new();
         for &h in &self.repl.suspects {
             let Some(c) = self.meta.chunks.get(h) else {
                 settled.push(h);
@@ -100,7 +101,7 @@ impl Master {
                 }
                 // Whole again: demoted copies are no longer worth keeping.
                 if live >= goal {
-                    self.fallbacks.forget(h);
+                    whole.push(h);
                 }
                 continue;
             }
@@ -122,6 +123,9 @@ impl Master {
         }
         for h in settled {
             self.repl.suspects.remove(&h);
+        }
+        for h in whole {
+            self.whole_again(h);
         }
         needs.sort();
         needs
@@ -161,6 +165,9 @@ impl Master {
         else {
             return false;
         };
+        if self.intended_clone(h, version, source).is_some() {
+            return true;
+        }
         let mut exclude = holders;
         exclude.extend(self.servers.iter().map(|(s, _)| s).filter(|&s| {
             self.servers.get(s).clones_in_flight >= per_server
@@ -170,7 +177,7 @@ impl Master {
         let Some(&target) = self.place(1, &exclude).first() else {
             return false;
         };
-        self.start_clone(h, version, source, target);
+        self.clone_to(h, version, source, target);
         true
     }
 
@@ -204,6 +211,9 @@ impl Master {
                 })
                 .min_by_key(|&s| (self.servers.get(s).clones_in_flight, s));
             let Some(source) = source else { continue };
+            if self.intended_clone(h, version, source).is_some() {
+                continue;
+            }
             let mut exclude = holders;
             exclude.extend(self.repl.in_flight.get(&h).into_iter().flatten());
             // Targets busy with clones are excluded too.
@@ -225,7 +235,7 @@ impl Master {
             let Some(&target) = self.place(1, &exclude).first() else {
                 continue;
             };
-            self.start_clone(h, version, source, target);
+            self.clone_to(h, version, source, target);
         }
     }
 
@@ -278,7 +288,7 @@ impl Master {
         }
     }
 
-    fn start_clone(
+    pub(super) fn start_clone(
         &mut self,
         h: ChunkHandle,
         version: Version,
@@ -344,14 +354,8 @@ impl Master {
             // The copy is of an old version, or of a chunk now gone: collect it.
             self.gc.pending_deletes.order(target, h, version, self.now);
         }
-        let listed = self
-            .meta
-            .chunks
-            .get(h)
-            .is_some_and(|c| c.replicas.contains(target));
-        if current == Some(version) && (!answered || ok) && !listed {
-            // The target may hold the current version unlisted (`fallback.rs`).
-            self.clone_unsure(h, version);
-        }
+        // A clone logged as making a holder (`fallback.rs`) that answered it failed made
+        // none; one with no answer may have.
+        self.clone_ended(h, target, answered && !ok);
     }
 }
