@@ -512,11 +512,13 @@ pub fn seeds() -> Vec<Vec<u8>> {
                 version: 1,
             }],
             holders: vec!["cs0:7000".into()],
+            ..Default::default()
         }),
         Op::Fallback(pb::FallbackOp {
             handle: 1,
             address: "cs2:7000".into(),
             kind: pb::Fallback::Holder as i32,
+            version: 0,
         }),
         Op::ReserveVersion(pb::ReserveVersionOp {
             handle: 1,

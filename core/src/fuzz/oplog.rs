@@ -154,6 +154,10 @@ fn op(meta: &Meta, step: &Step) -> Option<Op> {
                     .map(|address| pb::DemotedCopy { address, version })
                     .collect(),
                 holders: servers(holders).collect(),
+                // A version adopted from a report (the high bit), every copy at the old
+                // one demoted but those named by the high bits of `demoted`.
+                demoted_any: if up & 0x80 != 0 { version } else { 0 },
+                not_demoted: servers(demoted >> 4).collect(),
             })
         }
         Step::Fallback {
@@ -161,11 +165,12 @@ fn op(meta: &Meta, step: &Step) -> Option<Op> {
             server,
             kind,
         } => {
-            let (handle, _) = chunk(meta, c);
+            let (handle, version) = chunk(meta, c);
             Op::Fallback(pb::FallbackOp {
                 handle,
                 address: SERVERS[server as usize % SERVERS.len()].into(),
-                kind: i32::from(kind % 6),
+                kind: i32::from(kind % 7),
+                version: version.saturating_sub(1),
             })
         }
         Step::Reserve { chunk: c, up } => {
@@ -315,20 +320,21 @@ pub fn seeds() -> Vec<Vec<u8>> {
         v
     };
     let tree = [
-        step(0, &[0]),                  // mkdir /a
-        step(1, &[2, 3, 1]),            // create /a/x
-        step(4, &[2]),                  // add a chunk to /a/x
-        step(5, &[0, 1, 0, 0]),         // its version up by one
-        step(7, &[0, 2]),               // reserve a version above it
-        step(12, &[]),                  // checkpoint
-        step(5, &[0, 1, 0b110, 0b001]), // up again: cs1, cs2 demoted, cs0 took it
-        step(6, &[0, 2, 1]),            // a clone to cs2: a holder
-        step(12, &[]),                  // checkpoint
-        step(8, &[2, 100, 0, 0, 0, 0]), // length 100
-        step(2, &[0, 1]),               // rename /a to /b
-        step(9, &[0, 1, 0]),            // retire a copy
-        step(6, &[0, 1, 3]),            // cs1's demoted copy gone
-        step(3, &[6]),                  // remove /c (none: refused)
+        step(0, &[0]),                    // mkdir /a
+        step(1, &[2, 3, 1]),              // create /a/x
+        step(4, &[2]),                    // add a chunk to /a/x
+        step(5, &[0, 1, 0, 0]),           // its version up by one
+        step(7, &[0, 2]),                 // reserve a version above it
+        step(12, &[]),                    // checkpoint
+        step(5, &[0, 0x81, 0b1_0110, 1]), // adopted: cs1, cs2 demoted, cs0 took it
+        step(6, &[0, 2, 1]),              // a clone to cs2: a holder
+        step(6, &[0, 0, 5]),              // cs0 reports a copy at the old version
+        step(12, &[]),                    // checkpoint
+        step(8, &[2, 100, 0, 0, 0, 0]),   // length 100
+        step(2, &[0, 1]),                 // rename /a to /b
+        step(9, &[0, 1, 0]),              // retire a copy
+        step(6, &[0, 1, 3]),              // cs1's demoted copy gone
+        step(3, &[6]),                    // remove /c (none: refused)
         step(12, &[]),
     ];
     let mut out = vec![tree.concat()];

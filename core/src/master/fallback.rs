@@ -54,6 +54,9 @@ pub(super) struct Fallbacks {
     intents: HashMap<ChunkHandle, Intent>,
     /// Clones sent to a target logged as a holder for them.
     cloning: HashSet<(ChunkHandle, ServerIdx)>,
+    /// From when no clone a previous master sent can still be running: a holder that
+    /// reports no copy of the current version is then known to hold none.
+    settled: Time,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -64,6 +67,14 @@ struct Intent {
 }
 
 impl Fallbacks {
+    /// A master starting; clones the one before it sent may run until `settled`.
+    pub fn starting(settled: Time) -> Fallbacks {
+        Fallbacks {
+            settled,
+            ..Default::default()
+        }
+    }
+
     pub fn forget(&mut self, h: ChunkHandle) {
         self.dead.remove(&h);
         self.reviving.remove(&h);
@@ -80,6 +91,7 @@ impl Master {
             handle: h,
             address,
             kind: kind as i32,
+            version: 0,
         });
         match self.log(op) {
             Ok((seq, _)) => seq,
@@ -94,7 +106,14 @@ impl Master {
             let Some(c) = self.meta.chunks.get(h) else {
                 return Err(format!("fallbacks of chunk {h}, which is gone"));
             };
-            if let Some((a, v)) = f.demoted.iter().find(|&(_, &v)| v >= c.version) {
+            let any = f.any_at.as_ref().map(|(v, _)| ("any copy", v));
+            if let Some((a, v)) = f
+                .demoted
+                .iter()
+                .map(|(a, v)| (a.as_str(), v))
+                .chain(any)
+                .find(|&(_, &v)| v >= c.version)
+            {
                 return Err(format!(
                     "chunk {h} at version {} keeps {a}'s copy at version {v} as demoted",
                     c.version
@@ -114,19 +133,29 @@ impl Master {
         Ok(())
     }
 
-    /// The copies a grant moving `h` from `old` demotes, besides `demoted` (current at
-    /// `old`, not among `acked`): the servers that died listed with it at `old`, and the
-    /// holders of `old` the log knows of. For the grant's `SetVersionOp`, with the
-    /// holders of the new version (logged only where the chunk has fallbacks).
-    pub(super) fn demotions(
+    /// What a grant (or an adopted version) moving `h` from `old` to a new version,
+    /// taken by `acked`, demotes, as its `SetVersionOp` logs it: `demoted` (current at
+    /// `old`, not among `acked`), the servers that died listed with it at `old`, the
+    /// holders of `old` the log knows of, by name; and, while the chunk is left below
+    /// its goal, every other copy at `old` its server reports later (a server down, or
+    /// not heard from since the master started), but those retired at `old` (they took
+    /// it late, without its writes). Logged only where the chunk has fallbacks after.
+    pub(super) fn demote_at_grant(
         &self,
         h: ChunkHandle,
         old: Version,
+        version: Version,
         demoted: &[ServerIdx],
         acked: &[ServerIdx],
-    ) -> (Vec<pb::DemotedCopy>, Vec<String>) {
+    ) -> pb::SetVersionOp {
+        let mut op = pb::SetVersionOp {
+            handle: h,
+            version,
+            ..Default::default()
+        };
+        let goal = self.meta.chunks.get(h).map_or(0, |c| usize::from(c.goal));
         if old == 0 {
-            return (Vec::new(), Vec::new());
+            return op;
         }
         let mut out: Vec<String> = demoted
             .iter()
@@ -146,17 +175,26 @@ impl Master {
         }
         out.sort();
         out.dedup();
-        if out.is_empty() && !self.meta.fallbacks.contains_key(&h) {
-            return (Vec::new(), Vec::new());
+        if out.is_empty() && !self.meta.fallbacks.contains_key(&h) && acked.len() >= goal {
+            return op;
         }
-        let demoted = out
+        op.demoted = out
             .into_iter()
             .map(|address| pb::DemotedCopy {
                 address,
                 version: old,
             })
             .collect();
-        (demoted, holders)
+        op.holders = holders;
+        op.demoted_any = old;
+        op.not_demoted = self
+            .meta
+            .retired
+            .iter()
+            .filter(|((c, _), v)| *c == h && **v == old)
+            .map(|((_, a), _)| a.clone())
+            .collect();
+        op
     }
 
     /// A heartbeat reports `server`'s copy of `h` at `version`, older than the chunk's.
@@ -176,11 +214,49 @@ impl Master {
             self.whole_again(h);
             return false;
         }
+        let addr = self.servers.get(server).addr.clone();
+        let Some(f) = self.meta.fallbacks.get(&h) else {
+            return false;
+        };
+        if f.demoted.get(&addr) == Some(&version) {
+            return true;
+        }
+        // Of a version adopted from a report: every copy at the version left is demoted
+        // as its server reports it, but those retired at it.
+        let any = f
+            .any_at
+            .as_ref()
+            .is_some_and(|(v, not)| *v == version && !not.contains(&addr));
+        if any {
+            let op = Op::Fallback(pb::FallbackOp {
+                handle: h,
+                address: addr,
+                kind: pb::Fallback::Demoted as i32,
+                version,
+            });
+            if let Err(e) = self.log(op) {
+                panic!("logging a demoted copy of chunk {h}: {e}");
+            }
+        }
+        any
+    }
+
+    /// `server` reports its copy of `h` at `version`, retired at it (it took a grant late,
+    /// without that lease's writes). Kept (true) while the chunk is below its goal if the
+    /// server's copy was demoted at an older version by that grant: it held every write
+    /// up to that one, and took nothing since. A revival can start from it.
+    pub(super) fn keep_retired(&self, h: ChunkHandle, server: ServerIdx, version: Version) -> bool {
+        let Some(c) = self.meta.chunks.get(h) else {
+            return false;
+        };
         let addr = &self.servers.get(server).addr;
-        self.meta
-            .fallbacks
-            .get(&h)
-            .is_some_and(|f| f.demoted.get(addr) == Some(&version))
+        self.live_replicas(c).len() < usize::from(c.goal)
+            && self
+                .meta
+                .fallbacks
+                .get(&h)
+                .and_then(|f| f.demoted.get(addr))
+                .is_some_and(|&v| v < version)
     }
 
     /// `h` is at its goal again: its demoted copies are not needed any more.
@@ -220,6 +296,54 @@ impl Master {
             .collect();
         for h in gone {
             self.log_fallback(h, addr.clone(), pb::Fallback::Gone);
+        }
+    }
+
+    /// `server` reported its chunks (`versions`, those it is still making durable in
+    /// `changing`): a holder of a chunk's current version that reports no copy of it,
+    /// with no clone to it under way (from this master, or still possibly from the one
+    /// before it), holds none: a clone logged before it was sent that never ran, or
+    /// failed unheard. Without this, such a holder would keep the chunk from a revival
+    /// for good.
+    pub(super) fn holders_reported(
+        &mut self,
+        server: ServerIdx,
+        versions: &HashMap<ChunkHandle, Version>,
+        changing: &[ChunkHandle],
+    ) {
+        if self.meta.fallbacks.is_empty() || self.now < self.fallbacks.settled {
+            return;
+        }
+        let addr = self.servers.get(server).addr.clone();
+        let empty: Vec<ChunkHandle> = self
+            .meta
+            .fallbacks
+            .iter()
+            .filter(|(h, f)| {
+                let h = **h;
+                f.holders.contains(&addr)
+                    && self
+                        .meta
+                        .chunks
+                        .get(h)
+                        .is_some_and(|c| versions.get(&h).is_none_or(|&v| v < c.version))
+                    && !changing.contains(&h)
+                    && !self.fallbacks.cloning.contains(&(h, server))
+                    && self
+                        .fallbacks
+                        .intents
+                        .get(&h)
+                        .is_none_or(|i| i.target != server)
+                    && self
+                        .repl
+                        .in_flight
+                        .get(&h)
+                        .is_none_or(|t| !t.contains(&server))
+            })
+            .map(|(&h, _)| h)
+            .collect();
+        for h in empty {
+            self.log_fallback(h, addr.clone(), pb::Fallback::NotHolder);
         }
     }
 
@@ -324,13 +448,20 @@ impl Master {
             self.fallbacks.cloning.insert((h, t));
             return Some(true);
         }
-        // Never sent: the target holds nothing of this version.
+        // Never sent: the target holds nothing of this version, unless it is listed
+        // (found holding it since).
         let addr = self.servers.get(t).addr.clone();
-        if self
+        let listed = self
             .meta
-            .fallbacks
-            .get(&h)
-            .is_some_and(|f| f.holders.contains(&addr))
+            .chunks
+            .get(h)
+            .is_some_and(|c| c.replicas.contains(t));
+        if !listed
+            && self
+                .meta
+                .fallbacks
+                .get(&h)
+                .is_some_and(|f| f.holders.contains(&addr))
         {
             self.log_fallback(h, addr, pb::Fallback::NotHolder);
         }
@@ -360,13 +491,13 @@ impl Master {
         }
     }
 
-    /// Whether some chunk has no holder of its current version left and demoted copies to
+    /// Whether some chunk has no live copy of its current version but demoted copies to
     /// revive it from: the master has repair work pending (a revival may wait for a
-    /// lease to run out). For harnesses deciding when a cluster has healed.
+    /// lease to run out, or to learn that a holder holds nothing). For harnesses
+    /// deciding when a cluster has healed.
     pub fn awaiting_revival(&self) -> bool {
         self.meta.fallbacks.iter().any(|(&h, f)| {
-            f.holders.is_empty()
-                && !f.demoted.is_empty()
+            !f.demoted.is_empty()
                 && self
                     .meta
                     .chunks
@@ -378,6 +509,24 @@ impl Master {
     /// Revives `h` from its newest demoted copies if no copy of its current version may
     /// be left (see the module comment). Returns whether a revival started.
     pub(super) fn revive(&mut self, h: ChunkHandle) -> bool {
+        if let Some(i) = self.fallbacks.intents.remove(&h) {
+            // A clone waiting to be sent, with no copy left to send it from: it never
+            // will be, and its target holds nothing of the version.
+            let addr = self.servers.get(i.target).addr.clone();
+            if self
+                .meta
+                .fallbacks
+                .get(&h)
+                .is_some_and(|f| f.holders.contains(&addr))
+                && self
+                    .meta
+                    .chunks
+                    .get(h)
+                    .is_some_and(|c| c.version == i.version)
+            {
+                self.log_fallback(h, addr, pb::Fallback::NotHolder);
+            }
+        }
         let (Some(c), Some(f)) = (self.meta.chunks.get(h), self.meta.fallbacks.get(&h)) else {
             return false;
         };
@@ -467,8 +616,8 @@ impl Master {
         if let Err(e) = self.log(Op::SetVersion(pb::SetVersionOp {
             handle: h,
             version,
-            demoted: Vec::new(),
             holders,
+            ..Default::default()
         })) {
             panic!("logging revived version {version} of chunk {h} failed: {e}");
         }

@@ -134,15 +134,20 @@ impl Master {
             .collect();
         let versions: HashMap<ChunkHandle, u64> =
             r.chunks.iter().map(|c| (c.handle, c.version)).collect();
+        self.holders_reported(idx, &versions, &r.changing);
         let mut doomed = doomed;
         for (h, v) in retired {
             let at = *self.retired_at.entry((h, idx)).or_insert(self.now);
             let held = versions.get(&h).copied();
             if held == Some(v) {
                 // Only a copy at the retired version is suspect; an older one simply did
-                // not take part, and is judged by its version like any other.
+                // not take part, and is judged by its version like any other. One the
+                // grant also demoted stays while the chunk is below its goal
+                // (`fallback.rs`), never as a replica.
                 doomed.insert(h);
-                delete.push(h);
+                if !self.keep_retired(h, idx, v) {
+                    delete.push(h);
+                }
             } else if held.is_none_or(|held| held < v)
                 && self.now >= at + self.cfg.lease_duration * 2
                 && !r.changing.contains(&h)
@@ -217,17 +222,6 @@ impl Master {
                     delete.push(h);
                     continue;
                 }
-                if !self.leases.quiet_for(h, self.now).is_zero() {
-                    // A restarted master adopts a newer version only once every live
-                    // server has reported: the copies at the version it leaves are
-                    // demoted by name (nothing was written under the newer one, whose
-                    // grant never finished), and one not yet listed would be deleted.
-                    // Nothing is granted on the chunk meanwhile; the copy stays.
-                    if c.replicas.contains(idx) {
-                        self.drop_replica(h, idx);
-                    }
-                    continue;
-                }
                 tracing::info!(
                     chunk = h,
                     from = c.version,
@@ -237,17 +231,14 @@ impl Master {
                 // Nothing was written under the version adopted (its grant never
                 // finished, or had no lease): the copies current at the old one hold
                 // every acknowledged write, and are demoted (`fallback.rs`), this server
-                // the one holder of the new version.
+                // the one holder of the new version. Those listed now by name; a
+                // restarted master may not have heard from every server yet: any copy at
+                // the old version reported later is demoted too (`demote_at_grant`).
                 let old_version = c.version;
                 let old: Vec<_> = c.replicas.as_slice().to_vec();
                 let demoted: Vec<ServerIdx> = old.iter().copied().filter(|&s| s != idx).collect();
-                let (demoted, holders) = self.demotions(h, old_version, &demoted, &[idx]);
-                if let Err(e) = self.log(Op::SetVersion(pb::SetVersionOp {
-                    handle: h,
-                    version: rep.version,
-                    demoted,
-                    holders,
-                })) {
+                let op = self.demote_at_grant(h, old_version, rep.version, &demoted, &[idx]);
+                if let Err(e) = self.log(Op::SetVersion(op)) {
                     panic!("adopting version of chunk {h}: {e}");
                 }
                 for s in old {

@@ -594,13 +594,8 @@ impl Master {
                 demoted.push(s);
             }
         }
-        let (demoted, holders) = self.demotions(h, old_version, &demoted, &g.acked);
-        if let Err(e) = self.log(Op::SetVersion(pb::SetVersionOp {
-            handle: h,
-            version: g.version,
-            demoted,
-            holders,
-        })) {
+        let op = self.demote_at_grant(h, old_version, g.version, &demoted, &g.acked);
+        if let Err(e) = self.log(Op::SetVersion(op)) {
             panic!("logging version {} of chunk {h} failed: {e}", g.version);
         }
         if primary_ok {

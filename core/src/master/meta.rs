@@ -53,6 +53,9 @@ pub struct Fallback {
     /// clone target (logged before the clone starts), each server found holding it. One
     /// leaves only when its copy is known destroyed.
     pub holders: BTreeSet<String>,
+    /// A version every copy of which is demoted when reported, but on the servers named
+    /// (set when a version is adopted from a report, see `SetVersionOp`).
+    pub any_at: Option<(Version, BTreeSet<String>)>,
 }
 
 /// What an applied record did beyond the state change, for the master to follow up.
@@ -138,17 +141,25 @@ impl Meta {
                         o.handle, c.version, o.version
                     )));
                 }
-                let fallback = !o.demoted.is_empty() || self.fallbacks.contains_key(&o.handle);
+                let fallback = !o.demoted.is_empty()
+                    || o.demoted_any != 0
+                    || self.fallbacks.contains_key(&o.handle);
                 if fallback && o.holders.is_empty() {
                     return Err(FsError::Internal(format!(
                         "chunk {}: version {} with fallbacks names no holder",
                         o.handle, o.version
                     )));
                 }
-                if let Some(d) = o.demoted.iter().find(|d| d.version >= o.version) {
+                if let Some(v) = o
+                    .demoted
+                    .iter()
+                    .map(|d| d.version)
+                    .chain((o.demoted_any != 0).then_some(o.demoted_any))
+                    .find(|&v| v >= o.version)
+                {
                     return Err(FsError::Internal(format!(
-                        "chunk {}: copy demoted at version {} by version {}",
-                        o.handle, d.version, o.version
+                        "chunk {}: copies demoted at version {v} by version {}",
+                        o.handle, o.version
                     )));
                 }
                 c.version = o.version;
@@ -160,6 +171,9 @@ impl Meta {
                     f.holders = o.holders.iter().cloned().collect();
                     for a in &o.holders {
                         f.demoted.remove(a);
+                    }
+                    if o.demoted_any != 0 {
+                        f.any_at = Some((o.demoted_any, o.not_demoted.iter().cloned().collect()));
                     }
                 }
                 if self
@@ -213,7 +227,20 @@ impl Meta {
                     )));
                 }
                 use pb::Fallback as K;
+                let version = self.chunks.get(o.handle).map_or(0, |c| c.version);
                 match K::try_from(o.kind) {
+                    Ok(K::Demoted) => {
+                        let f = self.fallbacks.get_mut(&o.handle).ok_or_else(|| {
+                            FsError::Internal(format!("chunk {} has no fallbacks", o.handle))
+                        })?;
+                        if o.version >= version {
+                            return Err(FsError::Internal(format!(
+                                "chunk {} at version {version}: {} demoted at version {}",
+                                o.handle, o.address, o.version
+                            )));
+                        }
+                        f.demoted.insert(o.address.clone(), o.version);
+                    }
                     Ok(K::Forget) => {
                         self.fallbacks.remove(&o.handle);
                     }
@@ -350,6 +377,8 @@ impl Meta {
                         })
                         .collect(),
                     holders: f.holders.iter().cloned().collect(),
+                    demoted_any: f.any_at.as_ref().map_or(0, |a| a.0),
+                    not_demoted: f.any_at.iter().flat_map(|a| a.1.iter().cloned()).collect(),
                 })
                 .collect(),
             completed: self
@@ -431,6 +460,7 @@ impl Meta {
                 return Err(bad(format!("fallbacks of unknown chunk {}", e.handle)));
             };
             if e.demoted.iter().any(|d| d.version >= c.version)
+                || e.demoted_any >= c.version && e.demoted_any != 0
                 || meta.fallbacks.contains_key(&e.handle)
             {
                 return Err(bad(format!("fallbacks of chunk {}", e.handle)));
@@ -444,6 +474,8 @@ impl Meta {
                         .map(|d| (d.address.clone(), d.version))
                         .collect(),
                     holders: e.holders.iter().cloned().collect(),
+                    any_at: (e.demoted_any != 0)
+                        .then(|| (e.demoted_any, e.not_demoted.iter().cloned().collect())),
                 },
             );
         }

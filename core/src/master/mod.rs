@@ -178,6 +178,7 @@ impl Master {
         // may be short of its goal. Clones wait until every live server has had time to
         // report, or the master would copy chunks that are merely not yet reported.
         let mut repl = replication::Replication::starting(now + cfg.heartbeat_timeout);
+        let fallbacks = fallback::Fallbacks::starting(now + cfg.clone_timeout + cfg.call_timeout);
         for (h, _) in meta.chunks.iter() {
             repl.check(h);
         }
@@ -197,7 +198,7 @@ impl Master {
             leases,
             repl,
             gc: Default::default(),
-            fallbacks: Default::default(),
+            fallbacks,
             checkpoint_seq: seq,
             retired_at: HashMap::default(),
             deferred_targets: BTreeMap::new(),
