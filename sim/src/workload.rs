@@ -736,18 +736,7 @@ async fn write(
     let off = rand() % (f.len_max + w.max_write).min(room).max(1);
     let len = (1 + rand() % w.max_write).min(w.max_file - off).max(1);
     let data = pattern(run.id, seq, len);
-    let result = crashable(checks, client.write(path, off, data.clone())).await;
-    let f = run.model.files.get_mut(path).expect("modelled");
-    match result {
-        Ok(()) => {
-            run.ok += 1;
-            f.write_ok(off, &data);
-        }
-        Err(_) => {
-            run.errors += 1;
-            f.write_failed(off, &data);
-        }
-    }
+    write_at(client, run, path, off, data, checks).await;
 }
 
 async fn read(
@@ -760,17 +749,7 @@ async fn read(
     let f = run.model.files.get(path).expect("modelled");
     let off = rand() % f.len_max.max(1);
     let len = 1 + rand() % (f.len_max.max(1) * 2);
-    match client.read(path, off, len).await {
-        Ok(got) => {
-            run.ok += 1;
-            checks.lock().expect("checks").reads_checked += 1;
-            if let Err(e) = f.check_read(off, len, &got) {
-                let detail = explain(client, path, off, len, &got, f).await;
-                violation(checks, start, format!("{path}: {e}; {detail}"));
-            }
-        }
-        Err(_) => run.errors += 1,
-    }
+    read_at(client, run, path, off, len, checks, start).await;
 }
 
 /// Retries `op` while it fails, for up to two minutes of simulated time: right after

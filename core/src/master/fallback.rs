@@ -106,7 +106,7 @@ impl Master {
             let Some(c) = self.meta.chunks.get(h) else {
                 return Err(format!("fallbacks of chunk {h}, which is gone"));
             };
-            let any = f.any_at.as_ref().map(|(v, _)| ("any copy", v));
+            let any = f.any_at.keys().map(|v| ("any copy", v));
             if let Some((a, v)) = f
                 .demoted
                 .iter()
@@ -221,12 +221,12 @@ impl Master {
         if f.demoted.get(&addr) == Some(&version) {
             return true;
         }
-        // Of a version adopted from a report: every copy at the version left is demoted
-        // as its server reports it, but those retired at it.
+        // Of a version a grant left below the goal: every copy at it is demoted as its
+        // server reports it, but those retired at it.
         let any = f
             .any_at
-            .as_ref()
-            .is_some_and(|(v, not)| *v == version && !not.contains(&addr));
+            .get(&version)
+            .is_some_and(|not| !not.contains(&addr));
         if any {
             let op = Op::Fallback(pb::FallbackOp {
                 handle: h,
@@ -239,24 +239,6 @@ impl Master {
             }
         }
         any
-    }
-
-    /// `server` reports its copy of `h` at `version`, retired at it (it took a grant late,
-    /// without that lease's writes). Kept (true) while the chunk is below its goal if the
-    /// server's copy was demoted at an older version by that grant: it held every write
-    /// up to that one, and took nothing since. A revival can start from it.
-    pub(super) fn keep_retired(&self, h: ChunkHandle, server: ServerIdx, version: Version) -> bool {
-        let Some(c) = self.meta.chunks.get(h) else {
-            return false;
-        };
-        let addr = &self.servers.get(server).addr;
-        self.live_replicas(c).len() < usize::from(c.goal)
-            && self
-                .meta
-                .fallbacks
-                .get(&h)
-                .and_then(|f| f.demoted.get(addr))
-                .is_some_and(|&v| v < version)
     }
 
     /// `h` is at its goal again: its demoted copies are not needed any more.

@@ -141,13 +141,9 @@ impl Master {
             let held = versions.get(&h).copied();
             if held == Some(v) {
                 // Only a copy at the retired version is suspect; an older one simply did
-                // not take part, and is judged by its version like any other. One the
-                // grant also demoted stays while the chunk is below its goal
-                // (`fallback.rs`), never as a replica.
+                // not take part, and is judged by its version like any other.
                 doomed.insert(h);
-                if !self.keep_retired(h, idx, v) {
-                    delete.push(h);
-                }
+                delete.push(h);
             } else if held.is_none_or(|held| held < v)
                 && self.now >= at + self.cfg.lease_duration * 2
                 && !r.changing.contains(&h)

@@ -53,9 +53,10 @@ pub struct Fallback {
     /// clone target (logged before the clone starts), each server found holding it. One
     /// leaves only when its copy is known destroyed.
     pub holders: BTreeSet<String>,
-    /// A version every copy of which is demoted when reported, but on the servers named
-    /// (set when a version is adopted from a report, see `SetVersionOp`).
-    pub any_at: Option<(Version, BTreeSet<String>)>,
+    /// Versions every copy of which is demoted when reported, but on the servers named
+    /// (see `SetVersionOp::demoted_any`): each grant that left the chunk below its goal
+    /// adds the version it left.
+    pub any_at: BTreeMap<Version, BTreeSet<String>>,
 }
 
 /// What an applied record did beyond the state change, for the master to follow up.
@@ -173,7 +174,8 @@ impl Meta {
                         f.demoted.remove(a);
                     }
                     if o.demoted_any != 0 {
-                        f.any_at = Some((o.demoted_any, o.not_demoted.iter().cloned().collect()));
+                        f.any_at
+                            .insert(o.demoted_any, o.not_demoted.iter().cloned().collect());
                     }
                 }
                 if self
@@ -377,8 +379,14 @@ impl Meta {
                         })
                         .collect(),
                     holders: f.holders.iter().cloned().collect(),
-                    demoted_any: f.any_at.as_ref().map_or(0, |a| a.0),
-                    not_demoted: f.any_at.iter().flat_map(|a| a.1.iter().cloned()).collect(),
+                    levels: f
+                        .any_at
+                        .iter()
+                        .map(|(&version, not)| pb::DemotedLevel {
+                            version,
+                            not_demoted: not.iter().cloned().collect(),
+                        })
+                        .collect(),
                 })
                 .collect(),
             completed: self
@@ -460,7 +468,9 @@ impl Meta {
                 return Err(bad(format!("fallbacks of unknown chunk {}", e.handle)));
             };
             if e.demoted.iter().any(|d| d.version >= c.version)
-                || e.demoted_any >= c.version && e.demoted_any != 0
+                || e.levels
+                    .iter()
+                    .any(|l| l.version >= c.version || l.version == 0)
                 || meta.fallbacks.contains_key(&e.handle)
             {
                 return Err(bad(format!("fallbacks of chunk {}", e.handle)));
@@ -474,8 +484,11 @@ impl Meta {
                         .map(|d| (d.address.clone(), d.version))
                         .collect(),
                     holders: e.holders.iter().cloned().collect(),
-                    any_at: (e.demoted_any != 0)
-                        .then(|| (e.demoted_any, e.not_demoted.iter().cloned().collect())),
+                    any_at: e
+                        .levels
+                        .iter()
+                        .map(|l| (l.version, l.not_demoted.iter().cloned().collect()))
+                        .collect(),
                 },
             );
         }
