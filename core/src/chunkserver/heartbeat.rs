@@ -36,8 +36,9 @@ impl Chunkserver {
             .map(|(&h, _)| h)
             .collect();
         lease_extensions.sort_unstable();
-        // Versions and copies on their way to the disk: one may land after this report
-        // (a stuck disk), so the master must not yet take their absence for good.
+        // Versions and copies on their way to the disk, and clones reading or waiting
+        // their turn: one may land after this report (a stuck disk, a long queue), so the
+        // master must not yet take their absence for good.
         let mut changing: Vec<ChunkHandle> = self
             .pending
             .values()
@@ -47,6 +48,15 @@ impl Chunkserver {
                 } => Some(*h),
                 _ => None,
             })
+            .chain(self.calls.values().filter_map(|c| match c {
+                CallCtx::CloneRead { h, .. } => Some(*h),
+                _ => None,
+            }))
+            .chain(self.queues.iter().filter_map(|(&h, q)| {
+                q.iter()
+                    .any(|j| matches!(j, Job::Request(_, Req::Clone(_), _)))
+                    .then_some(h)
+            }))
             .collect();
         changing.sort_unstable();
         changing.dedup();

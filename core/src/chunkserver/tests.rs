@@ -548,6 +548,50 @@ fn clone_copies_in_pieces_and_verifies_length() {
     assert_eq!(&dst.read(5, 0, 300_000).unwrap()[..], &data[..]);
 }
 
+/// A clone reading from its source (its caller may have given up on it) names the chunk
+/// as changing in heartbeats: the master must not take the copy's absence for good while
+/// the clone may still land it.
+#[test]
+fn heartbeats_name_chunks_being_cloned() {
+    let mut src = H::new();
+    src.create(5);
+    src.write(5, 0, &[7u8; 1000]);
+    let mut dst = H::new();
+    let replies = dst.run(Input::Request {
+        id: 1000,
+        arrived: Time(1),
+        req: pb::ChunkRequest {
+            req: Some(R::Clone(pb::CloneChunkRequest {
+                handle: 5,
+                version: 1,
+                source: "cs0".into(),
+                ..Default::default()
+            })),
+        },
+    });
+    assert!(replies.is_empty());
+    let hb = dst.heartbeat_with(pb::HeartbeatResponse::default());
+    assert_eq!(hb.changing, vec![5], "a clone under way was not named");
+    let mut replies = Vec::new();
+    while replies.is_empty() {
+        let c = dst.calls.pop().expect("a read of the source");
+        let Outgoing::Chunk(pb::ChunkRequest {
+            req: Some(R::Read(r)),
+        }) = c.req
+        else {
+            continue;
+        };
+        let resp = src.req(R::Read(r));
+        replies = dst.run(Input::CallResult {
+            id: c.id,
+            result: Ok(Reply::Chunk(resp)),
+        });
+    }
+    let hb = dst.heartbeat_with(pb::HeartbeatResponse::default());
+    assert!(hb.changing.is_empty(), "{:?}", hb.changing);
+    assert!(hb.chunks.iter().any(|c| c.handle == 5 && c.version == 1));
+}
+
 /// An order to clone that arrives after the copy moved to a newer version (the order
 /// was delayed, or sent twice) must not take the copy back to the clone's version and
 /// data: all-faults seed 4 found a copy acknowledged at version 2 back at 1.

@@ -57,6 +57,11 @@ pub(super) struct Fallbacks {
     /// From when no clone a previous master sent can still be running: a holder that
     /// reports no copy of the current version is then known to hold none.
     settled: Time,
+    /// Holders whose reports lack the chunk's current version, since when (this
+    /// master's clock): only a report that arrives a call timeout later was surely sent
+    /// after, so one that still lacks it shows no copy (a report can be late, or come
+    /// twice).
+    absent: HashMap<(ChunkHandle, ServerIdx), Time>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -75,12 +80,18 @@ impl Fallbacks {
         }
     }
 
+    /// Whether a clone of `h` waits for its holder record.
+    pub fn intends(&self, h: ChunkHandle) -> bool {
+        self.intents.contains_key(&h)
+    }
+
     pub fn forget(&mut self, h: ChunkHandle) {
         self.dead.remove(&h);
         self.reviving.remove(&h);
         self.retry_at.remove(&h);
         self.intents.remove(&h);
         self.cloning.retain(|&(c, _)| c != h);
+        self.absent.retain(|&(c, _), _| c != h);
     }
 }
 
@@ -222,11 +233,12 @@ impl Master {
             return true;
         }
         // Of a version a grant left below the goal: every copy at it is demoted as its
-        // server reports it, but those retired at it.
-        let any = f
-            .any_at
-            .get(&version)
-            .is_some_and(|not| !not.contains(&addr));
+        // server reports it, but those retired at it, and a holder's (its report may be
+        // older than the version it took).
+        let any = !f.holders.contains(&addr)
+            && f.any_at
+                .get(&version)
+                .is_some_and(|not| !not.contains(&addr));
         if any {
             let op = Op::Fallback(pb::FallbackOp {
                 handle: h,
@@ -281,11 +293,13 @@ impl Master {
         }
     }
 
-    /// `server` reported its chunks (`versions`, those it is still making durable in
-    /// `changing`): a holder of a chunk's current version that reports no copy of it,
-    /// with no clone to it under way (from this master, or still possibly from the one
-    /// before it), holds none: a clone logged before it was sent that never ran, or
-    /// failed unheard. Without this, such a holder would keep the chunk from a revival
+    /// `server` reported its chunks (`versions`; in `changing` those it is still making
+    /// durable or cloning, or has a clone of queued): a holder of a chunk's current
+    /// version that reports no copy of it, with no clone to it under way (from this
+    /// master, or still possibly from the one before it), in reports that arrive over a
+    /// call timeout (so the last was sent after the first arrived: reports can be late),
+    /// holds none: a clone logged before it was sent that never ran, or failed unheard,
+    /// or a copy lost. Without this, such a holder would keep the chunk from a revival
     /// for good.
     pub(super) fn holders_reported(
         &mut self,
@@ -297,18 +311,20 @@ impl Master {
             return;
         }
         let addr = self.servers.get(server).addr.clone();
-        let empty: Vec<ChunkHandle> = self
+        let lacking: Vec<ChunkHandle> = self
             .meta
             .fallbacks
             .iter()
             .filter(|(h, f)| {
                 let h = **h;
+                // A listed copy leaves the replicas first (corrupt, stale or unreported),
+                // and none is judged while versions move.
                 f.holders.contains(&addr)
-                    && self
-                        .meta
-                        .chunks
-                        .get(h)
-                        .is_some_and(|c| versions.get(&h).is_none_or(|&v| v < c.version))
+                    && !self.leases.is_granting(h)
+                    && self.meta.chunks.get(h).is_some_and(|c| {
+                        !c.replicas.contains(server)
+                            && versions.get(&h).is_none_or(|&v| v < c.version)
+                    })
                     && !changing.contains(&h)
                     && !self.fallbacks.cloning.contains(&(h, server))
                     && self
@@ -324,8 +340,16 @@ impl Master {
             })
             .map(|(&h, _)| h)
             .collect();
-        for h in empty {
-            self.log_fallback(h, addr.clone(), pb::Fallback::NotHolder);
+        self.fallbacks
+            .absent
+            .retain(|&(h, s), _| s != server || lacking.contains(&h));
+        let (now, wait) = (self.now, self.cfg.call_timeout);
+        for h in lacking {
+            let since = *self.fallbacks.absent.entry((h, server)).or_insert(now);
+            if now >= since + wait {
+                self.fallbacks.absent.remove(&(h, server));
+                self.log_fallback(h, addr.clone(), pb::Fallback::NotHolder);
+            }
         }
     }
 
@@ -365,6 +389,16 @@ impl Master {
             v.retain(|&(s, _)| s != server);
             !v.is_empty()
         });
+    }
+
+    /// Clones waiting for their holder record, counted with those running against the
+    /// cluster's and each target's limits.
+    pub(super) fn intended_clones(&self, target: Option<ServerIdx>) -> u32 {
+        self.fallbacks
+            .intents
+            .values()
+            .filter(|i| target.is_none_or(|t| i.target == t))
+            .count() as u32
     }
 
     /// Starts a clone of `h` at `version` from `source` to `target`; or, if `h` has

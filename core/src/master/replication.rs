@@ -196,8 +196,11 @@ impl Master {
         }
         let per_server = self.cfg.clones_per_server;
         for need in queue {
-            if self.repl.running >= self.cfg.clones_cluster {
-                return;
+            // A clone waiting for its holder record counts, and goes ahead when due.
+            if self.repl.running + self.intended_clones(None) >= self.cfg.clones_cluster
+                && !self.fallbacks.intends(need.handle)
+            {
+                continue;
             }
             let h = need.handle;
             let c = self.meta.chunks.get(h).expect("queued chunks exist");
@@ -216,11 +219,11 @@ impl Master {
             }
             let mut exclude = holders;
             exclude.extend(self.repl.in_flight.get(&h).into_iter().flatten());
-            // Targets busy with clones are excluded too.
+            // Targets busy with clones (or about to be) are excluded too.
             let busy: Vec<ServerIdx> = self
                 .servers
                 .live()
-                .filter(|(_, s)| s.clones_in_flight >= per_server)
+                .filter(|&(i, s)| s.clones_in_flight + self.intended_clones(Some(i)) >= per_server)
                 .map(|(i, _)| i)
                 .collect();
             exclude.extend(busy);
