@@ -96,9 +96,9 @@ echo "== planted bugs: each must be caught by the check it exists for"
 # A short real fuzzing run of every cargo-fuzz target (their committed corpora already
 # ran under cargo test); new inputs go to a scratch directory, a crash fails the run.
 # mutation_protocol is left out while fuzz/failing/ holds an input of its that fails
-# (now: demoted copies forgotten at a master crash, see fuzz/failing/README.md): a
-# short run finds that bug by chance (about a minute), which would make CI red at
-# random rather than on a change. Its corpus still runs under `cargo test`, and the
+# (now: a late copy of a demoted server deleted, see fuzz/failing/README.md): a short
+# run finds that bug by chance (in about 5 minutes), which would make CI red at random
+# rather than on a change. Its corpus still runs under `cargo test`, and the
 # planted-bug stage checks the inputs it found for its plants.
 echo "== fuzz: decode and oplog_roundtrip for ${TESSERA_FUZZ_SECS:-30}s each"
 ./scripts/fuzz.sh "${TESSERA_FUZZ_SECS:-30}" decode oplog_roundtrip
