@@ -60,8 +60,9 @@ pub(super) struct Fallbacks {
     /// Holders whose reports lack the chunk's current version, since when (this
     /// master's clock): only a report that arrives a call timeout later was surely sent
     /// after, so one that still lacks it shows no copy (a report can be late, or come
-    /// twice).
-    absent: HashMap<(ChunkHandle, ServerIdx), Time>,
+    /// twice). At the chunk's version then; a clone to the server starts the count
+    /// afresh.
+    absent: HashMap<(ChunkHandle, ServerIdx), (Time, Version)>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -78,6 +79,11 @@ impl Fallbacks {
             settled,
             ..Default::default()
         }
+    }
+
+    /// A clone of `h` to `target` starts or ends: any absence of its copy counts afresh.
+    pub fn forget_absence(&mut self, h: ChunkHandle, target: ServerIdx) {
+        self.absent.remove(&(h, target));
     }
 
     /// Whether a clone of `h` waits for its holder record.
@@ -229,7 +235,9 @@ impl Master {
         let Some(f) = self.meta.fallbacks.get(&h) else {
             return false;
         };
-        if f.demoted.get(&addr) == Some(&version) {
+        // At the version it was demoted from; or later, having taken a grant late (with
+        // none of that version's writes, but every one before: see `kept_late`).
+        if f.demoted.get(&addr).is_some_and(|&dv| dv <= version) {
             return true;
         }
         // Of a version a grant left below the goal: every copy at it is demoted as its
@@ -251,6 +259,84 @@ impl Master {
             }
         }
         any
+    }
+
+    /// Whether `server`'s copy of `h`, reported at `version`, is a demoted copy that took
+    /// a later grant late (retired at it): it holds every write acknowledged up to the
+    /// version it was demoted from, like any demoted copy, and is kept with them while
+    /// the chunk is below its goal rather than deleted as a retired copy. Its server
+    /// stays a clone target (`blocks_clone`): a clone replaces the copy.
+    pub(super) fn kept_late(&self, h: ChunkHandle, server: ServerIdx, version: Version) -> bool {
+        let Some(c) = self.meta.chunks.get(h) else {
+            return false;
+        };
+        let addr = &self.servers.get(server).addr;
+        self.live_replicas(c).len() < usize::from(c.goal)
+            && self
+                .meta
+                .fallbacks
+                .get(&h)
+                .and_then(|f| f.demoted.get(addr))
+                .is_some_and(|&dv| dv < version)
+    }
+
+    /// Whether `server` may not take a clone of `h`: its copy is retired at the chunk's
+    /// version and would be deleted as one, unless it is a demoted copy kept as a
+    /// fallback (a clone replaces it, and lifts the retirement: `clone_made`).
+    pub(super) fn blocks_clone(&self, h: ChunkHandle, server: ServerIdx) -> bool {
+        self.is_retired(h, server)
+            && !self
+                .meta
+                .fallbacks
+                .get(&h)
+                .is_some_and(|f| f.demoted.contains_key(&self.servers.get(server).addr))
+    }
+
+    /// A target for a clone of `h`, none of `exclude` nor a server whose copy is retired
+    /// at the chunk's version; failing that, one whose retired copy is a demoted copy
+    /// kept as a fallback (`kept_late`): the clone replaces it, the only way back to the
+    /// goal when no other server is left (and the copy stays until the clone is done).
+    pub(super) fn clone_target(
+        &mut self,
+        h: ChunkHandle,
+        exclude: &[ServerIdx],
+    ) -> Option<ServerIdx> {
+        let retired: Vec<ServerIdx> = self
+            .servers
+            .iter()
+            .map(|(s, _)| s)
+            .filter(|&s| self.is_retired(h, s))
+            .collect();
+        let mut all = exclude.to_vec();
+        all.extend(&retired);
+        if let Some(&t) = self.place(1, &all).first() {
+            return Some(t);
+        }
+        if retired.is_empty() {
+            return None;
+        }
+        let mut all = exclude.to_vec();
+        all.extend(retired.into_iter().filter(|&s| self.blocks_clone(h, s)));
+        self.place(1, &all).first().copied()
+    }
+
+    /// A clone made `server`'s copy of `h` current: a retirement of its copy at this
+    /// version (a copy kept as a fallback, replaced by the clone) no longer holds.
+    pub(super) fn clone_made(&mut self, h: ChunkHandle, server: ServerIdx) {
+        if !self.is_retired(h, server) {
+            return;
+        }
+        let version = self.meta.chunks.get(h).map_or(0, |c| c.version);
+        let op = Op::RetireReplica(pb::RetireReplicaOp {
+            handle: h,
+            address: self.servers.get(server).addr.clone(),
+            version,
+            lift: true,
+        });
+        if let Err(e) = self.log(op) {
+            panic!("lifting a retired copy of chunk {h}: {e}");
+        }
+        self.retired_at.remove(&(h, server));
     }
 
     /// `h` is at its goal again: its demoted copies are not needed any more.
@@ -345,8 +431,16 @@ impl Master {
             .retain(|&(h, s), _| s != server || lacking.contains(&h));
         let (now, wait) = (self.now, self.cfg.call_timeout);
         for h in lacking {
-            let since = *self.fallbacks.absent.entry((h, server)).or_insert(now);
-            if now >= since + wait {
+            let version = self.meta.chunks.get(h).map_or(0, |c| c.version);
+            let since = self
+                .fallbacks
+                .absent
+                .entry((h, server))
+                .or_insert((now, version));
+            if since.1 != version {
+                *since = (now, version);
+            }
+            if now >= since.0 + wait {
                 self.fallbacks.absent.remove(&(h, server));
                 self.log_fallback(h, addr.clone(), pb::Fallback::NotHolder);
             }
@@ -457,7 +551,7 @@ impl Master {
                 .get(h)
                 .is_some_and(|c| !c.replicas.contains(t))
             && !self.gc.pending_deletes.is_ordered(t, h)
-            && !self.is_retired(h, t)
+            && !self.blocks_clone(h, t)
             && self.servers.get(t).clones_in_flight < self.cfg.clones_per_server;
         if usable {
             self.start_clone(h, version, source, t);

@@ -136,10 +136,14 @@ impl Master {
             r.chunks.iter().map(|c| (c.handle, c.version)).collect();
         self.holders_reported(idx, &versions, &r.changing);
         let mut doomed = doomed;
+        let mut kept = HashSet::default();
         for (h, v) in retired {
             let at = *self.retired_at.entry((h, idx)).or_insert(self.now);
             let held = versions.get(&h).copied();
-            if held == Some(v) {
+            if held == Some(v) && self.kept_late(h, idx, v) {
+                // A demoted copy that took the grant late: a fallback still.
+                kept.insert(h);
+            } else if held == Some(v) {
                 // Only a copy at the retired version is suspect; an older one simply did
                 // not take part, and is judged by its version like any other.
                 doomed.insert(h);
@@ -172,8 +176,8 @@ impl Master {
         let mut matched = 0u64;
         for rep in &r.chunks {
             let h = rep.handle;
-            if doomed.contains(&h) {
-                continue; // told to delete it in this very reply
+            if doomed.contains(&h) || kept.contains(&h) {
+                continue; // told to delete it in this very reply, or kept as a fallback
             }
             let Some(c) = self.meta.chunks.get(h) else {
                 delete.push(h);

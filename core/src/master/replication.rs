@@ -151,7 +151,8 @@ impl Master {
         if c.version == 0
             || live.is_empty()
             || live.len() >= usize::from(c.goal)
-            || self.repl.running >= self.cfg.clones_cluster
+            || (self.repl.running + self.intended_clones(None) >= self.cfg.clones_cluster
+                && !self.fallbacks.intends(h))
         {
             return false;
         }
@@ -172,9 +173,8 @@ impl Master {
         exclude.extend(self.servers.iter().map(|(s, _)| s).filter(|&s| {
             self.servers.get(s).clones_in_flight >= per_server
                 || self.gc.pending_deletes.is_ordered(s, h)
-                || self.is_retired(h, s)
         }));
-        let Some(&target) = self.place(1, &exclude).first() else {
+        let Some(target) = self.clone_target(h, &exclude) else {
             return false;
         };
         self.clone_to(h, version, source, target);
@@ -227,15 +227,16 @@ impl Master {
                 .map(|(i, _)| i)
                 .collect();
             exclude.extend(busy);
-            // Nor a server about to delete its copy of this chunk, or whose copy is retired.
+            // Nor a server about to delete its copy of this chunk (or whose copy is
+            // retired: `clone_target`).
             let ordered: Vec<ServerIdx> = self
                 .servers
                 .iter()
                 .map(|(s, _)| s)
-                .filter(|&s| self.gc.pending_deletes.is_ordered(s, h) || self.is_retired(h, s))
+                .filter(|&s| self.gc.pending_deletes.is_ordered(s, h))
                 .collect();
             exclude.extend(ordered);
-            let Some(&target) = self.place(1, &exclude).first() else {
+            let Some(target) = self.clone_target(h, &exclude) else {
                 continue;
             };
             self.clone_to(h, version, source, target);
@@ -303,6 +304,7 @@ impl Master {
             "cloning chunk {h} while a lease on it may be valid"
         );
         tracing::info!(chunk = h, from = %self.servers.get(source).addr, to = %self.servers.get(target).addr, "re-replicating");
+        self.fallbacks.forget_absence(h, target);
         self.servers.get_mut(source).clones_in_flight += 1;
         self.servers.get_mut(target).clones_in_flight += 1;
         self.servers
@@ -336,6 +338,7 @@ impl Master {
         ok: bool,
         answered: bool,
     ) {
+        self.fallbacks.forget_absence(h, target);
         self.servers.get_mut(source).clones_in_flight -= 1;
         self.servers.get_mut(target).clones_in_flight -= 1;
         self.repl.running -= 1;
@@ -352,6 +355,7 @@ impl Master {
             && self.servers.is_alive(target)
             && !self.lease_may_be_out(h)
         {
+            self.clone_made(h, target);
             self.add_replica(h, target);
         } else if ok {
             // The copy is of an old version, or of a chunk now gone: collect it.

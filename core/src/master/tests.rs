@@ -3262,9 +3262,9 @@ fn set_versions(h: &H) -> Vec<(String, u64)> {
 }
 
 /// A copy retired at a grant it took late missed that lease's writes; once the next
-/// grant lifts the retirement its version looks like that of a demoted copy holding the
-/// writes. Only copies demoted while current are kept and revived: the late one is told
-/// to delete, and the revival goes to the good copy alone.
+/// grant moves the chunk on, its version looks like that of a copy demoted at it, holding
+/// the writes. It holds those of the version before (at which it was demoted), and is
+/// kept at that level; the revival goes to the newest demoted copy alone.
 #[test]
 fn a_copy_that_took_a_version_late_is_not_revived() {
     let mut h = H::new();
@@ -3284,26 +3284,28 @@ fn a_copy_that_took_a_version_late_is_not_revived() {
         .unwrap()
         .to_string();
     h.answer_calls(&[&late]);
-    // v3: only the primary takes it; the good secondary is demoted at v2.
+    // v3: only the primary takes it; the good secondary is demoted at v2. (The late
+    // server is down meanwhile, or the master would clone to it first.)
     h.advance(Duration::from_secs(12));
     beat(&mut h, &primary, &[(handle, 2)]);
     beat(&mut h, &good, &[(handle, 2)]);
+    h.step(Input::Tick);
     let p3 = regrant(&mut h, None);
     let good = if p3 == primary { good } else { primary };
     let primary = p3;
     h.answer_calls(&[&good]);
-    // The late copy took v2 after all (no v2 writes); the good one holds them.
+    // The late copy took v2 after all (no v2 writes, but all of v1's, where it is
+    // demoted); the good one holds v2's. Both are kept.
     let hb = beat(&mut h, &late, &[(handle, 2)]);
-    assert_eq!(
-        hb.delete_chunks
-            .iter()
-            .map(|d| d.handle)
-            .collect::<Vec<_>>(),
-        vec![handle],
-        "a copy retired at v2 kept as a fallback"
-    );
+    assert!(hb.delete_chunks.is_empty(), "{hb:?}");
     let hb = beat(&mut h, &good, &[(handle, 2)]);
     assert!(hb.delete_chunks.is_empty(), "{hb:?}");
+    let f = &h.m.meta.fallbacks[&handle];
+    assert_eq!(
+        (f.demoted.get(&late), f.demoted.get(&good)),
+        (Some(&1), Some(&2)),
+        "{f:?}"
+    );
     // The only current copy is found corrupt; once no lease can be out, the good copy
     // alone is revived.
     corrupt(&mut h, &primary, handle);
@@ -3762,4 +3764,145 @@ fn a_restarted_master_learns_a_logged_clone_made_no_copy() {
         "{:?}",
         h.m.meta.fallbacks.get(&handle)
     );
+}
+
+/// v2 of a chunk on three servers reaches the primary and one secondary; the third takes
+/// it late (retired at v2, demoted at v1: it holds every write before v2) and reports
+/// it. Returns (primary, good secondary, late).
+fn a_demoted_copy_takes_a_grant_late(h: &mut H, handle: u64) -> (String, String, String) {
+    h.advance(Duration::from_secs(12));
+    for a in ["cs0", "cs1", "cs2"] {
+        beat(h, a, &[(handle, 1)]);
+    }
+    let mut good = String::new();
+    let primary = regrant(h, Some(&mut good));
+    let late = ["cs0", "cs1", "cs2"]
+        .into_iter()
+        .find(|a| *a != primary && *a != good)
+        .unwrap()
+        .to_string();
+    h.answer_calls(&[&late]);
+    let hb = beat(h, &late, &[(handle, 2)]);
+    assert!(
+        hb.delete_chunks.is_empty(),
+        "the late copy, demoted at v1, was deleted: {hb:?}"
+    );
+    assert!(!chunk_replicas(h, "/f").contains(&late));
+    (primary, good, late)
+}
+
+/// A demoted copy that took a grant late is kept while the chunk is below its goal, and
+/// its server is still a clone target: the clone replaces the copy and lifts its
+/// retirement. (Found by the `mutation_protocol` fuzzer: the copy was deleted, then the
+/// one current copy found corrupt.)
+#[test]
+fn a_demoted_copy_that_took_a_grant_late_is_kept_and_cloned_over() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    let handle = h.write_target("/f", 0).unwrap().handle;
+    let (primary, good, late) = a_demoted_copy_takes_a_grant_late(&mut h, handle);
+    // The lease runs out; the one server left to clone to is the late one.
+    h.advance(Duration::from_secs(12));
+    for a in [&primary, &good, &late] {
+        beat(&mut h, a, &[(handle, 2)]);
+    }
+    h.calls.clear();
+    // The first tick logs the target as a holder; the clone goes once that is durable.
+    h.step(Input::Tick);
+    h.sync();
+    h.step(Input::Tick);
+    h.sync();
+    let clones: Vec<&str> = h
+        .calls
+        .iter()
+        .filter(|c| matches!(c.req.req, Some(CReq::Clone(_))))
+        .map(|c| c.to.as_str())
+        .collect();
+    assert_eq!(clones, vec![late.as_str()], "{:?}", h.calls);
+    h.answer_calls(&[]);
+    h.step(Input::Tick);
+    h.sync();
+    assert!(h.m.meta.retired.is_empty(), "{:?}", h.m.meta.retired);
+    let hb = beat(&mut h, &late, &[(handle, 2)]);
+    assert!(hb.delete_chunks.is_empty(), "{hb:?}");
+    assert!(chunk_replicas(&mut h, "/f").contains(&late));
+    assert!(!h.m.meta.fallbacks.contains_key(&handle));
+}
+
+/// The same copy is revived once every current copy is destroyed.
+#[test]
+fn a_demoted_copy_that_took_a_grant_late_is_revived() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    let handle = h.write_target("/f", 0).unwrap().handle;
+    let (primary, good, late) = a_demoted_copy_takes_a_grant_late(&mut h, handle);
+    corrupt(&mut h, &primary, handle);
+    corrupt(&mut h, &good, handle);
+    h.advance(Duration::from_secs(12));
+    beat(&mut h, &primary, &[]);
+    beat(&mut h, &good, &[]);
+    let hb = beat(&mut h, &late, &[(handle, 2)]);
+    assert!(hb.delete_chunks.is_empty(), "{hb:?}");
+    h.calls.clear();
+    h.step(Input::Tick);
+    h.sync();
+    assert_eq!(set_versions(&h), vec![(late, 3)]);
+}
+
+/// A holder's copy counts as absent only from reports a call timeout apart with no clone
+/// to it in between: a report that lacks it from before a clone says nothing of what the
+/// clone made, nor one sent while the clone ran (heartbeats lost meanwhile).
+#[test]
+fn a_clone_to_a_holder_starts_its_absence_afresh() {
+    let mut h = H::with(MasterConfig {
+        call_timeout: Duration::from_secs(8),
+        clone_timeout: Duration::from_secs(20),
+        ..cfg()
+    });
+    cluster(&mut h, 4, 4);
+    h.call(create("/f"));
+    let handle = h.write_target("/f", 0).unwrap().handle;
+    h.advance(Duration::from_secs(40));
+    let (primary, missed, target) = clone_logged_not_sent(&mut h, handle);
+    let unanswered = |h: &mut H| {
+        let calls = std::mem::take(&mut h.calls);
+        let mut n = 0;
+        for c in calls {
+            if matches!(c.req.req, Some(CReq::Clone(_))) {
+                n += 1;
+                let result = Err(RpcError::Deadline(c.to.clone()));
+                h.step(Input::CallResult { id: c.id, result });
+            }
+        }
+        n
+    };
+    // The first clone gets no answer: it may have made a copy.
+    h.sync();
+    h.step(Input::Tick);
+    h.sync();
+    assert_eq!(unanswered(&mut h), 1);
+    // The target's report lacks the chunk; a second clone to it starts at once.
+    beat(&mut h, &target, &[]);
+    h.step(Input::Tick);
+    h.sync();
+    // No report from the target while it runs; it gets no answer either.
+    h.advance(Duration::from_secs(9));
+    beat(&mut h, &primary, &[(handle, 2)]);
+    for a in &missed {
+        beat(&mut h, a, &[(handle, 1)]);
+    }
+    assert_eq!(unanswered(&mut h), 1, "a second clone");
+    // A report a call timeout after the first, but perhaps sent before the clone landed.
+    beat(&mut h, &target, &[]);
+    h.sync();
+    let f = &h.m.meta.fallbacks[&handle];
+    assert!(f.holders.contains(&target), "{f:?}");
+    // Two reports a call timeout apart after the clone: it holds none.
+    h.advance(Duration::from_secs(9));
+    beat(&mut h, &target, &[]);
+    h.sync();
+    let f = &h.m.meta.fallbacks[&handle];
+    assert!(!f.holders.contains(&target), "{f:?}");
 }
