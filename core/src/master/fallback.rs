@@ -188,7 +188,18 @@ impl Master {
             .map(|&s| self.servers.get(s).addr.clone())
             .collect();
         if let Some(f) = self.meta.fallbacks.get(&h) {
-            out.extend(f.holders.iter().filter(|a| !holders.contains(a)).cloned());
+            // A holder whose copy is retired at `old` (a clone's target, its copy one that
+            // took `old` late, the clone not known to have run) may hold none of `old`'s
+            // writes: it keeps the level it was demoted at before, if any.
+            out.extend(
+                f.holders
+                    .iter()
+                    .filter(|a| {
+                        !holders.contains(a)
+                            && self.meta.retired.get(&(h, (*a).clone())) != Some(&old)
+                    })
+                    .cloned(),
+            );
         }
         out.sort();
         out.dedup();

@@ -3906,3 +3906,47 @@ fn a_clone_to_a_holder_starts_its_absence_afresh() {
     let f = &h.m.meta.fallbacks[&handle];
     assert!(!f.holders.contains(&target), "{f:?}");
 }
+
+/// A late copy's server taken as a clone target is a holder until the clone is known to
+/// have run; a grant that moves on without it must not demote it at the version its copy
+/// took late (it holds none of that version's writes), or a revival would bring that
+/// copy back as if it held them. (Found by a review.)
+#[test]
+fn a_late_copy_whose_clone_may_not_have_run_keeps_its_demoted_level() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    let handle = h.write_target("/f", 0).unwrap().handle;
+    let (primary, good, late) = a_demoted_copy_takes_a_grant_late(&mut h, handle);
+    h.advance(Duration::from_secs(12));
+    for a in [&primary, &good, &late] {
+        beat(&mut h, a, &[(handle, 2)]);
+    }
+    // A clone to the late server is logged, sent, and never answered.
+    h.calls.clear();
+    h.step(Input::Tick);
+    h.sync();
+    h.step(Input::Tick);
+    h.sync();
+    let calls = std::mem::take(&mut h.calls);
+    let clone = calls
+        .iter()
+        .find(|c| matches!(c.req.req, Some(CReq::Clone(_))))
+        .expect("a clone");
+    assert_eq!(clone.to, late);
+    h.step(Input::CallResult {
+        id: clone.id,
+        result: Err(RpcError::Deadline(late.clone())),
+    });
+    assert!(h.m.meta.fallbacks[&handle].holders.contains(&late));
+    // The late server goes silent; a writer's grant moves the chunk to v3 without it.
+    h.advance(Duration::from_secs(6));
+    beat(&mut h, &primary, &[(handle, 2)]);
+    beat(&mut h, &good, &[(handle, 2)]);
+    h.step(Input::Tick);
+    h.sync();
+    h.write_target("/f", 0).unwrap();
+    let f = &h.m.meta.fallbacks[&handle];
+    assert_eq!(h.m.meta.chunks.get(handle).unwrap().version, 3);
+    assert_eq!(f.demoted.get(&late), Some(&1), "{f:?}");
+}
