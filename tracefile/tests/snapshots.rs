@@ -24,7 +24,7 @@ fn the_encoding_of_records() {
         &pb::TraceHeader {
             protocol: 0x0123_4567_89ab_cdef,
             build: "0.1.0".into(),
-            ..trace::header("10.0.0.1:7000", "master", 3, 17)
+            ..trace::header(trace::TRACE_FORMAT, "10.0.0.1:7000", "master", 3, 17)
         },
         &mut out,
     );

@@ -586,7 +586,10 @@ pub fn seeds() -> Vec<Vec<u8>> {
 fn trace_seed() -> Vec<u8> {
     use crate::trace::{self, record};
     let mut file = trace::MAGIC.to_vec();
-    trace::frame(&trace::header("m", "master", 1, 1), &mut file);
+    trace::frame(
+        &trace::header(trace::RAW_FORMAT, "m", "master", 1, 1),
+        &mut file,
+    );
     let cfg = MasterConfig::default();
     let cp = small_master().meta().checkpoint(6);
     let mut start = record::master_start(

@@ -7,9 +7,13 @@
 //!
 //! A trace file is [`MAGIC`], then frames: a varint body length, the CRC32C of the body
 //! (4 bytes, little-endian), the body (a prost message). The first frame is a
-//! `TraceHeader`, every later one a `TraceRecord`. A node's trace directory holds its
-//! files `NNNNNN.trace` in order; each start of the node begins a run with a start
-//! record (`seq` 1) holding what the node was rebuilt from.
+//! `TraceHeader`, every later one a `TraceRecord`. In format [`RAW_FORMAT`] the record
+//! frames follow the header as they are (what [`MemSink`](recorder::MemSink) keeps); in
+//! [`TRACE_FORMAT`], what nodes write to disk, they are one zstd stream, which
+//! `tessera-tracefile` writes and inflates (this crate parses the inflated frames:
+//! [`parse_header`], [`parse_records`]). A node's trace directory holds its files
+//! `NNNNNN.trace` in order; each start of the node begins a run with a start record
+//! (`seq` 1) holding what the node was rebuilt from.
 
 pub mod record;
 pub mod recorder;
@@ -21,8 +25,12 @@ use crate::pb;
 
 pub use recorder::{Recorder, Sink};
 
-/// The trace format this build writes and reads.
-pub const TRACE_FORMAT: u32 = 1;
+/// The trace format nodes write to disk: record frames in one zstd stream after the
+/// header.
+pub const TRACE_FORMAT: u32 = 2;
+/// The format whose record frames follow the header as they are (in memory; and on disk
+/// before records were compressed). Both read.
+pub const RAW_FORMAT: u32 = 1;
 /// The first bytes of every trace file.
 pub const MAGIC: &[u8; 8] = b"TSRTRACE";
 /// The largest frame body a reader accepts: a start record holds a whole checkpoint.
@@ -37,10 +45,17 @@ pub fn protocol() -> u64 {
     u64::from_str_radix(env!("TESSERA_PROTOCOL"), 16).expect("build.rs writes hex")
 }
 
-/// The header of a node's `file_index`th trace file, whose first record is `first_seq`.
-pub fn header(node: &str, role: &str, file_index: u64, first_seq: u64) -> pb::TraceHeader {
+/// The header of a node's `file_index`th trace file of `format`, whose first record is
+/// `first_seq`.
+pub fn header(
+    format: u32,
+    node: &str,
+    role: &str,
+    file_index: u64,
+    first_seq: u64,
+) -> pb::TraceHeader {
     pb::TraceHeader {
-        format: TRACE_FORMAT,
+        format,
         node: node.to_string(),
         role: role.to_string(),
         build: BUILD.to_string(),
@@ -80,11 +95,33 @@ pub struct TraceFile {
     pub cut: Option<TraceError>,
 }
 
-/// Reads one trace file's bytes. A file that is not a trace, of another format, or
-/// damaged (a frame failing its checksum or not decoding) is an error naming `file` and
-/// the offset; a file cut short inside its last frame gives the records before the cut
-/// and says where it is.
+/// Reads one trace file's bytes, of [`RAW_FORMAT`] (a [`TRACE_FORMAT`] file's records
+/// are compressed: `tessera_tracefile::parse_file` reads both). A file that is not a
+/// trace, of another format, or damaged (a frame failing its checksum or not decoding) is
+/// an error naming `file` and the offset; a file cut short inside its last frame gives
+/// the records before the cut and says where it is.
 pub fn parse(file: &str, bytes: &[u8]) -> Result<TraceFile, TraceError> {
+    let (mut out, at) = parse_header(file, bytes)?;
+    if out.cut.is_some() {
+        return Ok(out);
+    }
+    if out.header.format != RAW_FORMAT {
+        return Err(TraceError {
+            file: file.to_string(),
+            offset: at as u64,
+            what: format!(
+                "trace format {} keeps its records compressed: read it with tessera_tracefile",
+                out.header.format
+            ),
+        });
+    }
+    parse_records(file, &bytes[at..], at as u64, &mut out)?;
+    Ok(out)
+}
+
+/// Reads a trace file's magic and header: the file with its header (or cut before the
+/// header is whole), and where the records begin.
+pub fn parse_header(file: &str, bytes: &[u8]) -> Result<(TraceFile, usize), TraceError> {
     let err = |offset: usize, what: String| TraceError {
         file: file.to_string(),
         offset: offset as u64,
@@ -92,98 +129,152 @@ pub fn parse(file: &str, bytes: &[u8]) -> Result<TraceFile, TraceError> {
     };
     if bytes.len() < MAGIC.len() && MAGIC.starts_with(bytes) {
         // Created, and cut (or not yet flushed) before its first bytes were written.
-        return Ok(TraceFile {
+        let out = TraceFile {
             cut: Some(err(0, "the file ends before its header".into())),
             ..TraceFile::default()
-        });
+        };
+        return Ok((out, bytes.len()));
     }
     if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
         return Err(err(0, "not a Tessera trace file (no trace magic)".into()));
     }
-    let mut at = MAGIC.len();
+    let at = MAGIC.len();
     let mut out = TraceFile::default();
-    let mut first = true;
-    while at < bytes.len() {
-        let start = at;
-        // Zeros to the end: blocks a crash allocated but never wrote (a zero byte would
-        // read as an empty frame, whose CRC32C is zero).
-        if bytes[at..].iter().all(|&b| b == 0) {
-            out.cut = Some(err(
-                start,
-                "the file ends in zeros (a crash while writing)".into(),
-            ));
-            break;
+    let end = match next_frame(file, bytes, at)? {
+        Frame::End => return Err(err(at, "the file has no header".into())),
+        Frame::Cut(cut) => {
+            // Cut inside the header: no header to go by.
+            out.cut = Some(cut);
+            return Ok((out, bytes.len()));
         }
-        let mut rest = &bytes[at..];
-        let Ok(len) = prost::encoding::decode_varint(&mut rest) else {
-            let left = &bytes[at..];
-            if left.len() < 10 && left.iter().all(|b| b & 0x80 != 0) {
-                out.cut = Some(err(start, "the file ends inside a frame's length".into()));
-                break;
-            }
-            return Err(err(start, "a frame length that is not a varint".into()));
-        };
-        if len > MAX_FRAME {
-            return Err(err(
-                start,
-                format!("a frame of {len} bytes (damaged length)"),
-            ));
-        }
-        at = bytes.len() - rest.len();
-        let need = 4 + len as usize;
-        if bytes.len() - at < need {
-            out.cut = Some(err(
-                start,
-                format!(
-                    "the file ends inside a frame ({} of its {} bytes there)",
-                    bytes.len() - at,
-                    need
-                ),
-            ));
-            break;
-        }
-        let want = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("four bytes"));
-        let body = &bytes[at + 4..at + need];
-        let got = crc32c::crc32c(body);
-        if got != want {
-            return Err(err(
-                start,
-                format!("a frame fails its checksum (stored {want:#010x}, computed {got:#010x})"),
-            ));
-        }
-        at += need;
-        if first {
-            first = false;
+        Frame::Body(body, end) => {
             let h = pb::TraceHeader::decode(body)
-                .map_err(|e| err(start, format!("the header does not decode: {e}")))?;
-            if h.format != TRACE_FORMAT {
+                .map_err(|e| err(at, format!("the header does not decode: {e}")))?;
+            if h.format != TRACE_FORMAT && h.format != RAW_FORMAT {
                 return Err(err(
-                    start,
+                    at,
                     format!(
-                        "trace format {} (this build reads format {TRACE_FORMAT}; it was \
-                         written by tessera {})",
+                        "trace format {} (this build reads formats {RAW_FORMAT} and \
+                         {TRACE_FORMAT}; it was written by tessera {})",
                         h.format, h.build
                     ),
                 ));
             }
             out.header = h;
-        } else {
-            let r = pb::TraceRecord::decode(body)
-                .map_err(|e| err(start, format!("a record does not decode: {e}")))?;
-            if r.seq == 0 || r.kind.is_none() {
-                return Err(err(start, "a record with no place or no content".into()));
+            end
+        }
+    };
+    Ok((out, end))
+}
+
+/// Reads record frames from `bytes` (which begin at `base` in what `file` names) into
+/// `out`; a cut inside the last frame is noted in `out.cut`.
+pub fn parse_records(
+    file: &str,
+    bytes: &[u8],
+    base: u64,
+    out: &mut TraceFile,
+) -> Result<(), TraceError> {
+    let mut at = 0;
+    loop {
+        match next_frame(file, bytes, at) {
+            Err(mut e) => {
+                e.offset += base;
+                return Err(e);
             }
-            out.records.push(r);
+            Ok(Frame::End) => return Ok(()),
+            Ok(Frame::Cut(mut cut)) => {
+                cut.offset += base;
+                out.cut = Some(cut);
+                return Ok(());
+            }
+            Ok(Frame::Body(body, end)) => {
+                let r = pb::TraceRecord::decode(body).map_err(|e| TraceError {
+                    file: file.to_string(),
+                    offset: base + at as u64,
+                    what: format!("a record does not decode: {e}"),
+                })?;
+                if r.seq == 0 || r.kind.is_none() {
+                    return Err(TraceError {
+                        file: file.to_string(),
+                        offset: base + at as u64,
+                        what: "a record with no place or no content".into(),
+                    });
+                }
+                out.records.push(r);
+                at = end;
+            }
         }
     }
-    if first && out.cut.is_none() {
-        return Err(err(at, "the file has no header".into()));
+}
+
+enum Frame<'a> {
+    /// No bytes left.
+    End,
+    /// The bytes end inside a frame (a crash while writing).
+    Cut(TraceError),
+    /// A whole frame's checked body, and where the next begins.
+    Body(&'a [u8], usize),
+}
+
+/// The frame at `at` in `bytes`.
+fn next_frame<'a>(file: &str, bytes: &'a [u8], at: usize) -> Result<Frame<'a>, TraceError> {
+    let err = |offset: usize, what: String| TraceError {
+        file: file.to_string(),
+        offset: offset as u64,
+        what,
+    };
+    if at >= bytes.len() {
+        return Ok(Frame::End);
     }
-    if first {
-        // Cut inside the header: no header to go by.
-        out.header = pb::TraceHeader::default();
+    let start = at;
+    // Zeros to the end: blocks a crash allocated but never wrote (a zero byte would read
+    // as an empty frame, whose CRC32C is zero).
+    if bytes[at..].iter().all(|&b| b == 0) {
+        return Ok(Frame::Cut(err(
+            start,
+            "the file ends in zeros (a crash while writing)".into(),
+        )));
     }
-    Ok(out)
+    let mut rest = &bytes[at..];
+    let Ok(len) = prost::encoding::decode_varint(&mut rest) else {
+        let left = &bytes[at..];
+        if left.len() < 10 && left.iter().all(|b| b & 0x80 != 0) {
+            return Ok(Frame::Cut(err(
+                start,
+                "the file ends inside a frame's length".into(),
+            )));
+        }
+        return Err(err(start, "a frame length that is not a varint".into()));
+    };
+    if len > MAX_FRAME {
+        return Err(err(
+            start,
+            format!("a frame of {len} bytes (damaged length)"),
+        ));
+    }
+    let at = bytes.len() - rest.len();
+    let need = 4 + len as usize;
+    if bytes.len() - at < need {
+        return Ok(Frame::Cut(err(
+            start,
+            format!(
+                "the file ends inside a frame ({} of its {} bytes there)",
+                bytes.len() - at,
+                need
+            ),
+        )));
+    }
+    let want = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("four bytes"));
+    let body = &bytes[at + 4..at + need];
+    let got = crc32c::crc32c(body);
+    if got != want {
+        return Err(err(
+            start,
+            format!("a frame fails its checksum (stored {want:#010x}, computed {got:#010x})"),
+        ));
+    }
+    Ok(Frame::Body(body, at + need))
 }
 
 #[cfg(test)]

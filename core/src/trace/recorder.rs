@@ -166,7 +166,10 @@ pub struct MemSink {
 impl MemSink {
     pub fn new(node: &str, role: &str) -> MemSink {
         let mut file = super::MAGIC.to_vec();
-        super::frame(&super::header(node, role, 1, 1), &mut file);
+        super::frame(
+            &super::header(super::RAW_FORMAT, node, role, 1, 1),
+            &mut file,
+        );
         MemSink {
             file: Arc::new(Mutex::new(file)),
         }

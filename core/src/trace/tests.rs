@@ -3,7 +3,7 @@ use crate::pb::trace_record::Kind;
 
 fn file(records: &[pb::TraceRecord]) -> Vec<u8> {
     let mut out = MAGIC.to_vec();
-    frame(&header("m", "master", 1, 1), &mut out);
+    frame(&header(RAW_FORMAT, "m", "master", 1, 1), &mut out);
     for r in records {
         frame(r, &mut out);
     }
@@ -41,7 +41,7 @@ fn a_file_cut_anywhere_gives_the_records_before_the_cut() {
     // Where each frame ends.
     let mut ends = vec![MAGIC.len()];
     let mut one = Vec::new();
-    frame(&header("m", "master", 1, 1), &mut one);
+    frame(&header(RAW_FORMAT, "m", "master", 1, 1), &mut one);
     ends.push(ends[0] + one.len());
     for r in &recs {
         one.clear();
@@ -119,7 +119,7 @@ fn a_damaged_file_is_an_error_naming_file_and_offset() {
         &pb::TraceHeader {
             format: 99,
             build: "9.9.9".into(),
-            ..header("m", "master", 1, 1)
+            ..header(RAW_FORMAT, "m", "master", 1, 1)
         },
         &mut other,
     );
