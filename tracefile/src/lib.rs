@@ -110,7 +110,7 @@ const LEVEL: i32 = 1;
 /// The most a file's records may inflate to, as a multiple of their compressed size:
 /// real traces inflate about fivefold; more is a damaged or forged file, not memory to
 /// give it.
-const MAX_INFLATE: usize = 256;
+const MAX_INFLATE: usize = 64;
 
 impl FileSink {
     /// A sink for the node `node` (its address) of `role` ("master" or "chunkserver")
@@ -247,7 +247,7 @@ pub fn parse_file(file: &str, bytes: &[u8]) -> Result<TraceFile, TraceError> {
     if out.cut.is_some() || out.header.format == RAW_FORMAT {
         return trace::parse(file, bytes);
     }
-    let (records, cut) = inflate(file, &bytes[at..], at as u64)?;
+    let (records, end) = inflate(file, &bytes[at..], at as u64)?;
     // Offsets among the inflated records mean nothing in the file: named apart.
     let inflated = |e: TraceError| TraceError {
         file: e.file,
@@ -258,18 +258,22 @@ pub fn parse_file(file: &str, bytes: &[u8]) -> Result<TraceFile, TraceError> {
         ),
     };
     trace::parse_records(file, &records, 0, &mut out).map_err(inflated)?;
-    out.cut = out.cut.map(inflated).or(cut);
+    out.cut = out.cut.map(inflated);
+    match end {
+        Stream::Ended => {}
+        Stream::Open => out.open = true,
+        Stream::Cut(cut) => {
+            out.open = true;
+            out.cut = out.cut.or(Some(cut));
+        }
+    }
     Ok(out)
 }
 
 /// Inflates a file's compressed records (`base`: where they begin in the file): the
 /// bytes, and where the stream was cut if it does not end (a crash after the last
 /// flush).
-fn inflate(
-    file: &str,
-    bytes: &[u8],
-    base: u64,
-) -> Result<(Vec<u8>, Option<TraceError>), TraceError> {
+fn inflate(file: &str, bytes: &[u8], base: u64) -> Result<(Vec<u8>, Stream), TraceError> {
     use zstd::stream::raw::{Decoder, Operation};
     let err = |offset: usize, what: String| TraceError {
         file: file.to_string(),
@@ -281,9 +285,10 @@ fn inflate(
     let mut out = Vec::new();
     let mut buf = vec![0u8; 64 << 10];
     let mut at = 0;
-    // Whether the stream so far ends where a frame does (nothing at all is a file whose
-    // records never reached it).
-    let mut ended = true;
+    // What zstd expects next: nothing (0) where a frame ends; a block's header (3 bytes,
+    // `ZSTD_blockHeaderSize`) where a flush left it; more inside a block. Nothing at all
+    // is a file whose records never reached it.
+    let mut next = 0;
     loop {
         let s = d
             .run_on_buffers(&bytes[at..], &mut buf)
@@ -299,18 +304,33 @@ fn inflate(
         if s.bytes_read == 0 && s.bytes_written == 0 {
             break;
         }
-        ended = s.remaining == 0;
+        next = s.remaining;
     }
     if at < bytes.len() {
         return Err(err(at, "the compressed records stop inflating here".into()));
     }
-    let cut = (!ended).then(|| {
-        err(
+    let end = match next {
+        0 => Stream::Ended,
+        BLOCK_HEADER => Stream::Open,
+        _ => Stream::Cut(err(
             bytes.len(),
-            "the compressed records end inside a block (a crash after the last flush)".into(),
-        )
-    });
-    Ok((out, cut))
+            "the compressed records end inside a block (a crash while writing)".into(),
+        )),
+    };
+    Ok((out, end))
+}
+
+/// zstd's block header size: what its decoder asks for next at a block boundary.
+const BLOCK_HEADER: usize = 3;
+
+/// How a file's compressed records end.
+enum Stream {
+    /// Closed: the stream's end is there.
+    Ended,
+    /// At a flush, never ended: the node stopped with the file open.
+    Open,
+    /// Inside a block: the node stopped while writing it.
+    Cut(TraceError),
 }
 
 /// Reads a node's trace directory: its files in order, each checked.
@@ -339,7 +359,31 @@ pub fn read_node(dir: &Path) -> Result<Vec<(String, TraceFile)>, TraceError> {
             })?;
             parse_file(&name, &bytes).map(|f| (name, f))
         })
-        .collect()
+        .collect::<Result<Vec<_>, TraceError>>()
+        .and_then(closed_within_runs)
+}
+
+/// A file whose run goes on in the next file was closed whole (files rotate only
+/// after their stream is ended): one that reads as cut, or never ended, is damaged.
+fn closed_within_runs(
+    files: Vec<(String, TraceFile)>,
+) -> Result<Vec<(String, TraceFile)>, TraceError> {
+    for w in files.windows(2) {
+        let ((name, f), (_, next)) = (&w[0], &w[1]);
+        let goes_on = next.header.first_seq > 1;
+        if goes_on && f.header.format == TRACE_FORMAT && (f.open || f.cut.is_some()) {
+            return Err(TraceError {
+                file: name.clone(),
+                offset: f.cut.as_ref().map_or(0, |c| c.offset),
+                what: format!(
+                    "the file ends short, though its run goes on in the next (from record {}): \
+                     damaged",
+                    next.header.first_seq
+                ),
+            });
+        }
+    }
+    Ok(files)
 }
 
 /// The nodes under `paths`: each path a node's trace directory, a directory of them
@@ -472,7 +516,10 @@ mod tests {
         let f = parse_file("t", &bytes).unwrap();
         assert_eq!(f.header.format, TRACE_FORMAT);
         assert_eq!(f.records.len(), 300);
-        assert!(f.cut.is_some(), "a stream with no end reads as cut");
+        assert!(
+            f.open && f.cut.is_none(),
+            "stopped at a flush: open, not cut"
+        );
         // Cut inside the last block: the first two flushes' records.
         let (_, at) = trace::parse_header("t", &bytes).unwrap();
         let mut cut_at = bytes.len() - 3;
@@ -485,7 +532,7 @@ mod tests {
         };
         assert!(cut_at > at);
         assert_eq!(f.records.len(), 200, "cut at {cut_at} of {}", bytes.len());
-        assert!(f.cut.is_some());
+        assert!(f.open && f.cut.is_some());
         // A stream ended cleanly (the sink dropped) is whole.
         drop(sink);
         let f = parse_file(
@@ -493,7 +540,40 @@ mod tests {
             &std::fs::read(root.join("master-m_1/000001.trace")).unwrap(),
         )
         .unwrap();
-        assert_eq!((f.records.len(), f.cut.is_none()), (300, true));
+        assert_eq!(
+            (f.records.len(), f.cut.is_none(), f.open),
+            (300, true, false)
+        );
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// Files rotate only once their stream is ended: a file whose run goes on in the next
+    /// and that reads as cut or open was damaged, and the node's trace does not read.
+    #[test]
+    fn a_short_file_inside_a_run_is_damage() {
+        let root = std::env::temp_dir().join(format!("tessera-short-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let rotation = Rotation {
+            file_bytes: 1024,
+            files: 16,
+        };
+        let mut sink = FileSink::open(&root, "master", "m:1", rotation).unwrap();
+        for seq in 1..=600 {
+            sink.record(seq, &record(seq));
+            if seq % 20 == 0 {
+                sink.flush();
+            }
+        }
+        drop(sink);
+        let dir = root.join("master-m_1");
+        let files = trace_files(&dir).unwrap();
+        assert!(files.len() >= 3, "{files:?}");
+        assert!(read_node(&dir).unwrap().iter().all(|(_, f)| !f.open));
+        let p = &files[1].1;
+        let bytes = std::fs::read(p).unwrap();
+        std::fs::write(p, &bytes[..bytes.len() - 5]).unwrap();
+        let e = read_node(&dir).unwrap_err();
+        assert!(e.what.contains("its run goes on"), "{e}");
         let _ = std::fs::remove_dir_all(&root);
     }
 

@@ -1,6 +1,8 @@
-//! The trace format pinned: the encoding of a few records, and the summary of a trace
-//! recorded by the simulator (`tessera-scenarios run steady --seed 1 --trace-dir`,
-//! committed under `tests/fixtures/`). A change to either is a change of format: bump
+//! The trace format pinned: the encoding of a few records (their frames, as a format 2
+//! file holds them once inflated), and the summary of a trace recorded by the simulator
+//! (`tessera-scenarios run steady --seed 1 --trace-dir`, committed under
+//! `tests/fixtures/` in format 1, so old files are shown to read; one recorded now is in
+//! format 2, and reads the same). A change to either is a change of format: bump
 //! `TRACE_FORMAT` when old files no longer read, re-record the fixture, and review the
 //! snapshots (`cargo insta review`).
 

@@ -93,6 +93,10 @@ pub struct TraceFile {
     /// The file ends inside a frame: the node stopped while writing it. The records
     /// before it are sound.
     pub cut: Option<TraceError>,
+    /// Its compressed records were never ended (format 2): the node stopped (a kill, a
+    /// crash) with this file open, after its last flush. A file the same run goes on
+    /// from in the next was closed, and ended: one that is not is damaged.
+    pub open: bool,
 }
 
 /// Reads one trace file's bytes, of [`RAW_FORMAT`] (a [`TRACE_FORMAT`] file's records
