@@ -5,6 +5,7 @@
 //! record frames after a file's header are one zstd stream, flushed at each flush of
 //! the sink, so a file cut by a crash still inflates up to its last flush.
 
+pub mod fuzz;
 pub mod summary;
 pub mod workload;
 
@@ -281,6 +282,10 @@ fn inflate(file: &str, bytes: &[u8], base: u64) -> Result<(Vec<u8>, Stream), Tra
         what,
     };
     let mut d = Decoder::new().map_err(|e| err(0, format!("cannot inflate: {e}")))?;
+    // Level 1 writes with a window of at most a few MiB: a stream asking for more is not
+    // one of ours, and gets no memory for it.
+    d.set_parameter(zstd::stream::raw::DParameter::WindowLogMax(WINDOW_LOG_MAX))
+        .map_err(|e| err(0, format!("cannot inflate: {e}")))?;
     let limit = bytes.len().saturating_mul(MAX_INFLATE).max(1 << 20);
     let mut out = Vec::new();
     let mut buf = vec![0u8; 64 << 10];
@@ -319,6 +324,9 @@ fn inflate(file: &str, bytes: &[u8], base: u64) -> Result<(Vec<u8>, Stream), Tra
     };
     Ok((out, end))
 }
+
+/// The largest zstd window a trace's stream may ask for (16 MiB).
+const WINDOW_LOG_MAX: u32 = 24;
 
 /// zstd's block header size: what its decoder asks for next at a block boundary.
 const BLOCK_HEADER: usize = 3;
