@@ -3768,27 +3768,46 @@ fn a_restarted_master_learns_a_logged_clone_made_no_copy() {
 
 /// v2 of a chunk on three servers reaches the primary and one secondary; the third takes
 /// it late (retired at v2, demoted at v1: it holds every write before v2) and reports
-/// it. Returns (primary, good secondary, late).
-fn a_demoted_copy_takes_a_grant_late(h: &mut H, handle: u64) -> (String, String, String) {
+/// it. Returns the master, the chunk, and [primary, good secondary, late].
+fn a_demoted_copy_takes_a_grant_late() -> (H, u64, [String; 3]) {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    let handle = h.write_target("/f", 0).unwrap().handle;
     h.advance(Duration::from_secs(12));
     for a in ["cs0", "cs1", "cs2"] {
-        beat(h, a, &[(handle, 1)]);
+        beat(&mut h, a, &[(handle, 1)]);
     }
     let mut good = String::new();
-    let primary = regrant(h, Some(&mut good));
+    let primary = regrant(&mut h, Some(&mut good));
     let late = ["cs0", "cs1", "cs2"]
         .into_iter()
         .find(|a| *a != primary && *a != good)
         .unwrap()
         .to_string();
     h.answer_calls(&[&late]);
-    let hb = beat(h, &late, &[(handle, 2)]);
+    let hb = beat(&mut h, &late, &[(handle, 2)]);
     assert!(
         hb.delete_chunks.is_empty(),
         "the late copy, demoted at v1, was deleted: {hb:?}"
     );
-    assert!(!chunk_replicas(h, "/f").contains(&late));
-    (primary, good, late)
+    assert!(!chunk_replicas(&mut h, "/f").contains(&late));
+    (h, handle, [primary, good, late])
+}
+
+/// The lease runs out and `servers` report the chunk at v2; two ticks: the first logs a
+/// clone's target as a holder, the second sends the clone once that is durable. The
+/// calls out are left in `h.calls`.
+fn clone_after_the_lease(h: &mut H, handle: u64, servers: [&String; 3]) {
+    h.advance(Duration::from_secs(12));
+    for a in servers {
+        beat(h, a, &[(handle, 2)]);
+    }
+    h.calls.clear();
+    h.step(Input::Tick);
+    h.sync();
+    h.step(Input::Tick);
+    h.sync();
 }
 
 /// A demoted copy that took a grant late is kept while the chunk is below its goal, and
@@ -3797,22 +3816,9 @@ fn a_demoted_copy_takes_a_grant_late(h: &mut H, handle: u64) -> (String, String,
 /// one current copy found corrupt.)
 #[test]
 fn a_demoted_copy_that_took_a_grant_late_is_kept_and_cloned_over() {
-    let mut h = H::new();
-    cluster(&mut h, 3, 3);
-    h.call(create("/f"));
-    let handle = h.write_target("/f", 0).unwrap().handle;
-    let (primary, good, late) = a_demoted_copy_takes_a_grant_late(&mut h, handle);
+    let (mut h, handle, [primary, good, late]) = a_demoted_copy_takes_a_grant_late();
     // The lease runs out; the one server left to clone to is the late one.
-    h.advance(Duration::from_secs(12));
-    for a in [&primary, &good, &late] {
-        beat(&mut h, a, &[(handle, 2)]);
-    }
-    h.calls.clear();
-    // The first tick logs the target as a holder; the clone goes once that is durable.
-    h.step(Input::Tick);
-    h.sync();
-    h.step(Input::Tick);
-    h.sync();
+    clone_after_the_lease(&mut h, handle, [&primary, &good, &late]);
     let clones: Vec<&str> = h
         .calls
         .iter()
@@ -3833,11 +3839,7 @@ fn a_demoted_copy_that_took_a_grant_late_is_kept_and_cloned_over() {
 /// The same copy is revived once every current copy is destroyed.
 #[test]
 fn a_demoted_copy_that_took_a_grant_late_is_revived() {
-    let mut h = H::new();
-    cluster(&mut h, 3, 3);
-    h.call(create("/f"));
-    let handle = h.write_target("/f", 0).unwrap().handle;
-    let (primary, good, late) = a_demoted_copy_takes_a_grant_late(&mut h, handle);
+    let (mut h, handle, [primary, good, late]) = a_demoted_copy_takes_a_grant_late();
     corrupt(&mut h, &primary, handle);
     corrupt(&mut h, &good, handle);
     h.advance(Duration::from_secs(12));
@@ -3913,21 +3915,9 @@ fn a_clone_to_a_holder_starts_its_absence_afresh() {
 /// copy back as if it held them. (Found by a review.)
 #[test]
 fn a_late_copy_whose_clone_may_not_have_run_keeps_its_demoted_level() {
-    let mut h = H::new();
-    cluster(&mut h, 3, 3);
-    h.call(create("/f"));
-    let handle = h.write_target("/f", 0).unwrap().handle;
-    let (primary, good, late) = a_demoted_copy_takes_a_grant_late(&mut h, handle);
-    h.advance(Duration::from_secs(12));
-    for a in [&primary, &good, &late] {
-        beat(&mut h, a, &[(handle, 2)]);
-    }
+    let (mut h, handle, [primary, good, late]) = a_demoted_copy_takes_a_grant_late();
     // A clone to the late server is logged, sent, and never answered.
-    h.calls.clear();
-    h.step(Input::Tick);
-    h.sync();
-    h.step(Input::Tick);
-    h.sync();
+    clone_after_the_lease(&mut h, handle, [&primary, &good, &late]);
     let calls = std::mem::take(&mut h.calls);
     let clone = calls
         .iter()
