@@ -334,9 +334,13 @@ impl Master {
     /// A clone made `server`'s copy of `h` current: a retirement of its copy at this
     /// version (a copy kept as a fallback, replaced by the clone) no longer holds.
     pub(super) fn clone_made(&mut self, h: ChunkHandle, server: ServerIdx) {
-        if !self.is_retired(h, server) {
-            return;
+        if self.is_retired(h, server) {
+            self.lift_retirement(h, server);
         }
+    }
+
+    /// Lifts the retirement of `server`'s copy of `h`, in the log.
+    pub(super) fn lift_retirement(&mut self, h: ChunkHandle, server: ServerIdx) {
         let version = self.meta.chunks.get(h).map_or(0, |c| c.version);
         let op = Op::RetireReplica(pb::RetireReplicaOp {
             handle: h,

@@ -158,17 +158,7 @@ impl Master {
                 // A copy older than the retired version (kept as a fallback while the
                 // chunk is below its goal, `fallback.rs`) can no longer become one, and
                 // must not keep the server from taking a fresh copy.
-                let version = self.meta.chunks.get(h).map_or(0, |c| c.version);
-                let op = Op::RetireReplica(pb::RetireReplicaOp {
-                    handle: h,
-                    address: r.address.clone(),
-                    version,
-                    lift: true,
-                });
-                if let Err(e) = self.log(op) {
-                    panic!("lifting a retired copy of chunk {h}: {e}");
-                }
-                self.retired_at.remove(&(h, idx));
+                self.lift_retirement(h, idx);
             }
         }
         delete.sort_unstable();
