@@ -123,6 +123,16 @@ impl Master {
             let Some(c) = self.meta.chunks.get(h) else {
                 return Err(format!("fallbacks of chunk {h}, which is gone"));
             };
+            if let Some((v, l)) = f
+                .any_at
+                .iter()
+                .find(|(v, l)| l.until <= **v || l.until > c.version)
+            {
+                return Err(format!(
+                    "chunk {h} at version {} keeps copies from {v} below {} as demoted",
+                    c.version, l.until
+                ));
+            }
             let any = f.any_at.keys().map(|v| ("any copy", v));
             if let Some((a, v)) = f
                 .demoted
@@ -251,13 +261,15 @@ impl Master {
         if f.demoted.get(&addr).is_some_and(|&dv| dv <= version) {
             return true;
         }
-        // Of a version a grant left below the goal: every copy at it is demoted as its
-        // server reports it, but those retired at it, and a holder's (its report may be
-        // older than the version it took).
+        // Of a version a grant left below the goal, or of one reserved after it and lost
+        // in a crash (no write was acknowledged under it): every copy at it is demoted as
+        // its server reports it, but those retired at it, and a holder's (its report may
+        // be older than the version it took).
         let any = !f.holders.contains(&addr)
             && f.any_at
-                .get(&version)
-                .is_some_and(|not| !not.contains(&addr));
+                .range(..=version)
+                .next_back()
+                .is_some_and(|(_, l)| version < l.until && !l.not.contains(&addr));
         if any {
             let op = Op::Fallback(pb::FallbackOp {
                 handle: h,

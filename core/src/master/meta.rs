@@ -55,8 +55,19 @@ pub struct Fallback {
     pub holders: BTreeSet<String>,
     /// Versions every copy of which is demoted when reported, but on the servers named
     /// (see `SetVersionOp::demoted_any`): each grant that left the chunk below its goal
-    /// adds the version it left.
-    pub any_at: BTreeMap<Version, BTreeSet<String>>,
+    /// adds the version it left, up to the one it gave.
+    pub any_at: BTreeMap<Version, Level>,
+}
+
+/// The copies a grant demoted as their servers report them: those at the version it
+/// left (the key in `Fallback::any_at`), or at any version below the one it gave (a
+/// version reserved for a grant that a crash cut short: never current, so no write was
+/// acknowledged under it), but on the servers in `not` (retired at the version left).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Level {
+    /// The version the grant gave: the first one not at this level.
+    pub until: Version,
+    pub not: BTreeSet<String>,
 }
 
 /// What an applied record did beyond the state change, for the master to follow up.
@@ -174,8 +185,11 @@ impl Meta {
                         f.demoted.remove(a);
                     }
                     if o.demoted_any != 0 {
-                        f.any_at
-                            .insert(o.demoted_any, o.not_demoted.iter().cloned().collect());
+                        let level = Level {
+                            until: o.version,
+                            not: o.not_demoted.iter().cloned().collect(),
+                        };
+                        f.any_at.insert(o.demoted_any, level);
                     }
                 }
                 if self
@@ -382,9 +396,10 @@ impl Meta {
                     levels: f
                         .any_at
                         .iter()
-                        .map(|(&version, not)| pb::DemotedLevel {
+                        .map(|(&version, l)| pb::DemotedLevel {
                             version,
-                            not_demoted: not.iter().cloned().collect(),
+                            not_demoted: l.not.iter().cloned().collect(),
+                            until: l.until,
                         })
                         .collect(),
                 })
@@ -470,7 +485,7 @@ impl Meta {
             if e.demoted.iter().any(|d| d.version >= c.version)
                 || e.levels
                     .iter()
-                    .any(|l| l.version >= c.version || l.version == 0)
+                    .any(|l| l.version >= c.version || l.version == 0 || l.until > c.version)
                 || meta.fallbacks.contains_key(&e.handle)
             {
                 return Err(bad(format!("fallbacks of chunk {}", e.handle)));
@@ -487,7 +502,18 @@ impl Meta {
                     any_at: e
                         .levels
                         .iter()
-                        .map(|l| (l.version, l.not_demoted.iter().cloned().collect()))
+                        .map(|l| {
+                            let level = Level {
+                                // Written before levels had an end: the version alone.
+                                until: if l.until == 0 {
+                                    l.version + 1
+                                } else {
+                                    l.until.max(l.version + 1)
+                                },
+                                not: l.not_demoted.iter().cloned().collect(),
+                            };
+                            (l.version, level)
+                        })
                         .collect(),
                 },
             );

@@ -3940,3 +3940,60 @@ fn a_late_copy_whose_clone_may_not_have_run_keeps_its_demoted_level() {
     assert_eq!(h.m.meta.chunks.get(handle).unwrap().version, 3);
     assert_eq!(f.demoted.get(&late), Some(&1), "{f:?}");
 }
+
+/// The master crashes with a grant of v2 out, taken by one server alone; restarted, it
+/// hears one other server (at v1) before the rest and grants v3 to it alone. The copy at
+/// v2 holds every write acknowledged up to v1, and none came under v2 (never logged as
+/// current, so no client had its lease): it is a copy of v1 as far as writes go, and is
+/// kept like one while the chunk is below its goal, then revived when the v3 copy is
+/// found corrupt.
+/// (Found by the mutation_protocol fuzzer in CI: `copy-of-a-lost-grant-deleted`.)
+#[test]
+fn a_copy_at_a_version_lost_in_a_crash_is_kept_as_one_of_the_version_before() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    let handle = h.write_target("/f", 0).unwrap().handle;
+    let all: Vec<String> = ["cs0", "cs1", "cs2"].map(String::from).to_vec();
+    h.advance(Duration::from_secs(12));
+    for a in &all {
+        beat(&mut h, a, &[(handle, 1)]);
+    }
+    // v2 goes out; `away` applies it, and the master crashes before any answer.
+    regrant(&mut h, None);
+    let away = h.grant_target(false).expect("a secondary");
+    let first = all
+        .iter()
+        .find(|a| **a != away)
+        .expect("another server")
+        .clone();
+    let now = h.now;
+    h.m = Master::recover(cfg(), now, None, h.log.clone()).unwrap();
+    h.calls.clear();
+    // Only `first` is heard from, at v1, until the quiet period is over: v3 goes to it.
+    for _ in 0..5 {
+        h.advance(Duration::from_secs(3));
+        beat(&mut h, &first, &[(handle, 1)]);
+        h.step(Input::Tick);
+        h.sync();
+    }
+    let primary = regrant(&mut h, None);
+    assert_eq!(primary, first);
+    h.answer_calls(&[]);
+    assert_eq!(h.m.meta.chunks.get(handle).unwrap().version, 3);
+    // `away` reports its copy at v2: kept, not deleted.
+    let hb = beat(&mut h, &away, &[(handle, 2)]);
+    assert!(
+        hb.delete_chunks.is_empty(),
+        "the v2 copy was deleted: {hb:?}"
+    );
+    // The one v3 copy is found corrupt: the v2 copy is revived, as a copy of v1.
+    h.calls.clear();
+    corrupt(&mut h, &first, handle);
+    h.advance(Duration::from_secs(12));
+    beat(&mut h, &away, &[(handle, 2)]);
+    beat(&mut h, &first, &[]);
+    h.step(Input::Tick);
+    h.sync();
+    assert_eq!(set_versions(&h), vec![(away.clone(), 4)]);
+}

@@ -280,12 +280,17 @@ impl World {
         }
     }
 
-    /// Keeps a line in the log, if one is kept (a debugging aid: long lines are cut).
+    /// Keeps a line in the log, if one is kept (a debugging aid: lines longer than
+    /// `MP_WIDTH` characters, 400 unless set, are cut).
     fn note(&mut self, line: impl FnOnce() -> String) {
         if let Some(log) = self.log.as_mut() {
             let mut s = line();
-            if s.len() > 400 {
-                let mut end = 400;
+            let width = std::env::var("MP_WIDTH")
+                .ok()
+                .and_then(|w| w.parse().ok())
+                .unwrap_or(400);
+            if s.len() > width {
+                let mut end = width;
                 while !s.is_char_boundary(end) {
                     end -= 1;
                 }
