@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
 # Runs every cargo-fuzz target for a while: ./scripts/fuzz.sh [seconds per target] [target...]
+# TESSERA_FUZZ_SEED=N fixes libFuzzer's random seed (printed either way): a run repeated
+# with it starts with the same mutations, though not every later one (the coverage an
+# input reaches can differ between processes where a checker walks a hash map, and
+# coverage steers the fuzzer). TESSERA_FUZZ_RUNS=N stops each target after N inputs,
+# before its time is up.
 # New inputs the fuzzer finds go to a scratch copy of the corpus (printed), never into
 # fuzz/corpus/; a crash leaves its input in fuzz/artifacts/<target>/ and fails the run.
 # Once the bug is fixed, add that input to fuzz/corpus/<target>/ so `cargo test` keeps
@@ -20,6 +25,12 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
 fi
 TARGETS="${*:-$(cargo fuzz list --fuzz-dir fuzz)}"
 SCRATCH="$(mktemp -d)"
+SEED="${TESSERA_FUZZ_SEED:-$(( (RANDOM << 15 | RANDOM) + 1 ))}"
+RUNS=()
+if [ -n "${TESSERA_FUZZ_RUNS:-}" ]; then
+  RUNS=(-runs="$TESSERA_FUZZ_RUNS")
+fi
+echo "== fuzz seed $SEED (repeat: TESSERA_FUZZ_SEED=$SEED${TESSERA_FUZZ_RUNS:+ TESSERA_FUZZ_RUNS=$TESSERA_FUZZ_RUNS} ./scripts/fuzz.sh $SECS $TARGETS)"
 for t in $TARGETS; do
   mkdir -p "$SCRATCH/$t"
   echo "== fuzz $t for ${SECS}s (new inputs in $SCRATCH/$t)"
@@ -29,7 +40,7 @@ for t in $TARGETS; do
   # malloc, so only the resident-memory limit applies.)
   cargo fuzz run --fuzz-dir fuzz --sanitizer none --release -a --target-dir "$CACHE/target-fuzz" \
     "$t" "$SCRATCH/$t" "fuzz/corpus/$t" -- -max_total_time="$SECS" -rss_limit_mb=2048 \
-    -print_final_stats=1 > "$SCRATCH/$t.log" 2>&1 || status=$?
+    -seed="$SEED" "${RUNS[@]}" -print_final_stats=1 > "$SCRATCH/$t.log" 2>&1 || status=$?
   # libFuzzer's progress lines are left in the log; its verdict and figures are shown.
   grep -E '^(stat::|Done |INFO: Running with|==[0-9]+== ERROR|SUMMARY|thread .* panicked|.*Test unit written|error)' \
     "$SCRATCH/$t.log" || true
