@@ -87,7 +87,16 @@ pub fn report(data: &[u8]) -> Report {
     heal(&mut w);
     fail_on_violation(&w, actions);
     let healed = w.checks.steps;
-    judge(&mut w);
+    // A read that finds a chunk's one current copy corrupt (a flipped bit no scrub had
+    // met yet) does what a client's would: the copy is reported, and the master revives
+    // the older copies that hold every acknowledged write. The files are judged again
+    // once that has settled, as a client's retry would read them.
+    let mut again = 0;
+    while judge(&mut w, again < JUDGE_AGAIN) == Judged::Again {
+        again += 1;
+        converge(&mut w);
+        fail_on_violation(&w, actions);
+    }
     if std::env::var_os("MP_PHASES").is_some() {
         eprintln!(
             "phases: acted {acted} healed {healed} judged {} now {}",
@@ -242,6 +251,10 @@ fn setup(w: &mut World) {
 /// its bug: the rounds stay at 250 ms until that input is found again.
 const HEAL_STEP_MS: i64 = 250;
 
+/// How many times the files are judged again after a read found a chunk's current
+/// copies corrupt (see `report`).
+const JUDGE_AGAIN: usize = 2;
+
 /// Everything restarts; time runs on, with every message delivered, until the clients
 /// are done and leases and re-replication have settled.
 fn heal(w: &mut World) {
@@ -251,6 +264,12 @@ fn heal(w: &mut World) {
         w.disk_space(i, None);
     }
     w.end_impairments();
+    converge(w);
+}
+
+/// Time runs on, with every message delivered, until the clients are done and the master
+/// has no revival waiting.
+fn converge(w: &mut World) {
     for round in 0..400 {
         w.settle(20_000);
         if round % 4 == 3 {
@@ -276,8 +295,19 @@ fn heal(w: &mut World) {
     assert_eq!(w.active(), 0, "clients still busy after healing");
 }
 
-/// Reads every replica of every chunk of both files and judges what it holds.
-fn judge(w: &mut World) {
+#[derive(Debug, PartialEq, Eq)]
+enum Judged {
+    Done,
+    /// A chunk holding acknowledged data had no readable copy, and a copy was refused as
+    /// corrupt (reported to the master by that refusal): judge again once the master
+    /// has had time to revive older copies.
+    Again,
+}
+
+/// Reads every replica of every chunk of both files and judges what it holds. With
+/// `may_retry`, a chunk whose listed copies were all found corrupt by these reads asks
+/// for another try rather than failing.
+fn judge(w: &mut World, may_retry: bool) -> Judged {
     let chunk = w.settings.master.chunk_size;
     let mut reads = 0;
     for path in [WRITES, APPENDS] {
@@ -299,6 +329,7 @@ fn judge(w: &mut World) {
         for loc in &info.chunks {
             let base = loc.index * chunk;
             let mut readable = 0;
+            let mut refused = 0;
             // Each replica's bytes, for the comparison below.
             let mut copies: Vec<(String, Bytes)> = Vec::new();
             for addr in &loc.replicas {
@@ -313,6 +344,7 @@ fn judge(w: &mut World) {
                     // A corrupt copy refuses to be read: the checksums did their job.
                     Err(e) if w.checks.corrupted.contains(&(addr.clone(), loc.handle)) => {
                         let _ = e;
+                        refused += 1;
                         continue;
                     }
                     Err(e) => panic!("{path}: reading chunk {} on {addr}: {e}", loc.handle),
@@ -396,6 +428,10 @@ fn judge(w: &mut World) {
                     .appends
                     .get(path)
                     .is_some_and(|l| l.acked.iter().any(|(_, at, _)| here(*at)));
+            if readable == 0 && acked && refused > 0 && may_retry {
+                w.checks.reads_checked += reads;
+                return Judged::Again;
+            }
             if readable == 0 && acked {
                 w.print_log();
                 panic!(
@@ -418,6 +454,7 @@ fn judge(w: &mut World) {
         }
     }
     w.checks.reads_checked += reads;
+    Judged::Done
 }
 
 /// Action codes (the first byte of an action, modulo 32), for seeds and tests.
