@@ -28,6 +28,39 @@ pub fn data_ref(b: &[u8]) -> pb::DataRef {
     }
 }
 
+/// Lengths and CRCs of the buffers of file data a node's trace met lately, by the
+/// buffers' identity (address and length): the same bytes met again in the node's next
+/// steps (a pushed piece passed on down the chain, a read's data in its reply) are not
+/// read again. Each buffer is held while remembered, so its memory cannot be reused for
+/// other bytes meanwhile.
+#[derive(Default)]
+pub struct DataRefs {
+    recent: std::collections::VecDeque<(Bytes, u32)>,
+}
+
+/// Buffers a [`DataRefs`] remembers.
+const RECENT: usize = 8;
+
+impl DataRefs {
+    /// Length and CRC32C of `b`.
+    pub fn of(&mut self, b: &Bytes) -> pb::DataRef {
+        let len = b.len() as u64;
+        if b.is_empty() {
+            return data_ref(b);
+        }
+        let same = |k: &Bytes| k.as_ptr() == b.as_ptr() && k.len() == b.len();
+        if let Some(&(_, crc)) = self.recent.iter().find(|(k, _)| same(k)) {
+            return pb::DataRef { len, crc };
+        }
+        let r = data_ref(b);
+        if self.recent.len() == RECENT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((b.clone(), r.crc));
+        r
+    }
+}
+
 fn ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -287,6 +320,13 @@ pub fn master_input(step: &pb::TraceMasterStep) -> Result<ms::Input, String> {
 
 /// `req` with its file data emptied, and that data's length and CRC.
 pub fn strip_request(req: &pb::ChunkRequest) -> (pb::ChunkRequest, Option<pb::DataRef>) {
+    strip_request_in(req, &mut DataRefs::default())
+}
+
+fn strip_request_in(
+    req: &pb::ChunkRequest,
+    refs: &mut DataRefs,
+) -> (pb::ChunkRequest, Option<pb::DataRef>) {
     let mut req = req.clone();
     let data = match req.req.as_mut() {
         Some(CReq::Write(w)) => Some(&mut w.data),
@@ -296,7 +336,7 @@ pub fn strip_request(req: &pb::ChunkRequest) -> (pb::ChunkRequest, Option<pb::Da
         _ => None,
     };
     let r = data.map(|d| {
-        let r = data_ref(d);
+        let r = refs.of(d);
         *d = Bytes::new();
         r
     });
@@ -305,10 +345,17 @@ pub fn strip_request(req: &pb::ChunkRequest) -> (pb::ChunkRequest, Option<pb::Da
 
 /// `resp` with a read's data emptied, and that data's length and CRC.
 pub fn strip_response(resp: &pb::ChunkResponse) -> (pb::ChunkResponse, Option<pb::DataRef>) {
+    strip_response_in(resp, &mut DataRefs::default())
+}
+
+fn strip_response_in(
+    resp: &pb::ChunkResponse,
+    refs: &mut DataRefs,
+) -> (pb::ChunkResponse, Option<pb::DataRef>) {
     let mut resp = resp.clone();
     let r = match resp.resp.as_mut() {
         Some(CResp::Read(r)) => {
-            let d = data_ref(&r.data);
+            let d = refs.of(&r.data);
             r.data = Bytes::new();
             Some(d)
         }
@@ -317,8 +364,13 @@ pub fn strip_response(resp: &pb::ChunkResponse) -> (pb::ChunkResponse, Option<pb
     (resp, r)
 }
 
-fn chunk_request(id: u64, req: &pb::ChunkRequest, arrived: Time) -> pb::TraceChunkRequest {
-    let (req, data) = strip_request(req);
+fn chunk_request(
+    id: u64,
+    req: &pb::ChunkRequest,
+    arrived: Time,
+    refs: &mut DataRefs,
+) -> pb::TraceChunkRequest {
+    let (req, data) = strip_request_in(req, refs);
     pb::TraceChunkRequest {
         id,
         req: Some(req),
@@ -327,8 +379,8 @@ fn chunk_request(id: u64, req: &pb::ChunkRequest, arrived: Time) -> pb::TraceChu
     }
 }
 
-fn chunk_reply(id: u64, resp: &pb::ChunkResponse) -> pb::TraceChunkReply {
-    let (resp, data) = strip_response(resp);
+fn chunk_reply(id: u64, resp: &pb::ChunkResponse, refs: &mut DataRefs) -> pb::TraceChunkReply {
+    let (resp, data) = strip_response_in(resp, refs);
     pb::TraceChunkReply {
         id,
         resp: Some(resp),
@@ -336,7 +388,7 @@ fn chunk_reply(id: u64, resp: &pb::ChunkResponse) -> pb::TraceChunkReply {
     }
 }
 
-fn store_op(id: u64, op: &cs::StoreOp) -> pb::TraceStoreOp {
+fn store_op(id: u64, op: &cs::StoreOp, refs: &mut DataRefs) -> pb::TraceStoreOp {
     let meta = |m: &pb::ChunkMeta| Some(data_ref(&prost::Message::encode_to_vec(m)));
     let mut t = pb::TraceStoreOp {
         id,
@@ -357,13 +409,13 @@ fn store_op(id: u64, op: &cs::StoreOp) -> pb::TraceStoreOp {
         } => {
             t.kind = OpKind::Write as i32;
             t.offset = *offset;
-            t.data = Some(data_ref(data));
+            t.data = Some(refs.of(data));
             t.meta = meta(m);
             t.intent = intent.as_ref().and_then(meta);
         }
         cs::StoreOp::Replace { data, meta: m, .. } => {
             t.kind = OpKind::Replace as i32;
-            t.data = Some(data_ref(data));
+            t.data = Some(refs.of(data));
             t.meta = meta(m);
         }
         cs::StoreOp::WriteMeta { meta: m, .. } => {
@@ -382,13 +434,26 @@ pub fn chunkserver_step(
     input: &cs::Input,
     effects: &cs::Effects,
 ) -> pb::TraceRecord {
+    chunkserver_step_in(now, origin, input, effects, &mut DataRefs::default())
+}
+
+/// [`chunkserver_step`], the CRCs of buffers met lately taken from `refs`.
+pub fn chunkserver_step_in(
+    now: Time,
+    origin: Option<pb::TraceOrigin>,
+    input: &cs::Input,
+    effects: &cs::Effects,
+    refs: &mut DataRefs,
+) -> pb::TraceRecord {
     let input = match input {
-        cs::Input::Request { id, req, arrived } => CsIn::Request(chunk_request(*id, req, *arrived)),
+        cs::Input::Request { id, req, arrived } => {
+            CsIn::Request(chunk_request(*id, req, *arrived, refs))
+        }
         cs::Input::CallResult { id, result } => CsIn::CallResult(pb::TraceChunkserverCallResult {
             id: *id,
             result: Some(match result {
                 Ok(cs::Reply::Master(r)) => CsResult::Master(r.clone()),
-                Ok(cs::Reply::Chunk(r)) => CsResult::Chunk(chunk_reply(0, r)),
+                Ok(cs::Reply::Chunk(r)) => CsResult::Chunk(chunk_reply(0, r, refs)),
                 Err(e) => CsResult::Err(rpc_error(e)),
             }),
         }),
@@ -396,7 +461,7 @@ pub fn chunkserver_step(
             id: *id,
             result: Some(match result {
                 Ok(cs::StoreOutput::Data(pieces)) => DoneResult::Data(pb::TraceDataList {
-                    pieces: pieces.iter().map(|p| data_ref(p)).collect(),
+                    pieces: pieces.iter().map(|p| refs.of(p)).collect(),
                 }),
                 Ok(cs::StoreOutput::Done) => DoneResult::Done(pb::Empty {}),
                 Err(e) => DoneResult::Err(store_error(e)),
@@ -415,7 +480,7 @@ pub fn chunkserver_step(
         replies: effects
             .replies
             .iter()
-            .map(|(id, r)| chunk_reply(*id, r))
+            .map(|(id, r)| chunk_reply(*id, r, refs))
             .collect(),
         calls: effects
             .calls
@@ -427,7 +492,7 @@ pub fn chunkserver_step(
                 };
                 let (master, chunk) = match &c.req {
                     cs::Outgoing::Master(r) => (Some(r.clone()), None),
-                    cs::Outgoing::Chunk(r) => (None, Some(chunk_request(0, r, Time::ZERO))),
+                    cs::Outgoing::Chunk(r) => (None, Some(chunk_request(0, r, Time::ZERO, refs))),
                 };
                 pb::TraceChunkserverCall {
                     id: c.id,
@@ -440,12 +505,39 @@ pub fn chunkserver_step(
         store: effects
             .store
             .iter()
-            .map(|(id, op)| store_op(*id, op))
+            .map(|(id, op)| store_op(*id, op, refs))
             .collect(),
     };
     pb::TraceRecord {
         seq: 0,
         now_ms: now.0,
         kind: Some(Kind::Chunkserver(step)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Remembered CRCs are those of the very bytes asked about: a buffer met again, a
+    /// clone of it, a slice of it from the same address, and more buffers than are
+    /// remembered.
+    #[test]
+    fn remembered_crcs_are_the_bytes_own() {
+        let mut refs = DataRefs::default();
+        let whole = Bytes::from((0..10_000u32).map(|i| (i * 7) as u8).collect::<Vec<u8>>());
+        let mut asked = vec![whole.clone(), whole.clone(), whole.slice(..5_000)];
+        asked.extend((0..RECENT * 2).map(|i| whole.slice(i..i + 100)));
+        asked.push(whole.slice(..5_000));
+        asked.push(whole.clone());
+        for b in &asked {
+            assert_eq!(
+                refs.of(b),
+                data_ref(b),
+                "{} bytes at {:p}",
+                b.len(),
+                b.as_ptr()
+            );
+        }
     }
 }

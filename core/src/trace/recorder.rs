@@ -25,6 +25,9 @@ pub struct Recorder<S: Sink> {
     seq: u64,
     origin: Option<pb::TraceOrigin>,
     buf: Vec<u8>,
+    /// CRCs of the file data met lately (a chunkserver's pushed piece is met again as
+    /// it is passed on, a read's data again in its reply).
+    refs: record::DataRefs,
     /// Records and bytes written, for the cost of tracing.
     pub records: u64,
     pub bytes: u64,
@@ -37,6 +40,7 @@ impl<S: Sink> Recorder<S> {
             seq: 0,
             origin: None,
             buf: Vec::new(),
+            refs: record::DataRefs::default(),
             records: 0,
             bytes: 0,
         }
@@ -97,7 +101,8 @@ impl<S: Sink> Observer for Recorder<S> {
         _: &cs::Chunkserver,
     ) {
         let origin = self.origin.take();
-        self.write(record::chunkserver_step(now, origin, input, effects));
+        let rec = record::chunkserver_step_in(now, origin, input, effects, &mut self.refs);
+        self.write(rec);
         if matches!(input, cs::Input::Tick) {
             self.sink.flush();
         }
