@@ -265,17 +265,21 @@ impl Master {
         // in a crash (no write was acknowledged under it): every copy at it is demoted as
         // its server reports it, but those retired at it, and a holder's (its report may
         // be older than the version it took).
-        let any = !f.holders.contains(&addr)
-            && f.any_at
-                .range(..=version)
-                .next_back()
-                .is_some_and(|(_, l)| version < l.until && !l.not.contains(&addr));
-        if any {
+        // Logged at the level's own version: a copy at a version reserved after it holds
+        // the same writes, and must not outrank the copies at it in a revival.
+        let level = f
+            .any_at
+            .range(..=version)
+            .next_back()
+            .filter(|(_, l)| version < l.until && !l.not.contains(&addr))
+            .map(|(&v, _)| v);
+        let any = !f.holders.contains(&addr) && level.is_some();
+        if let (true, Some(level)) = (any, level) {
             let op = Op::Fallback(pb::FallbackOp {
                 handle: h,
                 address: addr,
                 kind: pb::Fallback::Demoted as i32,
-                version,
+                version: level,
             });
             if let Err(e) = self.log(op) {
                 panic!("logging a demoted copy of chunk {h}: {e}");

@@ -483,9 +483,12 @@ impl Meta {
                 return Err(bad(format!("fallbacks of unknown chunk {}", e.handle)));
             };
             if e.demoted.iter().any(|d| d.version >= c.version)
-                || e.levels
-                    .iter()
-                    .any(|l| l.version >= c.version || l.version == 0 || l.until > c.version)
+                || e.levels.iter().any(|l| {
+                    l.version >= c.version
+                        || l.version == 0
+                        || l.until > c.version
+                        || (l.until != 0 && l.until <= l.version)
+                })
                 || meta.fallbacks.contains_key(&e.handle)
             {
                 return Err(bad(format!("fallbacks of chunk {}", e.handle)));
@@ -505,11 +508,7 @@ impl Meta {
                         .map(|l| {
                             let level = Level {
                                 // Written before levels had an end: the version alone.
-                                until: if l.until == 0 {
-                                    l.version + 1
-                                } else {
-                                    l.until.max(l.version + 1)
-                                },
+                                until: if l.until == 0 { l.version + 1 } else { l.until },
                                 not: l.not_demoted.iter().cloned().collect(),
                             };
                             (l.version, level)

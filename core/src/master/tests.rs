@@ -3945,8 +3945,8 @@ fn a_late_copy_whose_clone_may_not_have_run_keeps_its_demoted_level() {
 /// hears one other server (at v1) before the rest and grants v3 to it alone. The copy at
 /// v2 holds every write acknowledged up to v1, and none came under v2 (never logged as
 /// current, so no client had its lease): it is a copy of v1 as far as writes go, and is
-/// kept like one while the chunk is below its goal, then revived when the v3 copy is
-/// found corrupt.
+/// kept like one while the chunk is below its goal, then revived with the third
+/// server's copy at v1 (neither outranks the other) when the v3 copy is found corrupt.
 /// (Found by the mutation_protocol fuzzer in CI: `copy-of-a-lost-grant-deleted`.)
 #[test]
 fn a_copy_at_a_version_lost_in_a_crash_is_kept_as_one_of_the_version_before() {
@@ -3981,19 +3981,32 @@ fn a_copy_at_a_version_lost_in_a_crash_is_kept_as_one_of_the_version_before() {
     assert_eq!(primary, first);
     h.answer_calls(&[]);
     assert_eq!(h.m.meta.chunks.get(handle).unwrap().version, 3);
-    // `away` reports its copy at v2: kept, not deleted.
+    // `away` reports its copy at v2, the third server its copy at v1: both kept.
+    let third = all
+        .iter()
+        .find(|a| **a != away && **a != first)
+        .expect("a third server")
+        .clone();
     let hb = beat(&mut h, &away, &[(handle, 2)]);
     assert!(
         hb.delete_chunks.is_empty(),
         "the v2 copy was deleted: {hb:?}"
     );
-    // The one v3 copy is found corrupt: the v2 copy is revived, as a copy of v1.
+    let hb = beat(&mut h, &third, &[(handle, 1)]);
+    assert!(
+        hb.delete_chunks.is_empty(),
+        "the v1 copy was deleted: {hb:?}"
+    );
+    // The one v3 copy is found corrupt: both are revived, as copies of v1.
     h.calls.clear();
     corrupt(&mut h, &first, handle);
     h.advance(Duration::from_secs(12));
     beat(&mut h, &away, &[(handle, 2)]);
+    beat(&mut h, &third, &[(handle, 1)]);
     beat(&mut h, &first, &[]);
     h.step(Input::Tick);
     h.sync();
-    assert_eq!(set_versions(&h), vec![(away.clone(), 4)]);
+    let mut want = vec![(away.clone(), 4), (third.clone(), 4)];
+    want.sort();
+    assert_eq!(set_versions(&h), want);
 }
