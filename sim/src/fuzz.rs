@@ -312,10 +312,11 @@ enum Judged {
 
 /// Reads every replica of every chunk of both files and judges what it holds. With
 /// `may_retry`, a chunk whose listed copies were all found corrupt by these reads asks
-/// for another try rather than failing.
+/// for another try rather than failing (every other chunk is judged all the same).
 fn judge(w: &mut World, may_retry: bool) -> Judged {
     let chunk = w.settings.master.chunk_size;
     let mut reads = 0;
+    let mut again = false;
     for path in [WRITES, APPENDS] {
         let Some(pb::MasterResponse {
             error: None,
@@ -348,12 +349,13 @@ fn judge(w: &mut World, may_retry: bool) -> Judged {
                 let got = match w.probe_read(i, loc.handle, loc.version, chunk) {
                     Ok(d) => d,
                     // A corrupt copy refuses to be read: the checksums did their job.
-                    Err(e) if w.checks.corrupted.contains(&(addr.clone(), loc.handle)) => {
-                        let _ = e;
+                    Err((Some(pb::ErrorCode::Corrupt), _))
+                        if w.checks.corrupted.contains(&(addr.clone(), loc.handle)) =>
+                    {
                         refused += 1;
                         continue;
                     }
-                    Err(e) => panic!("{path}: reading chunk {} on {addr}: {e}", loc.handle),
+                    Err((_, e)) => panic!("{path}: reading chunk {} on {addr}: {e}", loc.handle),
                 };
                 // As a client reads it: up to the file's length, a hole as zeros.
                 let want = info.file_length.saturating_sub(base).min(chunk) as usize;
@@ -435,8 +437,9 @@ fn judge(w: &mut World, may_retry: bool) -> Judged {
                     .get(path)
                     .is_some_and(|l| l.acked.iter().any(|(_, at, _)| here(*at)));
             if readable == 0 && acked && refused > 0 && may_retry {
-                w.checks.reads_checked += reads;
-                return Judged::Again;
+                // Every other chunk is still judged now; this one again later.
+                again = true;
+                continue;
             }
             if readable == 0 && acked {
                 w.print_log();
@@ -460,7 +463,7 @@ fn judge(w: &mut World, may_retry: bool) -> Judged {
         }
     }
     w.checks.reads_checked += reads;
-    Judged::Done
+    if again { Judged::Again } else { Judged::Done }
 }
 
 /// Action codes (the first byte of an action, modulo 32), for seeds and tests.

@@ -877,7 +877,7 @@ impl World {
         h: ChunkHandle,
         version: u64,
         len: u64,
-    ) -> Result<bytes::Bytes, String> {
+    ) -> Result<bytes::Bytes, (Option<pb::ErrorCode>, String)> {
         let req = pb::ChunkRequest {
             req: Some(pb::chunk_request::Req::Read(pb::ReadChunkRequest {
                 handle: h,
@@ -888,13 +888,13 @@ impl World {
         };
         match self.probe(Payload::ToServer(i, req)) {
             Some(clients::Answer::Chunk(pb::ChunkResponse { error: Some(e), .. })) => {
-                Err(format!("{e:?}"))
+                Err((pb::ErrorCode::try_from(e.code).ok(), format!("{e:?}")))
             }
             Some(clients::Answer::Chunk(pb::ChunkResponse {
                 resp: Some(pb::chunk_response::Resp::Read(r)),
                 ..
             })) => Ok(r.data),
-            other => Err(format!("no answer ({})", other.is_some())),
+            other => Err((None, format!("no answer ({})", other.is_some()))),
         }
     }
 }
