@@ -3513,14 +3513,9 @@ fn a_copy_on_a_server_down_during_a_grant_is_demoted() {
     assert_eq!(set_versions(&h), want);
 }
 
-/// The master crashes with a grant out: one server took the new version, the others
-/// still hold the old one, and nothing was written under the new one. The restarted
-/// master hears the new version first and adopts it, before the others have reported:
-/// every copy at the old version is demoted as its server reports it (logged), kept,
-/// and revived when the one new copy is found corrupt.
-/// (Found by the mutation_protocol fuzzer: `demotions-forgotten-at-a-master-crash`.)
-#[test]
-fn copies_left_by_an_adopted_version_are_demoted() {
+/// Three servers, `/f`'s chunk 0 on all of them at v1, its first lease run out, every
+/// server heard from since: `(harness, handle, servers)`.
+fn one_chunk_past_its_first_lease() -> (H, u64, Vec<String>) {
     let mut h = H::new();
     cluster(&mut h, 3, 3);
     h.call(create("/f"));
@@ -3530,6 +3525,18 @@ fn copies_left_by_an_adopted_version_are_demoted() {
     for a in &all {
         beat(&mut h, a, &[(handle, 1)]);
     }
+    (h, handle, all)
+}
+
+/// The master crashes with a grant out: one server took the new version, the others
+/// still hold the old one, and nothing was written under the new one. The restarted
+/// master hears the new version first and adopts it, before the others have reported:
+/// every copy at the old version is demoted as its server reports it (logged), kept,
+/// and revived when the one new copy is found corrupt.
+/// (Found by the mutation_protocol fuzzer: `demotions-forgotten-at-a-master-crash`.)
+#[test]
+fn copies_left_by_an_adopted_version_are_demoted() {
+    let (mut h, handle, all) = one_chunk_past_its_first_lease();
     let took = regrant(&mut h, None);
     let others: Vec<&str> = all
         .iter()
@@ -3950,15 +3957,7 @@ fn a_late_copy_whose_clone_may_not_have_run_keeps_its_demoted_level() {
 /// (Found by the mutation_protocol fuzzer in CI: `copy-of-a-lost-grant-deleted`.)
 #[test]
 fn a_copy_at_a_version_lost_in_a_crash_is_kept_as_one_of_the_version_before() {
-    let mut h = H::new();
-    cluster(&mut h, 3, 3);
-    h.call(create("/f"));
-    let handle = h.write_target("/f", 0).unwrap().handle;
-    let all: Vec<String> = ["cs0", "cs1", "cs2"].map(String::from).to_vec();
-    h.advance(Duration::from_secs(12));
-    for a in &all {
-        beat(&mut h, a, &[(handle, 1)]);
-    }
+    let (mut h, handle, all) = one_chunk_past_its_first_lease();
     // v2 goes out; `away` applies it, and the master crashes before any answer.
     regrant(&mut h, None);
     let away = h.grant_target(false).expect("a secondary");
