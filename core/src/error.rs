@@ -31,6 +31,10 @@ pub enum FsError {
     Io(String),
     #[error("internal error: {0}")]
     Internal(String),
+    /// The master replica asked does not lead its group; the address of the one it
+    /// believes does ("" if it knows none yet: an election is under way).
+    #[error("not the master group's leader (leader: {})", if .0.is_empty() { "unknown" } else { .0.as_str() })]
+    NotLeader(String),
 }
 
 impl FsError {
@@ -50,10 +54,18 @@ impl FsError {
             Unavailable(m) => (pb::ErrorCode::Unavailable, m),
             Io(m) => (pb::ErrorCode::Io, m),
             Internal(m) => (pb::ErrorCode::Internal, m),
+            NotLeader(leader) => {
+                return pb::Error {
+                    code: pb::ErrorCode::NotLeader as i32,
+                    message: self.to_string(),
+                    leader: leader.clone(),
+                };
+            }
         };
         pb::Error {
             code: code as i32,
             message: msg.clone(),
+            leader: String::new(),
         }
     }
 
@@ -76,6 +88,7 @@ impl FsError {
             Ok(pb::ErrorCode::Unavailable) => Unavailable(m),
             Ok(pb::ErrorCode::Io) => Io(m),
             Ok(pb::ErrorCode::Internal) => Internal(m),
+            Ok(pb::ErrorCode::NotLeader) => NotLeader(e.leader.clone()),
             Ok(pb::ErrorCode::Unspecified) | Err(_) => {
                 Internal(format!("error code {}: {}", e.code, m))
             }
@@ -91,6 +104,7 @@ impl FsError {
                 | FsError::Corrupt(_)
                 | FsError::ChunkNotFound(_)
                 | FsError::Io(_)
+                | FsError::NotLeader(_)
         )
     }
 }

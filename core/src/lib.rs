@@ -11,6 +11,7 @@ pub mod client;
 pub mod driver;
 pub mod error;
 pub mod fuzz;
+pub mod group;
 pub mod master;
 pub mod path;
 pub mod pb;

@@ -179,6 +179,7 @@ fn a_recorded_master_replays_and_an_altered_effect_is_found_at_its_record() {
     resp.error = Some(pb::Error {
         code: pb::ErrorCode::Unavailable as i32,
         message: "altered".into(),
+        ..Default::default()
     });
     let bad = trace::parse("altered", &reframe(&bad)).unwrap();
     let report = replay::replay(&[("altered".into(), bad)]);

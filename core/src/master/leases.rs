@@ -660,6 +660,12 @@ impl Master {
     ) -> Vec<ChunkHandle> {
         let now = self.now;
         let mut out = Vec::new();
+        // A leader of a master group extends nothing once it cannot show it still
+        // leads (see `crate::group::lease`): a newer leader's quiet period covers only
+        // what an older one could extend before its followers might elect another.
+        if self.authority.is_some_and(|until| now >= until) {
+            return out;
+        }
         for &h in handles {
             if let Some(l) = self.leases.held.get_mut(&h)
                 && l.primary == server

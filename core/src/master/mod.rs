@@ -156,6 +156,9 @@ pub struct Master {
     request_token: u64,
     /// Mutations refused lately, refused again when asked again (`retries.rs`).
     refusals: retries::Refusals,
+    /// In a master group, the time until which this master is known to lead (a
+    /// majority heard from it since); past it, no lease is extended. None: it runs alone.
+    authority: Option<Time>,
     out: Effects,
 }
 
@@ -205,6 +208,7 @@ impl Master {
             cluster_id_seq: 0,
             request_token: 0,
             refusals: Default::default(),
+            authority: None,
             out: Effects::default(),
         }
         .with_cluster_id()
@@ -228,6 +232,19 @@ impl Master {
             tracing::info!(cluster_id, "cluster id made");
         }
         self
+    }
+
+    /// A master taking over `meta` (the state through record `seq`, all of it durable)
+    /// as a master group's new leader: the same start as a restart's (quiet period, no
+    /// replica locations), as the leader before may have left leases out.
+    pub fn take_over(cfg: MasterConfig, now: Time, meta: Meta, seq: LogSeq) -> Master {
+        Master::from_meta(cfg, now, meta, seq)
+    }
+
+    /// In a master group: this master is known to lead until `until` (see
+    /// `crate::group::lease`); it extends no lease from then on.
+    pub fn set_authority(&mut self, until: Time) {
+        self.authority = Some(until);
     }
 
     /// The cluster's id (see `Meta::cluster_id`).
@@ -510,6 +527,11 @@ impl Master {
                 Ok(true)
             }
             Req::Fsck(r) => self.on_fsck(id, r),
+            // A master replica takes these before its master sees a request
+            // (`crate::group`); one reaching a master on its own was misaddressed.
+            Req::Raft(_) => Err(FsError::InvalidArgument(
+                "a master group message reached a master that runs alone".into(),
+            )),
         }
     }
 
@@ -859,14 +881,14 @@ impl Master {
     }
 }
 
-fn ok(resp: Resp) -> pb::MasterResponse {
+pub(crate) fn ok(resp: Resp) -> pb::MasterResponse {
     pb::MasterResponse {
         error: None,
         resp: Some(resp),
     }
 }
 
-fn err(e: FsError) -> pb::MasterResponse {
+pub(crate) fn err(e: FsError) -> pb::MasterResponse {
     pb::MasterResponse {
         error: Some(e.to_pb()),
         resp: None,

@@ -3579,6 +3579,7 @@ fn copies_left_by_an_adopted_version_are_demoted() {
                 error: Some(pb::Error {
                     code: pb::ErrorCode::Io as i32,
                     message: "no".into(),
+                    ..Default::default()
                 }),
                 resp: None,
             }),

@@ -1,0 +1,629 @@
+//! The master group: three or five master replicas that replicate the op log through
+//! raft-rs (TiKV's Raft; see ARCHITECTURE.md for the choice), as GFS replicates its
+//! master's log (§5.1.3). Sans-IO like the master: `Replica::handle(now, input)` returns
+//! `Effects`; a driver carries them out.
+//!
+//! - The leader runs the master. Each step's log records become one raft entry; the
+//!   master hears `LogSynced` for them once the group has committed the entry (a
+//!   majority has it on disk), so its durability contract for replies is unchanged and
+//!   now means a quorum.
+//! - Every replica, the leader too, applies committed entries to its [`shadow::Shadow`]
+//!   with the same `Meta::apply`. A new leader waits until it has applied everything
+//!   before its own term's first entry, then starts a master from that state, with a
+//!   restart's quiet period: the leader before may have left leases out.
+//! - A leader that is deposed drops its master. The requests it held are answered
+//!   "not the leader"; their callers ask the new one, with the same token, so a
+//!   mutation whose record did commit is answered, not done twice (`retries.rs`).
+//! - Snapshots are checkpoints of the shadow state, taken on every replica; the log
+//!   behind them is dropped.
+
+pub mod lease;
+pub mod shadow;
+pub mod store;
+pub mod wire;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
+
+use prost::Message as _;
+use raft::eraftpb as rp;
+use raft::{RawNode, StateRole};
+
+use crate::driver::master::seal;
+use crate::error::FsError;
+use crate::master::{self, Call, CallId, Master, MasterConfig, RequestId};
+use crate::pb::{self, master_request::Req, master_response::Resp};
+use crate::rng::Rng;
+use crate::types::{LogSeq, Time};
+
+pub use store::{LogStore, Write};
+
+#[derive(Clone, Debug)]
+pub struct GroupConfig {
+    /// This replica's id in the group (1 and up).
+    pub id: u64,
+    /// Every voting replica's id and address, this one's included.
+    pub members: BTreeMap<u64, String>,
+    /// One consensus tick (`Input::RaftTick` comes this often).
+    pub tick: Duration,
+    /// Ticks without a leader before a follower stands for election (raft-rs draws the
+    /// timeout between this and twice it; here the draw is seeded).
+    pub election_ticks: usize,
+    /// Ticks between a leader's heartbeats.
+    pub heartbeat_ticks: usize,
+    /// Log records applied between snapshots.
+    pub snapshot_every: u64,
+    /// Seeds the election timeouts.
+    pub seed: u64,
+}
+
+impl GroupConfig {
+    pub fn new(id: u64, members: BTreeMap<u64, String>) -> GroupConfig {
+        GroupConfig {
+            id,
+            members,
+            tick: Duration::from_millis(100),
+            election_ticks: 10,
+            heartbeat_ticks: 2,
+            snapshot_every: 100_000,
+            seed: 0,
+        }
+    }
+
+    /// The shortest a follower waits after hearing from a leader before it votes for
+    /// another, on its own clock: its ticks come `tick` apart, and the first may come
+    /// at once.
+    pub fn election_floor(&self) -> Duration {
+        self.tick * (self.election_ticks.saturating_sub(1) as u32)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum Input {
+    /// A request from a client, a chunkserver or another replica.
+    Request {
+        id: RequestId,
+        req: pb::MasterRequest,
+    },
+    CallResult {
+        id: CallId,
+        result: Result<pb::ChunkResponse, crate::error::RpcError>,
+    },
+    /// The master's tick (liveness, leases, re-replication, garbage).
+    Tick,
+    /// The consensus tick.
+    RaftTick,
+    /// Every `Persist` up to and including `number` is durable.
+    Persisted {
+        number: u64,
+    },
+    Malformed {
+        id: RequestId,
+        error: String,
+    },
+}
+
+/// Writes for the replica's store, synced before the driver answers `Persisted`.
+/// Persists are carried out in the order given.
+#[derive(Debug)]
+pub struct Persist {
+    pub number: u64,
+    pub writes: Vec<Write>,
+}
+
+#[derive(Debug, Default)]
+pub struct Effects {
+    pub replies: Vec<(RequestId, pb::MasterResponse)>,
+    /// The master's calls to chunkservers.
+    pub calls: Vec<Call>,
+    /// Messages to other replicas, by address (each a `MasterRequest::raft`).
+    pub send: Vec<(String, pb::MasterRequest)>,
+    pub persist: Vec<Persist>,
+}
+
+/// What `tessera admin masters` shows of a replica.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Status {
+    pub id: u64,
+    pub role: &'static str,
+    pub term: u64,
+    pub leader: u64,
+    pub commit: u64,
+    pub applied: u64,
+    pub last_index: u64,
+    /// The last master log record applied.
+    pub seq: LogSeq,
+    /// Leading, caught up, and running its master.
+    pub serving: bool,
+}
+
+pub struct Replica {
+    cfg: GroupConfig,
+    mcfg: MasterConfig,
+    node: RawNode<LogStore>,
+    shadow: shadow::Shadow,
+    master: Option<Master>,
+    /// Requests handed to the master and not yet answered.
+    asked: BTreeSet<RequestId>,
+    /// The raft entry each of the master's steps was proposed as, and its last record.
+    proposed: BTreeMap<u64, LogSeq>,
+    /// Messages raft-rs sends only once a `Persist` is durable, by its number.
+    held: VecDeque<(u64, Vec<rp::Message>)>,
+    /// The last `Persist` given out and not yet reported durable.
+    unpersisted: Option<u64>,
+    authority: lease::Authority,
+    /// The term this replica last led, or 0.
+    led: u64,
+    ticks: u64,
+    rng_seed: u64,
+    /// Votes are refused before this (see `lease.rs`).
+    vote_after: Time,
+    last_snapshot_seq: LogSeq,
+    now: Time,
+    out: Effects,
+}
+
+impl Replica {
+    /// Starts (or restarts: it is the same) a replica on what its store holds.
+    pub fn start(
+        cfg: GroupConfig,
+        mcfg: MasterConfig,
+        now: Time,
+        store: LogStore,
+    ) -> Result<Replica, String> {
+        if !cfg.members.contains_key(&cfg.id) {
+            return Err(format!("replica {} is not among the members", cfg.id));
+        }
+        if cfg.election_ticks < 2 || cfg.heartbeat_ticks == 0 {
+            return Err("the election timeout must be at least two ticks".into());
+        }
+        let shadow = shadow::Shadow::from_snapshot(store.snapshot_ref(), &mcfg)?;
+        let rcfg = raft::Config {
+            id: cfg.id,
+            election_tick: cfg.election_ticks,
+            heartbeat_tick: cfg.heartbeat_ticks,
+            applied: shadow.applied,
+            max_size_per_msg: 1 << 20,
+            max_inflight_msgs: 256,
+            check_quorum: true,
+            pre_vote: true,
+            ..Default::default()
+        };
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let node = RawNode::new(&rcfg, store, &logger).map_err(|e| e.to_string())?;
+        let mut mcfg = mcfg;
+        // Snapshots come from the shadow state; the master makes none of its own.
+        mcfg.checkpoint_every = u64::MAX;
+        let last_snapshot_seq = shadow.seq;
+        let vote_after = now + cfg.election_floor() + cfg.tick;
+        let mut r = Replica {
+            rng_seed: cfg.seed ^ cfg.id.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            cfg,
+            mcfg,
+            node,
+            shadow,
+            master: None,
+            asked: BTreeSet::new(),
+            proposed: BTreeMap::new(),
+            held: VecDeque::new(),
+            unpersisted: None,
+            authority: lease::Authority::default(),
+            led: 0,
+            ticks: 0,
+            vote_after,
+            last_snapshot_seq,
+            now,
+            out: Effects::default(),
+        };
+        r.seed_timeout();
+        Ok(r)
+    }
+
+    pub fn status(&self) -> Status {
+        let raft = &self.node.raft;
+        Status {
+            id: self.cfg.id,
+            role: match raft.state {
+                StateRole::Leader => "leader",
+                StateRole::Candidate | StateRole::PreCandidate => "candidate",
+                StateRole::Follower => "shadow",
+            },
+            term: raft.term,
+            leader: raft.leader_id,
+            commit: raft.raft_log.committed,
+            applied: self.shadow.applied,
+            last_index: raft.raft_log.last_index(),
+            seq: self.shadow.seq,
+            serving: self.master.is_some(),
+        }
+    }
+
+    /// The master, while this replica leads and serves.
+    pub fn master(&self) -> Option<&Master> {
+        self.master.as_ref()
+    }
+
+    /// Until when this replica's master may extend chunk leases (`lease.rs`); Time::ZERO
+    /// when it runs none.
+    pub fn authority_until(&self) -> Time {
+        if self.master.is_none() {
+            return Time::ZERO;
+        }
+        self.authority.until(
+            self.cfg.election_floor(),
+            self.mcfg.lease_duration,
+            self.mcfg.max_clock_skew,
+        )
+    }
+
+    /// The committed state.
+    pub fn shadow(&self) -> &shadow::Shadow {
+        &self.shadow
+    }
+
+    pub fn config(&self) -> &GroupConfig {
+        &self.cfg
+    }
+
+    pub fn handle(&mut self, now: Time, input: Input) -> Effects {
+        self.now = self.now.max(now);
+        match input {
+            Input::Request { id, req } => match req.req {
+                Some(Req::Raft(m)) => {
+                    self.on_peer(m);
+                    self.out
+                        .replies
+                        .push((id, master::ok(Resp::Empty(pb::Empty {}))));
+                }
+                _ => self.on_request(id, req),
+            },
+            Input::Malformed { id, error } => self.out.replies.push((
+                id,
+                master::err(FsError::InvalidArgument(format!(
+                    "malformed request: {error}"
+                ))),
+            )),
+            Input::CallResult { id, result } => {
+                self.pass_to_master(master::Input::CallResult { id, result })
+            }
+            Input::Tick => self.pass_to_master(master::Input::Tick),
+            Input::RaftTick => {
+                self.node.tick();
+                self.ticks += 1;
+                if self.node.raft.state == StateRole::Leader
+                    && self.ticks.is_multiple_of(self.cfg.heartbeat_ticks as u64)
+                {
+                    self.node.read_index(lease::Authority::context(self.now));
+                }
+            }
+            Input::Persisted { number } => {
+                self.node.on_persist_ready(number);
+                self.tell_applied();
+                if self.unpersisted.is_some_and(|n| n <= number) {
+                    self.unpersisted = None;
+                }
+                while self.held.front().is_some_and(|(n, _)| *n <= number) {
+                    let (_, msgs) = self.held.pop_front().expect("checked");
+                    self.send(msgs);
+                }
+            }
+        }
+        self.seed_timeout();
+        self.drain();
+        self.roles();
+        self.drain();
+        std::mem::take(&mut self.out)
+    }
+
+    // ---- requests -----------------------------------------------------------------
+
+    fn on_request(&mut self, id: RequestId, req: pb::MasterRequest) {
+        if self.master.is_none() {
+            let leader = self.leader_addr();
+            self.out
+                .replies
+                .push((id, master::err(FsError::NotLeader(leader))));
+            return;
+        }
+        self.asked.insert(id);
+        self.pass_to_master(master::Input::Request { id, req });
+    }
+
+    fn leader_addr(&self) -> String {
+        let l = self.node.raft.leader_id;
+        if l == self.cfg.id && self.master.is_none() {
+            // Leading, but not yet caught up: ask again here shortly.
+            return self.cfg.members[&self.cfg.id].clone();
+        }
+        self.cfg.members.get(&l).cloned().unwrap_or_default()
+    }
+
+    /// A message from another replica, checked before raft-rs takes it.
+    fn on_peer(&mut self, m: pb::RaftMessage) {
+        let m = match wire::message_from_pb(m) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(error = %e, "refused a replica message");
+                return;
+            }
+        };
+        if m.to != self.cfg.id || !self.cfg.members.contains_key(&m.from) || m.from == m.to {
+            tracing::warn!(
+                from = m.from,
+                to = m.to,
+                "refused a replica message not for this group member"
+            );
+            return;
+        }
+        if let Err(e) = self.check_peer(&m) {
+            tracing::warn!(from = m.from, error = %e, "refused a replica message");
+            return;
+        }
+        use rp::MessageType::*;
+        if matches!(m.msg_type, MsgRequestVote | MsgRequestPreVote) && self.now < self.vote_after {
+            // Just started: it may have heard from a leader just before (`lease.rs`).
+            return;
+        }
+        if let Err(e) = self.node.step(m) {
+            tracing::debug!(error = %e, "replica message not taken");
+        }
+    }
+
+    /// What raft-rs would take on trust from a peer and fail on: entries that are not
+    /// Tessera's, a snapshot that does not restore, a commit past the log.
+    fn check_peer(&self, m: &rp::Message) -> Result<(), String> {
+        for e in m.entries.iter() {
+            match e.entry_type {
+                rp::EntryType::EntryNormal if e.data.is_empty() => {}
+                rp::EntryType::EntryNormal => {
+                    pb::RaftRecords::decode(e.data.clone())
+                        .map_err(|err| format!("entry {} does not decode: {err}", e.index))?;
+                }
+                _ => {
+                    return Err(format!(
+                        "entry {} changes the membership, which this version cannot apply",
+                        e.index
+                    ));
+                }
+            }
+        }
+        if let Some(s) = m.snapshot.as_ref()
+            && m.msg_type == rp::MessageType::MsgSnapshot
+        {
+            shadow::Shadow::from_snapshot(s, &self.mcfg)
+                .map_err(|e| format!("snapshot {}: {e}", s.get_metadata().index))?;
+        }
+        if m.msg_type == rp::MessageType::MsgHeartbeat
+            && m.commit > self.node.raft.raft_log.last_index()
+            && m.term >= self.node.raft.term
+        {
+            // raft-rs sends a heartbeat's commit no further than the follower's log.
+            return Err(format!(
+                "heartbeat commits {} past the log's end {}",
+                m.commit,
+                self.node.raft.raft_log.last_index()
+            ));
+        }
+        Ok(())
+    }
+
+    fn pass_to_master(&mut self, input: master::Input) {
+        let Some(m) = self.master.as_mut() else {
+            return;
+        };
+        let effects = m.handle(self.now, input);
+        self.absorb(effects);
+    }
+
+    /// The master's effects: its records proposed as one entry, the rest passed on.
+    fn absorb(&mut self, e: master::Effects) {
+        for (id, _) in &e.replies {
+            self.asked.remove(id);
+        }
+        self.out.replies.extend(e.replies);
+        self.out.calls.extend(e.calls);
+        let Some(&(first_seq, _)) = e.log.first() else {
+            return;
+        };
+        let last = e.log.last().expect("not empty").0;
+        let batch = pb::RaftRecords {
+            first_seq,
+            records: e.log.into_iter().map(|(_, r)| r).collect(),
+        };
+        match self.node.propose(vec![], batch.encode_to_vec()) {
+            Ok(()) => {
+                let index = self.node.raft.raft_log.last_index();
+                self.proposed.insert(index, last);
+            }
+            Err(e) => {
+                // The master's state now runs ahead of a log that will not have these
+                // records: it cannot go on. Like a crash; a new master takes over from
+                // the committed state.
+                tracing::error!(error = %e, "proposal refused; the master stops");
+                self.stop_master();
+            }
+        }
+    }
+
+    // ---- consensus ----------------------------------------------------------------
+
+    /// raft-rs draws its election timeouts from the OS; the replica's own seeded draw
+    /// replaces each one (it depends only on the seed, the replica and the term).
+    fn seed_timeout(&mut self) {
+        let raft = &mut self.node.raft;
+        let lo = self.cfg.election_ticks as u64;
+        let t = Rng::new(self.rng_seed ^ raft.term.wrapping_mul(0xA24B_AED4_963E_E407)).below(lo);
+        raft.set_randomized_election_timeout((lo + t) as usize);
+    }
+
+    fn send(&mut self, msgs: Vec<rp::Message>) {
+        for m in msgs {
+            let Some(addr) = self.cfg.members.get(&m.to) else {
+                continue;
+            };
+            self.out.send.push((
+                addr.clone(),
+                pb::MasterRequest {
+                    token: 0,
+                    req: Some(Req::Raft(wire::message_to_pb(&m))),
+                },
+            ));
+        }
+    }
+
+    /// Handles every `Ready` raft-rs has.
+    fn drain(&mut self) {
+        while self.node.has_ready() {
+            let mut rd = self.node.ready();
+            let mut writes = Vec::new();
+            self.send(rd.take_messages());
+            for rs in rd.take_read_states() {
+                self.authority.confirmed(&rs.request_ctx);
+            }
+            if !rd.snapshot().is_empty() {
+                let snap = rd.snapshot().clone();
+                self.shadow = shadow::Shadow::from_snapshot(&snap, &self.mcfg)
+                    .expect("a snapshot is checked before raft-rs takes it");
+                self.last_snapshot_seq = self.shadow.seq;
+                self.node.mut_store().apply_snapshot(snap, &mut writes);
+            }
+            let committed = rd.take_committed_entries();
+            self.apply(committed, &mut writes);
+            if !rd.entries().is_empty() {
+                let ents = rd.take_entries();
+                self.node.mut_store().append(&ents, &mut writes);
+            }
+            if let Some(hs) = rd.hs() {
+                let hs = hs.clone();
+                self.node.mut_store().set_hard_state(hs, &mut writes);
+            }
+            let persisted = rd.take_persisted_messages();
+            let number = rd.number();
+            self.node.advance_append_async(rd);
+            self.tell_applied();
+            if writes.is_empty() && self.unpersisted.is_none() {
+                self.node.on_persist_ready(number);
+                self.send(persisted);
+            } else {
+                self.unpersisted = Some(number);
+                self.held.push_back((number, persisted));
+                self.out.persist.push(Persist { number, writes });
+            }
+        }
+        let until = self.authority_until();
+        if let Some(m) = self.master.as_mut() {
+            m.set_authority(until);
+        }
+    }
+
+    /// Tells raft-rs how far the shadow state has applied, as far as it may know: a
+    /// snapshot taken from the leader counts once it is persisted.
+    fn tell_applied(&mut self) {
+        let log = &self.node.raft.raft_log;
+        let a = self.shadow.applied.min(log.persisted).min(log.committed);
+        if a > log.applied {
+            self.node.advance_apply_to(a);
+        }
+    }
+
+    fn apply(&mut self, entries: Vec<rp::Entry>, writes: &mut Vec<Write>) {
+        for e in entries {
+            if e.index <= self.shadow.applied {
+                continue;
+            }
+            if e.entry_type == rp::EntryType::EntryNormal && !e.data.is_empty() {
+                let batch = pb::RaftRecords::decode(e.data.clone())
+                    .expect("entries are checked before raft-rs takes them");
+                self.shadow.apply(e.index, &batch);
+                if let Some(through) = self.proposed.remove(&e.index) {
+                    assert_eq!(
+                        through, self.shadow.seq,
+                        "entry {} committed with other records than proposed",
+                        e.index
+                    );
+                    if let Some(m) = self.master.as_mut() {
+                        let effects = m.handle(self.now, master::Input::LogSynced { through });
+                        self.absorb(effects);
+                    }
+                }
+            } else {
+                self.shadow.applied = e.index;
+            }
+        }
+        if self.shadow.seq - self.last_snapshot_seq >= self.cfg.snapshot_every
+            && self.shadow.applied > self.node.store().snapshot_index()
+        {
+            let cp = self.shadow.meta.checkpoint(self.shadow.seq);
+            let applied = self.shadow.applied;
+            self.node.mut_store().compact(applied, seal(&cp), writes);
+            self.last_snapshot_seq = self.shadow.seq;
+        }
+    }
+
+    /// Starts or stops the master as leadership comes and goes.
+    fn roles(&mut self) {
+        let raft = &self.node.raft;
+        let leading = raft.state == StateRole::Leader;
+        if self.master.is_some() && (!leading || raft.term != self.led) {
+            self.stop_master();
+        }
+        let raft = &self.node.raft;
+        if leading && self.master.is_none() {
+            if raft.term != self.led {
+                self.led = raft.term;
+                self.authority.reset();
+            }
+            // Everything before this term's first entry must be applied first: the
+            // master starts from the state the previous leaders committed. The first
+            // entry of a term is raft-rs's empty one; everything of an earlier master of
+            // this term (stopped above) must be applied too.
+            let caught_up = raft.raft_log.committed >= raft.raft_log.last_index()
+                && self.shadow.applied >= raft.raft_log.committed
+                && self.proposed.is_empty();
+            if caught_up {
+                let meta = self.shadow.copy_meta(&self.mcfg);
+                let mut m = Master::take_over(self.mcfg.clone(), self.now, meta, self.shadow.seq);
+                m.set_authority(Time::ZERO);
+                tracing::info!(
+                    term = self.led,
+                    seq = self.shadow.seq,
+                    "master group leader serving"
+                );
+                // The master's first step may log (a fresh cluster's id).
+                let effects = m.handle(self.now, master::Input::Tick);
+                self.master = Some(m);
+                self.absorb(effects);
+            }
+        }
+    }
+
+    /// Drops the master: what it held is answered "not the leader" (the caller asks
+    /// the leader with the same token), what it proposed is committed or not by the
+    /// group, and the shadow state has it either way.
+    fn stop_master(&mut self) {
+        if self.master.take().is_none() {
+            return;
+        }
+        tracing::info!(
+            term = self.node.raft.term,
+            "master group leader stepped down"
+        );
+        self.proposed.clear();
+        let leader = {
+            let l = self.node.raft.leader_id;
+            if l == self.cfg.id {
+                String::new()
+            } else {
+                self.cfg.members.get(&l).cloned().unwrap_or_default()
+            }
+        };
+        for id in std::mem::take(&mut self.asked) {
+            self.out
+                .replies
+                .push((id, master::err(FsError::NotLeader(leader.clone()))));
+        }
+    }
+}

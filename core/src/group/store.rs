@@ -1,0 +1,354 @@
+//! A replica's copy of the replicated log, as raft-rs reads it (`raft::Storage`), and how
+//! it lies in the replica's `MetaStore`.
+//!
+//! In the store: `group/hard` (term, vote, commit), `group/conf` (the voters),
+//! `group/snap` (the latest snapshot: a sealed checkpoint of the master's state as of a
+//! log index) and `group/log/<index, 8 bytes big-endian>` (the entries after it). Every
+//! value is sealed like the single master's log (`driver::master::seal`), so damage is
+//! found when the replica starts, not believed.
+//!
+//! The copy in memory is updated when raft-rs hands over entries, before they are on
+//! disk (raft-rs asks for that: it reads them back before they are persisted); a replica
+//! tells raft-rs an entry is persisted only once the driver has synced its write.
+
+use bytes::Bytes;
+use raft::eraftpb as rp;
+use raft::{GetEntriesContext, RaftState, StorageError};
+
+use super::wire;
+use crate::driver::master::{seal, unseal};
+use crate::pb;
+
+pub const PREFIX: &[u8] = b"group/";
+pub const HARD_KEY: &[u8] = b"group/hard";
+pub const CONF_KEY: &[u8] = b"group/conf";
+pub const SNAP_KEY: &[u8] = b"group/snap";
+pub const LOG_PREFIX: &[u8] = b"group/log/";
+
+pub fn entry_key(index: u64) -> Vec<u8> {
+    let mut k = LOG_PREFIX.to_vec();
+    k.extend_from_slice(&index.to_be_bytes());
+    k
+}
+
+/// A write for the replica's store: a key and its new value (None: delete it).
+pub type Write = (Vec<u8>, Option<Bytes>);
+
+#[derive(Debug, Default)]
+pub struct LogStore {
+    hard: rp::HardState,
+    conf: rp::ConfState,
+    snap: rp::Snapshot,
+    /// The entries after the snapshot, consecutive.
+    entries: Vec<rp::Entry>,
+}
+
+impl LogStore {
+    /// A new group's first state: no entries, the given voters.
+    pub fn fresh(voters: Vec<u64>) -> LogStore {
+        let conf = rp::ConfState {
+            voters,
+            ..Default::default()
+        };
+        let mut snap = rp::Snapshot::default();
+        snap.mut_metadata().set_conf_state(conf.clone());
+        LogStore {
+            conf,
+            snap,
+            ..Default::default()
+        }
+    }
+
+    /// The writes that make the store hold `self` from scratch (a new group's first).
+    pub fn format(&self) -> Vec<Write> {
+        vec![
+            (CONF_KEY.to_vec(), Some(seal(&wire::conf_to_pb(&self.conf)))),
+            (HARD_KEY.to_vec(), Some(seal(&wire::hard_to_pb(&self.hard)))),
+        ]
+    }
+
+    /// The store as the values under [`PREFIX`] describe it, each checked.
+    pub fn load(values: impl IntoIterator<Item = (Vec<u8>, Bytes)>) -> Result<LogStore, String> {
+        let damaged = |what: &str, e: String| {
+            format!(
+                "the master replica's log is damaged: {what}: {e}; refusing to start on it \
+                 (restore the data directory from a copy, or replace the replica)"
+            )
+        };
+        let mut s = LogStore::default();
+        let mut have_conf = false;
+        for (k, v) in values {
+            if k == HARD_KEY {
+                s.hard = wire::hard_from_pb(unseal(&v).map_err(|e| damaged("hard state", e))?);
+            } else if k == CONF_KEY {
+                s.conf = wire::conf_from_pb(unseal(&v).map_err(|e| damaged("voters", e))?);
+                have_conf = true;
+            } else if k == SNAP_KEY {
+                s.snap = wire::snapshot_from_pb(unseal(&v).map_err(|e| damaged("snapshot", e))?);
+            } else if let Some(i) = k.strip_prefix(LOG_PREFIX) {
+                let index = <[u8; 8]>::try_from(i)
+                    .map(u64::from_be_bytes)
+                    .map_err(|_| damaged("log key", format!("{k:?}")))?;
+                let what = format!("entry {index}");
+                let e = wire::entry_from_pb(unseal(&v).map_err(|e| damaged(&what, e))?)
+                    .map_err(|e| damaged(&what, e))?;
+                if e.index != index {
+                    return Err(damaged(&what, format!("holds entry {}", e.index)));
+                }
+                s.entries.push(e);
+            } else {
+                return Err(damaged("unknown key", format!("{k:?}")));
+            }
+        }
+        if !have_conf {
+            return Err("the master replica's store has no voters: not a replica's store".into());
+        }
+        s.entries.sort_by_key(|e| e.index);
+        // Entries the snapshot covers may outlive it when a crash cut the batch that
+        // removed them (they are written in one batch, but be lenient with an old one).
+        let snap_index = s.snap.get_metadata().index;
+        s.entries.retain(|e| e.index > snap_index);
+        if let Some(first) = s.entries.first()
+            && first.index != snap_index + 1
+        {
+            return Err(damaged(
+                "log",
+                format!("entry {} follows snapshot {snap_index}", first.index),
+            ));
+        }
+        for w in s.entries.windows(2) {
+            if w[1].index != w[0].index + 1 {
+                return Err(damaged(
+                    "log",
+                    format!("entry {} follows {}", w[1].index, w[0].index),
+                ));
+            }
+        }
+        if s.hard.commit < snap_index {
+            s.hard.commit = snap_index;
+        }
+        Ok(s)
+    }
+
+    pub fn hard_state(&self) -> &rp::HardState {
+        &self.hard
+    }
+
+    pub fn snapshot_ref(&self) -> &rp::Snapshot {
+        &self.snap
+    }
+
+    pub fn snapshot_index(&self) -> u64 {
+        self.snap.get_metadata().index
+    }
+
+    fn first(&self) -> u64 {
+        self.snapshot_index() + 1
+    }
+
+    fn last(&self) -> u64 {
+        self.snapshot_index() + self.entries.len() as u64
+    }
+
+    /// The entry at `index`, if held.
+    pub fn entry(&self, index: u64) -> Option<&rp::Entry> {
+        let i = index.checked_sub(self.first())?;
+        self.entries.get(usize::try_from(i).ok()?)
+    }
+
+    /// Takes entries raft-rs handed over (they may replace a conflicting tail).
+    pub fn append(&mut self, ents: &[rp::Entry], out: &mut Vec<Write>) {
+        let Some(first) = ents.first() else { return };
+        assert!(
+            first.index >= self.first() && first.index <= self.last() + 1,
+            "raft handed over entries from {} to a log holding {}..={}",
+            first.index,
+            self.first(),
+            self.last()
+        );
+        let keep = (first.index - self.first()) as usize;
+        for gone in self.entries.drain(keep..) {
+            out.push((entry_key(gone.index), None));
+        }
+        for e in ents {
+            out.push((entry_key(e.index), Some(seal(&wire::entry_to_pb(e)))));
+        }
+        self.entries.extend_from_slice(ents);
+    }
+
+    pub fn set_hard_state(&mut self, hs: rp::HardState, out: &mut Vec<Write>) {
+        out.push((HARD_KEY.to_vec(), Some(seal(&wire::hard_to_pb(&hs)))));
+        self.hard = hs;
+    }
+
+    /// Takes a snapshot from the leader: the entries it covers (all, here) go.
+    pub fn apply_snapshot(&mut self, snap: rp::Snapshot, out: &mut Vec<Write>) {
+        let meta = snap.get_metadata();
+        for gone in self.entries.drain(..) {
+            out.push((entry_key(gone.index), None));
+        }
+        self.hard.term = self.hard.term.max(meta.term);
+        self.hard.commit = self.hard.commit.max(meta.index);
+        self.conf = meta.get_conf_state().clone();
+        out.push((SNAP_KEY.to_vec(), Some(seal(&wire::snapshot_to_pb(&snap)))));
+        out.push((CONF_KEY.to_vec(), Some(seal(&wire::conf_to_pb(&self.conf)))));
+        out.push((HARD_KEY.to_vec(), Some(seal(&wire::hard_to_pb(&self.hard)))));
+        self.snap = snap;
+    }
+
+    /// Makes `data` (a sealed checkpoint of the state through entry `index`, which has
+    /// been applied) the snapshot, and drops the entries it covers, in one batch.
+    pub fn compact(&mut self, index: u64, data: Bytes, out: &mut Vec<Write>) {
+        assert!(
+            index > self.snapshot_index() && index <= self.last(),
+            "compacting to {index} outside {}..={}",
+            self.first(),
+            self.last()
+        );
+        let term = self.entry(index).expect("checked").term;
+        let mut snap = rp::Snapshot {
+            data,
+            ..Default::default()
+        };
+        snap.mut_metadata().index = index;
+        snap.mut_metadata().term = term;
+        snap.mut_metadata().set_conf_state(self.conf.clone());
+        let n = (index - self.snapshot_index()) as usize;
+        for gone in self.entries.drain(..n) {
+            out.push((entry_key(gone.index), None));
+        }
+        out.push((SNAP_KEY.to_vec(), Some(seal(&wire::snapshot_to_pb(&snap)))));
+        self.snap = snap;
+    }
+}
+
+impl raft::Storage for LogStore {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        Ok(RaftState {
+            hard_state: self.hard.clone(),
+            conf_state: self.conf.clone(),
+        })
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        _context: GetEntriesContext,
+    ) -> raft::Result<Vec<rp::Entry>> {
+        if low < self.first() {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        if high > self.last() + 1 || low > high {
+            return Err(raft::Error::Store(StorageError::Unavailable));
+        }
+        let lo = (low - self.first()) as usize;
+        let hi = (high - self.first()) as usize;
+        let mut ents = self.entries[lo..hi].to_vec();
+        raft::util::limit_size(&mut ents, max_size.into());
+        Ok(ents)
+    }
+
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        if idx == self.snapshot_index() {
+            return Ok(self.snap.get_metadata().term);
+        }
+        if idx < self.first() {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        match self.entry(idx) {
+            Some(e) => Ok(e.term),
+            None => Err(raft::Error::Store(StorageError::Unavailable)),
+        }
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        Ok(self.first())
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        Ok(self.last())
+    }
+
+    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<rp::Snapshot> {
+        if self.snapshot_index() < request_index || self.snap.data.is_empty() {
+            return Err(raft::Error::Store(
+                StorageError::SnapshotTemporarilyUnavailable,
+            ));
+        }
+        Ok(self.snap.clone())
+    }
+}
+
+/// The checkpoint a snapshot carries (None: the empty state before any).
+pub fn checkpoint_of(snap: &rp::Snapshot) -> Result<Option<pb::Checkpoint>, String> {
+    if snap.data.is_empty() {
+        return Ok(None);
+    }
+    unseal(&snap.data).map(Some)
+}
+
+#[cfg(test)]
+#[allow(clippy::field_reassign_with_default)]
+mod tests {
+    use super::*;
+    use raft::Storage;
+
+    fn entry(index: u64, term: u64) -> rp::Entry {
+        let mut e = rp::Entry::default();
+        e.index = index;
+        e.term = term;
+        e.data = Bytes::from(format!("e{index}"));
+        e
+    }
+
+    fn as_values(writes: Vec<Write>) -> Vec<(Vec<u8>, Bytes)> {
+        let mut m = std::collections::BTreeMap::new();
+        for (k, v) in writes {
+            match v {
+                Some(v) => m.insert(k, v),
+                None => m.remove(&k),
+            };
+        }
+        m.into_iter().collect()
+    }
+
+    /// What the writes put in the store reads back as the store in memory: after a
+    /// conflicting tail is replaced and after compaction.
+    #[test]
+    fn the_writes_rebuild_the_store() {
+        let mut s = LogStore::fresh(vec![1, 2, 3]);
+        let mut w = s.format();
+        s.append(&[entry(1, 1), entry(2, 1), entry(3, 1)], &mut w);
+        s.append(&[entry(3, 2), entry(4, 2)], &mut w);
+        let mut hs = rp::HardState::default();
+        hs.term = 2;
+        hs.commit = 3;
+        s.set_hard_state(hs, &mut w);
+        let back = LogStore::load(as_values(w.clone())).unwrap();
+        assert_eq!(back.entries, s.entries);
+        assert_eq!(back.term(3).unwrap(), 2);
+        assert_eq!(back.hard_state().commit, 3);
+
+        s.compact(2, Bytes::from_static(b"cp"), &mut w);
+        let back = LogStore::load(as_values(w.clone())).unwrap();
+        assert_eq!(back.first_index().unwrap(), 3);
+        assert_eq!(back.last_index().unwrap(), 4);
+        assert_eq!(back.term(2).unwrap(), 1);
+        assert!(matches!(
+            back.entries(1, 3, None, GetEntriesContext::empty(false)),
+            Err(raft::Error::Store(StorageError::Compacted))
+        ));
+        assert_eq!(back.snapshot(0, 2).unwrap().data, Bytes::from_static(b"cp"));
+
+        // A damaged entry stops the load, naming it.
+        let mut vals = as_values(w);
+        let (_, v) = vals.iter_mut().find(|(k, _)| *k == entry_key(4)).unwrap();
+        let mut bad = v.to_vec();
+        *bad.last_mut().unwrap() ^= 1;
+        *v = bad.into();
+        let err = LogStore::load(vals).unwrap_err();
+        assert!(err.contains("entry 4"), "{err}");
+    }
+}

@@ -1,0 +1,456 @@
+//! The master group in a small deterministic world: replicas, their stores (what a sync
+//! made durable, and what is still in flight), a network that can cut any direction,
+//! and a clock. Crashes lose every write not yet synced.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::*;
+use crate::pb::master_request::Req as MReq;
+
+const TICK_MS: u64 = 100;
+const STEP_MS: u64 = 10;
+
+struct World {
+    gcfg: GroupConfig,
+    mcfg: MasterConfig,
+    replicas: BTreeMap<u64, Option<Replica>>,
+    /// What each replica's store holds durably.
+    disks: BTreeMap<u64, BTreeMap<Vec<u8>, Bytes>>,
+    /// Persists given out and not yet synced, per replica.
+    unsynced: BTreeMap<u64, VecDeque<Persist>>,
+    /// Messages in flight: (from, to, message).
+    wire: VecDeque<(u64, u64, pb::MasterRequest)>,
+    /// Directions cut: (from, to).
+    cut: BTreeSet<(u64, u64)>,
+    now: Time,
+    next_id: RequestId,
+    /// Every reply: request id → (replica, reply).
+    replies: BTreeMap<RequestId, (u64, pb::MasterResponse)>,
+    /// When each replica's master started serving, by term.
+    served: Vec<(u64, u64, Time)>,
+}
+
+fn addr(id: u64) -> String {
+    format!("m{id}")
+}
+
+fn id_of(a: &str) -> u64 {
+    a[1..].parse().unwrap()
+}
+
+impl World {
+    fn new(n: u64) -> World {
+        World::with(n, 100_000)
+    }
+
+    fn with(n: u64, snapshot_every: u64) -> World {
+        let members: BTreeMap<u64, String> = (1..=n).map(|i| (i, addr(i))).collect();
+        let mut gcfg = GroupConfig::new(1, members);
+        gcfg.snapshot_every = snapshot_every;
+        gcfg.seed = 7;
+        let mcfg = MasterConfig {
+            chunk_size: 1024,
+            lease_duration: Duration::from_secs(10),
+            max_clock_skew: Duration::from_secs(1),
+            ..MasterConfig::default()
+        };
+        let mut w = World {
+            gcfg,
+            mcfg,
+            replicas: BTreeMap::new(),
+            disks: BTreeMap::new(),
+            unsynced: BTreeMap::new(),
+            wire: VecDeque::new(),
+            cut: BTreeSet::new(),
+            now: Time(1000),
+            next_id: 1,
+            replies: BTreeMap::new(),
+            served: Vec::new(),
+        };
+        for i in 1..=n {
+            let store = LogStore::fresh((1..=n).collect());
+            let disk = store
+                .format()
+                .into_iter()
+                .map(|(k, v)| (k, v.unwrap()))
+                .collect();
+            w.disks.insert(i, disk);
+            w.start(i);
+        }
+        w
+    }
+
+    fn start(&mut self, id: u64) {
+        let store = LogStore::load(self.disks[&id].clone()).expect("a sound store");
+        let mut cfg = self.gcfg.clone();
+        cfg.id = id;
+        let mut mcfg = self.mcfg.clone();
+        mcfg.rng_seed = id;
+        let r = Replica::start(cfg, mcfg, self.now, store).expect("starts");
+        self.replicas.insert(id, Some(r));
+        self.unsynced.insert(id, VecDeque::new());
+    }
+
+    /// Kill -9: writes not yet synced are lost, and so are messages to it.
+    fn crash(&mut self, id: u64) {
+        self.replicas.insert(id, None);
+        self.unsynced.insert(id, VecDeque::new());
+        self.wire.retain(|(_, to, _)| *to != id);
+    }
+
+    fn step(&mut self, id: u64, input: Input) {
+        let Some(Some(r)) = self.replicas.get_mut(&id) else {
+            return;
+        };
+        let e = r.handle(self.now, input);
+        let (serving, term) = (r.master().is_some(), r.status().term);
+        if serving && !self.served.iter().any(|&(i, t, _)| i == id && t == term) {
+            self.served.push((id, term, self.now));
+        }
+        for (rid, resp) in e.replies {
+            self.replies.insert(rid, (id, resp));
+        }
+        for (to, m) in e.send {
+            self.wire.push_back((id, id_of(&to), m));
+        }
+        self.unsynced.get_mut(&id).unwrap().extend(e.persist);
+    }
+
+    /// One step of the world: every message delivered (or dropped if cut), every
+    /// store synced, ticks when due.
+    fn advance(&mut self) {
+        self.now = self.now + Duration::from_millis(STEP_MS);
+        let ids: Vec<u64> = self.replicas.keys().copied().collect();
+        if self.now.as_millis().is_multiple_of(TICK_MS) {
+            for &i in &ids {
+                self.step(i, Input::RaftTick);
+                self.step(i, Input::Tick);
+            }
+        }
+        for _ in 0..self.wire.len() {
+            let (from, to, m) = self.wire.pop_front().unwrap();
+            if self.cut.contains(&(from, to)) {
+                continue;
+            }
+            let id = self.next_id;
+            self.next_id += 1;
+            self.step(to, Input::Request { id, req: m });
+            self.replies.remove(&id);
+        }
+        for &i in &ids {
+            while let Some(p) = self.unsynced.get_mut(&i).unwrap().pop_front() {
+                let disk = self.disks.get_mut(&i).unwrap();
+                for (k, v) in p.writes {
+                    match v {
+                        Some(v) => disk.insert(k, v),
+                        None => disk.remove(&k),
+                    };
+                }
+                self.step(i, Input::Persisted { number: p.number });
+            }
+        }
+    }
+
+    fn run(&mut self, ms: u64) {
+        for _ in 0..ms / STEP_MS {
+            self.advance();
+        }
+    }
+
+    fn live(&self, id: u64) -> &Replica {
+        self.replicas[&id].as_ref().expect("live")
+    }
+
+    /// The one replica serving as master, if exactly one does.
+    fn leader(&self) -> Option<u64> {
+        let serving: Vec<u64> = self
+            .replicas
+            .iter()
+            .filter(|(_, r)| r.as_ref().is_some_and(|r| r.master().is_some()))
+            .map(|(&i, _)| i)
+            .collect();
+        match serving[..] {
+            [one] => Some(one),
+            _ => None,
+        }
+    }
+
+    fn ask(&mut self, to: u64, req: MReq, token: u64) -> RequestId {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.step(
+            to,
+            Input::Request {
+                id,
+                req: pb::MasterRequest {
+                    token,
+                    req: Some(req),
+                },
+            },
+        );
+        id
+    }
+
+    fn reply(&self, id: RequestId) -> Option<Result<(), FsError>> {
+        self.replies.get(&id).map(|(_, r)| match &r.error {
+            Some(e) => Err(FsError::from_pb(e)),
+            None => Ok(()),
+        })
+    }
+
+    /// Asks `req` of the leader, following "not the leader" answers and retrying with
+    /// the same token, until it is answered otherwise.
+    fn call(&mut self, req: MReq, token: u64) -> Result<(), FsError> {
+        let mut to = self.leader().unwrap_or(1);
+        for _ in 0..100 {
+            let id = self.ask(to, req.clone(), token);
+            for _ in 0..300 {
+                if self.reply(id).is_some() {
+                    break;
+                }
+                self.advance();
+            }
+            match self.reply(id) {
+                Some(Err(FsError::NotLeader(l))) => {
+                    if l.is_empty() {
+                        self.run(200);
+                        to = self.leader().unwrap_or(to % 3 + 1);
+                    } else {
+                        to = id_of(&l);
+                    }
+                }
+                Some(r) => return r,
+                None => to = self.leader().unwrap_or(to % 3 + 1),
+            }
+        }
+        panic!("no answer for {req:?}");
+    }
+
+    fn has_dir(&self, id: u64, p: &str) -> bool {
+        self.live(id).shadow().meta.ns.dir_id(p).is_ok()
+    }
+}
+
+fn mkdir(p: &str) -> MReq {
+    MReq::Mkdir(pb::MkdirRequest {
+        path: p.into(),
+        parents: false,
+    })
+}
+
+/// Three replicas elect one leader, which serves; a mutation it acknowledges is in every
+/// replica's committed state, and a shadow answers with the leader's address.
+#[test]
+fn three_replicas_elect_one_leader_that_replicates_what_it_acknowledges() {
+    let mut w = World::new(3);
+    w.run(4000);
+    let l = w.leader().expect("one leader");
+    assert_eq!(w.call(mkdir("/a"), 11), Ok(()));
+    w.run(500);
+    for i in 1..=3 {
+        assert!(w.has_dir(i, "/a"), "replica {i} lacks /a");
+        let s = w.live(i).status();
+        assert_eq!(s.leader, l);
+        assert_eq!(s.role, if i == l { "leader" } else { "shadow" });
+    }
+    let shadow = (1..=3).find(|&i| i != l).unwrap();
+    let id = w.ask(shadow, mkdir("/b"), 12);
+    assert_eq!(w.reply(id), Some(Err(FsError::NotLeader(addr(l)))));
+    // The cluster's id was made once, by the first leader, and every replica has it.
+    let cid = w.live(l).shadow().meta.cluster_id;
+    assert_ne!(cid, 0);
+    assert!((1..=3).all(|i| w.live(i).shadow().meta.cluster_id == cid));
+}
+
+/// With both followers down, the leader acknowledges nothing (a record counts only
+/// once a majority has it) and stops leading; once one follower is back, the caller's
+/// retry with the same token is applied once.
+#[test]
+fn nothing_is_acknowledged_without_a_majority() {
+    let mut w = World::new(3);
+    w.run(4000);
+    let l = w.leader().unwrap();
+    let others: Vec<u64> = (1..=3).filter(|&i| i != l).collect();
+    for &o in &others {
+        w.crash(o);
+    }
+    let id = w.ask(l, mkdir("/x"), 21);
+    w.run(600);
+    assert_eq!(w.reply(id), None, "acknowledged by one replica of three");
+    w.run(3000);
+    assert!(
+        matches!(w.reply(id), Some(Err(FsError::NotLeader(_)))),
+        "a leader without a majority gave up its held request: {:?}",
+        w.reply(id)
+    );
+    assert!(
+        w.live(l).master().is_none(),
+        "still serving without a majority"
+    );
+    w.start(others[0]);
+    assert_eq!(w.call(mkdir("/x"), 21), Ok(()));
+    w.run(500);
+    let seq_of_x = |w: &World, i: u64| w.has_dir(i, "/x");
+    assert!(seq_of_x(&w, l) && seq_of_x(&w, others[0]));
+}
+
+/// The leader is killed: another is elected, has every acknowledged mutation, and
+/// serves. A restarted replica catches up.
+#[test]
+fn a_new_leader_has_every_acknowledged_mutation() {
+    let mut w = World::new(3);
+    w.run(4000);
+    for i in 0..20 {
+        assert_eq!(w.call(mkdir(&format!("/d{i}")), 100 + i), Ok(()));
+    }
+    let old = w.leader().unwrap();
+    w.crash(old);
+    w.run(5000);
+    let new = w.leader().expect("a new leader");
+    assert_ne!(new, old);
+    for i in 0..20 {
+        assert!(w.has_dir(new, &format!("/d{i}")));
+    }
+    assert_eq!(w.call(mkdir("/after"), 200), Ok(()));
+    w.start(old);
+    w.run(3000);
+    assert!(w.has_dir(old, "/after"), "the restarted replica caught up");
+    assert_eq!(
+        w.leader(),
+        Some(new),
+        "a restarted replica does not disrupt the leader"
+    );
+}
+
+/// A mutation committed by the group whose reply the deposed leader never sent: the
+/// caller retries at the new leader with the same token and is answered as if the first
+/// reply had arrived, the mutation done once.
+#[test]
+fn a_retry_after_failover_is_answered_not_done_again() {
+    let mut w = World::new(3);
+    w.run(4000);
+    let l = w.leader().unwrap();
+    // The followers hear the leader, but it hears nothing back: they commit the record
+    // once one of them leads; it never learns of the commit.
+    for i in (1..=3).filter(|&i| i != l) {
+        w.cut.insert((i, l));
+    }
+    let id = w.ask(l, mkdir("/once"), 31);
+    w.run(6000);
+    assert!(
+        matches!(w.reply(id), Some(Err(FsError::NotLeader(_)))),
+        "{:?}",
+        w.reply(id)
+    );
+    w.cut.clear();
+    w.run(2000);
+    let new = w.leader().unwrap();
+    assert_ne!(new, l);
+    assert!(
+        w.has_dir(new, "/once"),
+        "the record committed under the new leader"
+    );
+    assert_eq!(
+        w.call(mkdir("/once"), 31),
+        Ok(()),
+        "a retry is answered as the first"
+    );
+    assert!(
+        matches!(w.call(mkdir("/once"), 32), Err(FsError::AlreadyExists(_))),
+        "another caller's mkdir still finds it"
+    );
+}
+
+/// A leader cut off from both followers stops extending leases before a new leader can
+/// be elected, and stops serving.
+#[test]
+fn a_cut_off_leader_loses_its_authority_before_another_is_elected() {
+    let mut w = World::new(3);
+    w.run(4000);
+    let l = w.leader().unwrap();
+    w.run(1000);
+    let before = w.live(l).authority_until();
+    assert!(
+        before > w.now,
+        "a leader in touch with its group has authority"
+    );
+    for i in (1..=3).filter(|&i| i != l) {
+        w.cut.insert((i, l));
+        w.cut.insert((l, i));
+    }
+    let mut last_authority = Time::ZERO;
+    for _ in 0..600 {
+        w.advance();
+        if let Some(Some(r)) = w.replicas.get(&l) {
+            last_authority = last_authority.max(r.authority_until());
+        }
+    }
+    let (new, _, elected) = *w
+        .served
+        .iter()
+        .rev()
+        .find(|&&(i, _, _)| i != l)
+        .expect("another leader serves");
+    assert!(new != l);
+    assert!(
+        last_authority <= elected,
+        "the old leader could extend leases until {last_authority:?}, after the new one \
+         started at {elected:?}"
+    );
+    assert!(
+        w.live(l).master().is_none(),
+        "the cut-off leader still serves"
+    );
+}
+
+/// Snapshots: the log is dropped behind them, a replica restarts from one, and a replica
+/// that was down while the log moved past it catches up from the leader's snapshot.
+#[test]
+fn replicas_restart_and_catch_up_from_snapshots() {
+    let mut w = World::with(3, 5);
+    w.run(4000);
+    let l = w.leader().unwrap();
+    let lag = (1..=3).find(|&i| i != l).unwrap();
+    w.crash(lag);
+    for i in 0..30 {
+        assert_eq!(w.call(mkdir(&format!("/s{i}")), 300 + i), Ok(()));
+    }
+    w.run(500);
+    let store = &w.disks[&l];
+    let entries = store
+        .keys()
+        .filter(|k| k.starts_with(store::LOG_PREFIX))
+        .count();
+    assert!(
+        entries < 12,
+        "the log is dropped behind snapshots: {entries} entries left"
+    );
+    assert!(store.contains_key(store::SNAP_KEY));
+    w.start(lag);
+    w.run(3000);
+    for i in 0..30 {
+        assert!(
+            w.has_dir(lag, &format!("/s{i}")),
+            "lagging replica lacks /s{i}"
+        );
+    }
+    // Every replica restarts from its own snapshot and log.
+    for i in 1..=3 {
+        w.crash(i);
+    }
+    for i in 1..=3 {
+        w.start(i);
+    }
+    w.run(5000);
+    let l = w.leader().expect("a leader after a full restart");
+    for i in 0..30 {
+        assert!(w.has_dir(l, &format!("/s{i}")));
+    }
+    assert!(matches!(
+        w.call(mkdir("/s0"), 999),
+        Err(FsError::AlreadyExists(_))
+    ));
+}

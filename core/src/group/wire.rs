@@ -1,0 +1,228 @@
+//! raft-rs's messages to and from Tessera's (`pb::Raft*`, field for field). What a peer
+//! sends or a disk holds is decoded by prost and checked here before raft-rs sees it:
+//! an unknown kind of entry or message is refused, and so is every kind a replica only
+//! makes for itself (an election order, a proposal, a local status), which raft-rs would
+//! otherwise act on as if it had made it.
+
+use raft::eraftpb as rp;
+
+use crate::pb;
+
+pub fn entry_to_pb(e: &rp::Entry) -> pb::RaftEntry {
+    pb::RaftEntry {
+        entry_type: e.entry_type as u32,
+        term: e.term,
+        index: e.index,
+        data: e.data.clone(),
+        context: e.context.clone(),
+    }
+}
+
+pub fn entry_from_pb(e: pb::RaftEntry) -> Result<rp::Entry, String> {
+    let entry_type = match e.entry_type {
+        0 => rp::EntryType::EntryNormal,
+        1 => rp::EntryType::EntryConfChange,
+        2 => rp::EntryType::EntryConfChangeV2,
+        t => return Err(format!("unknown raft entry type {t}")),
+    };
+    Ok(rp::Entry {
+        entry_type,
+        term: e.term,
+        index: e.index,
+        data: e.data,
+        context: e.context,
+        ..Default::default()
+    })
+}
+
+pub fn conf_to_pb(c: &rp::ConfState) -> pb::RaftConfState {
+    pb::RaftConfState {
+        voters: c.voters.clone(),
+        learners: c.learners.clone(),
+        voters_outgoing: c.voters_outgoing.clone(),
+        learners_next: c.learners_next.clone(),
+        auto_leave: c.auto_leave,
+    }
+}
+
+pub fn conf_from_pb(c: pb::RaftConfState) -> rp::ConfState {
+    rp::ConfState {
+        voters: c.voters,
+        learners: c.learners,
+        voters_outgoing: c.voters_outgoing,
+        learners_next: c.learners_next,
+        auto_leave: c.auto_leave,
+        ..Default::default()
+    }
+}
+
+pub fn hard_to_pb(h: &rp::HardState) -> pb::RaftHardState {
+    pb::RaftHardState {
+        term: h.term,
+        vote: h.vote,
+        commit: h.commit,
+    }
+}
+
+pub fn hard_from_pb(h: pb::RaftHardState) -> rp::HardState {
+    rp::HardState {
+        term: h.term,
+        vote: h.vote,
+        commit: h.commit,
+        ..Default::default()
+    }
+}
+
+pub fn snapshot_to_pb(s: &rp::Snapshot) -> pb::RaftSnapshot {
+    let m = s.get_metadata();
+    pb::RaftSnapshot {
+        data: s.data.clone(),
+        metadata: Some(pb::RaftSnapshotMeta {
+            conf_state: Some(conf_to_pb(m.get_conf_state())),
+            index: m.index,
+            term: m.term,
+        }),
+    }
+}
+
+pub fn snapshot_from_pb(s: pb::RaftSnapshot) -> rp::Snapshot {
+    let mut out = rp::Snapshot {
+        data: s.data,
+        ..Default::default()
+    };
+    if let Some(m) = s.metadata {
+        let meta = out.mut_metadata();
+        meta.index = m.index;
+        meta.term = m.term;
+        meta.set_conf_state(conf_from_pb(m.conf_state.unwrap_or_default()));
+    }
+    out
+}
+
+pub fn message_to_pb(m: &rp::Message) -> pb::RaftMessage {
+    pb::RaftMessage {
+        msg_type: m.msg_type as u32,
+        to: m.to,
+        from: m.from,
+        term: m.term,
+        log_term: m.log_term,
+        index: m.index,
+        entries: m.entries.iter().map(entry_to_pb).collect(),
+        commit: m.commit,
+        commit_term: m.commit_term,
+        snapshot: m.snapshot.as_ref().map(snapshot_to_pb),
+        request_snapshot: m.request_snapshot,
+        reject: m.reject,
+        reject_hint: m.reject_hint,
+        context: m.context.clone(),
+        priority: m.priority,
+    }
+}
+
+/// A message from a peer, as raft-rs takes it; refused if it is of a kind peers never
+/// send one another.
+pub fn message_from_pb(m: pb::RaftMessage) -> Result<rp::Message, String> {
+    use rp::MessageType::*;
+    let msg_type = match m.msg_type {
+        3 => MsgAppend,
+        4 => MsgAppendResponse,
+        5 => MsgRequestVote,
+        6 => MsgRequestVoteResponse,
+        7 => MsgSnapshot,
+        8 => MsgHeartbeat,
+        9 => MsgHeartbeatResponse,
+        14 => MsgTimeoutNow,
+        16 => MsgReadIndexResp,
+        17 => MsgRequestPreVote,
+        18 => MsgRequestPreVoteResponse,
+        // Hup, Beat, Unreachable, SnapStatus and CheckQuorum are a replica's orders to
+        // itself; proposals, read-index requests and leader transfers are made only on
+        // the leader by its own master, never forwarded.
+        t @ (0..=2 | 10..=13 | 15) => {
+            return Err(format!(
+                "raft message type {t} is never sent between replicas"
+            ));
+        }
+        t => return Err(format!("unknown raft message type {t}")),
+    };
+    let entries = m
+        .entries
+        .into_iter()
+        .map(entry_from_pb)
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut out = rp::Message {
+        msg_type,
+        to: m.to,
+        from: m.from,
+        term: m.term,
+        log_term: m.log_term,
+        index: m.index,
+        entries: entries.into(),
+        commit: m.commit,
+        commit_term: m.commit_term,
+        request_snapshot: m.request_snapshot,
+        reject: m.reject,
+        reject_hint: m.reject_hint,
+        context: m.context,
+        priority: m.priority,
+        ..Default::default()
+    };
+    if let Some(s) = m.snapshot {
+        out.set_snapshot(snapshot_from_pb(s));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+#[allow(clippy::field_reassign_with_default)]
+mod tests {
+    use super::*;
+
+    /// Every field survives the trip both ways, and only the kinds peers send get in.
+    #[test]
+    fn a_message_round_trips_and_local_kinds_are_refused() {
+        let mut e = rp::Entry::default();
+        e.entry_type = rp::EntryType::EntryConfChangeV2;
+        e.term = 3;
+        e.index = 9;
+        e.data = bytes::Bytes::from_static(b"records");
+        e.context = bytes::Bytes::from_static(b"ctx");
+        let mut m = rp::Message::default();
+        m.msg_type = rp::MessageType::MsgAppend;
+        m.to = 2;
+        m.from = 1;
+        m.term = 3;
+        m.log_term = 2;
+        m.index = 8;
+        m.entries = vec![e].into();
+        m.commit = 7;
+        m.commit_term = 2;
+        m.request_snapshot = 4;
+        m.reject = true;
+        m.reject_hint = 6;
+        m.context = bytes::Bytes::from_static(b"read");
+        m.priority = -1;
+        let mut s = rp::Snapshot::default();
+        s.data = bytes::Bytes::from_static(b"checkpoint");
+        s.mut_metadata().index = 5;
+        s.mut_metadata().term = 2;
+        s.mut_metadata().mut_conf_state().voters = vec![1, 2, 3];
+        s.mut_metadata().mut_conf_state().learners = vec![4];
+        m.set_snapshot(s);
+        let back = message_from_pb(message_to_pb(&m)).unwrap();
+        assert_eq!(back, m);
+
+        for t in [0u32, 1, 2, 10, 11, 12, 13, 15] {
+            let mut p = message_to_pb(&m);
+            p.msg_type = t;
+            let err = message_from_pb(p).unwrap_err();
+            assert!(err.contains("never sent between replicas"), "{t}: {err}");
+        }
+        let mut p = message_to_pb(&m);
+        p.msg_type = 19;
+        assert!(message_from_pb(p).unwrap_err().contains("unknown"));
+        let mut p = message_to_pb(&m);
+        p.entries[0].entry_type = 3;
+        assert!(message_from_pb(p).unwrap_err().contains("entry type 3"));
+    }
+}
