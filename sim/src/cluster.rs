@@ -518,6 +518,7 @@ impl Cluster {
                     valid_ms: 60_000,
                     chunk_size: 0,
                     cluster_id,
+                    epoch: 0,
                 })),
             };
             (self.servers[other].addr.clone(), req.encode_to_vec())

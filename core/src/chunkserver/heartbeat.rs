@@ -125,12 +125,7 @@ impl Chunkserver {
             if !self.joining {
                 tracing::info!(server = %self.cfg.address, cluster_id = hb.cluster_id, "joining the cluster");
                 self.joining = true;
-                let meta = pb::ChunkMeta {
-                    handle: IDENTITY_HANDLE,
-                    server_id: self.server_id,
-                    cluster_id: hb.cluster_id,
-                    ..Default::default()
-                };
+                let meta = self.identity(hb.cluster_id, self.epoch);
                 self.store(
                     Pending::Join {
                         cluster_id: hb.cluster_id,
@@ -141,6 +136,11 @@ impl Chunkserver {
                     },
                 );
             }
+            return;
+        }
+        if let Some(e) = self.stale_master(hb.epoch) {
+            // An older term's orders are never acted on; a newer term's once it is stored.
+            tracing::debug!(server = %self.cfg.address, error = %e, "heartbeat reply not acted on");
             return;
         }
         let until = sent_at + Duration::from_millis(hb.lease_duration_ms);

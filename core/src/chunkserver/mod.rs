@@ -12,6 +12,7 @@
 
 mod cache;
 pub mod checksum;
+mod epoch;
 mod heartbeat;
 mod invariants;
 mod push;
@@ -270,6 +271,10 @@ enum Pending {
     Join {
         cluster_id: u64,
     },
+    /// A newer master term, being made durable (`epoch.rs`).
+    Epoch {
+        epoch: u64,
+    },
 }
 
 /// A lease this server is granted, taken once its new version is durable.
@@ -431,6 +436,9 @@ pub struct Chunkserver {
     cluster_id: u64,
     /// A cluster id is being stored (`Pending::Join`).
     joining: bool,
+    /// The highest master term stored, and the highest being stored (`epoch.rs`).
+    epoch: u64,
+    storing_epoch: u64,
     next_id: u64,
     out: Effects,
 }
@@ -482,6 +490,8 @@ impl Chunkserver {
             server_id: 0,
             cluster_id: 0,
             joining: false,
+            epoch: 0,
+            storing_epoch: 0,
             next_id: 1,
             out: Effects::default(),
         };
@@ -489,6 +499,8 @@ impl Chunkserver {
             if meta.handle == IDENTITY_HANDLE {
                 cs.server_id = meta.server_id;
                 cs.cluster_id = meta.cluster_id;
+                cs.epoch = meta.master_epoch;
+                cs.storing_epoch = meta.master_epoch;
                 continue;
             }
             let h = meta.handle;
@@ -611,12 +623,15 @@ impl Chunkserver {
                 Some(Req::Push(p)) => self.on_push(id, p),
                 Some(r) => {
                     let master = match &r {
-                        Req::SetVersion(r) => Some(r.cluster_id),
-                        Req::Clone(r) => Some(r.cluster_id),
-                        Req::RevokeLease(r) => Some(r.cluster_id),
+                        Req::SetVersion(r) => Some((r.cluster_id, r.epoch)),
+                        Req::Clone(r) => Some((r.cluster_id, r.epoch)),
+                        Req::RevokeLease(r) => Some((r.cluster_id, r.epoch)),
                         _ => None,
                     };
-                    if let Some(e) = master.and_then(|c| self.foreign_master(c)) {
+                    let refused = master.and_then(|(c, epoch)| {
+                        self.foreign_master(c).or_else(|| self.stale_master(epoch))
+                    });
+                    if let Some(e) = refused {
                         self.out.replies.push((id, err(e)));
                         return std::mem::take(&mut self.out);
                     }
@@ -852,6 +867,14 @@ impl Chunkserver {
                     Err(e) => tracing::warn!(error = %e, "storing the cluster id failed"),
                 }
             }
+            (Pending::Epoch { epoch }, result) => match result {
+                Ok(StoreOutput::Done) => self.epoch_stored(epoch, true),
+                Ok(out) => panic!("storage answered {out:?} to storing the master's term"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "storing the master's term failed");
+                    self.epoch_stored(epoch, false)
+                }
+            },
             (
                 Pending::Read {
                     id,
@@ -937,7 +960,7 @@ impl Chunkserver {
                         (Some(id), h)
                     }
                     Pending::Commit { id, h, .. } => (id, h),
-                    Pending::Join { .. } => unreachable!("matched above"),
+                    Pending::Join { .. } | Pending::Epoch { .. } => unreachable!("matched above"),
                     Pending::Scrub { h, .. } | Pending::Repair { h, .. } => (None, h),
                 };
                 tracing::warn!(chunk = h, error = %e, "storage operation failed");

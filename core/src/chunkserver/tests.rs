@@ -157,6 +157,7 @@ impl H {
 
     fn create(&mut self, h: u64) {
         let r = self.req(R::SetVersion(pb::SetVersionRequest {
+            epoch: 0,
             handle: h,
             version: 1,
             create: true,
@@ -448,6 +449,7 @@ fn versions_are_checked() {
     }));
     assert_eq!(r.error.unwrap().code, pb::ErrorCode::StaleVersion as i32);
     let r = h.req(R::SetVersion(pb::SetVersionRequest {
+        epoch: 0,
         handle: 9,
         version: 3,
         create: false,
@@ -468,6 +470,7 @@ fn versions_are_checked() {
     }));
     assert_eq!(r.error.unwrap().code, pb::ErrorCode::StaleVersion as i32);
     let r = h.req(R::SetVersion(pb::SetVersionRequest {
+        epoch: 0,
         handle: 9,
         version: 2,
         create: false,
@@ -519,6 +522,7 @@ fn clone_copies_in_pieces_and_verifies_length() {
         arrived: Time(1),
         req: pb::ChunkRequest {
             req: Some(R::Clone(pb::CloneChunkRequest {
+                epoch: 0,
                 handle: 5,
                 version: 1,
                 source: "cs0".into(),
@@ -562,6 +566,7 @@ fn heartbeats_name_chunks_being_cloned() {
         arrived: Time(1),
         req: pb::ChunkRequest {
             req: Some(R::Clone(pb::CloneChunkRequest {
+                epoch: 0,
                 handle: 5,
                 version: 1,
                 source: "cs0".into(),
@@ -603,6 +608,7 @@ fn a_late_clone_never_takes_a_copy_back_to_an_older_version() {
     let mut dst = H::new();
     dst.create(5);
     let r = dst.req(R::SetVersion(pb::SetVersionRequest {
+        epoch: 0,
         handle: 5,
         version: 2,
         lease_ms: 60_000,
@@ -616,6 +622,7 @@ fn a_late_clone_never_takes_a_copy_back_to_an_older_version() {
         arrived: dst.now,
         req: pb::ChunkRequest {
             req: Some(R::Clone(pb::CloneChunkRequest {
+                epoch: 0,
                 handle: 5,
                 version: 1,
                 source: "cs0".into(),
@@ -667,6 +674,7 @@ fn heartbeat_reports_and_deletes_on_command() {
         error: None,
         resp: Some(pb::master_response::Resp::Heartbeat(
             pb::HeartbeatResponse {
+                epoch: 0,
                 delete_chunks: vec![pb::ChunkVersion {
                     handle: 2,
                     version: u64::MAX,
@@ -729,6 +737,7 @@ fn extensions(h: &mut H) -> Vec<u64> {
 fn leases_extend_only_while_written() {
     let mut h = H::new();
     let r = h.req(R::SetVersion(pb::SetVersionRequest {
+        epoch: 0,
         handle: 1,
         version: 1,
         create: true,
@@ -753,6 +762,7 @@ fn lease_counts_from_arrival_not_from_processing() {
     let mut h = H::new();
     let req = pb::ChunkRequest {
         req: Some(R::SetVersion(pb::SetVersionRequest {
+            epoch: 0,
             handle: 4,
             version: 1,
             create: true,
@@ -810,6 +820,7 @@ fn send_apply(
 fn a_mutation_that_overtook_its_predecessor_waits_for_it() {
     let mut h = H::new();
     h.req(R::SetVersion(pb::SetVersionRequest {
+        epoch: 0,
         handle: 1,
         version: 1,
         create: true,
@@ -832,6 +843,7 @@ fn a_mutation_that_overtook_its_predecessor_waits_for_it() {
         arrived: h.now,
         req: pb::ChunkRequest {
             req: Some(R::SetVersion(pb::SetVersionRequest {
+                epoch: 0,
                 handle: 1,
                 version: 2,
                 create: false,
@@ -918,6 +930,7 @@ fn apply(h: &mut H, serial: u64, off: u64, data: &'static [u8]) -> pb::ChunkResp
 fn secondary_never_applies_an_overtaken_mutation() {
     let mut h = H::new();
     h.req(R::SetVersion(pb::SetVersionRequest {
+        epoch: 0,
         handle: 1,
         version: 1,
         create: true,
@@ -938,6 +951,7 @@ fn secondary_never_applies_an_overtaken_mutation() {
     assert_eq!(&h.read(1, 0, 3).unwrap()[..], b"new");
     // A new version starts a new order.
     h.req(R::SetVersion(pb::SetVersionRequest {
+        epoch: 0,
         handle: 1,
         version: 2,
         create: false,
@@ -961,6 +975,7 @@ fn secondary_never_applies_an_overtaken_mutation() {
 fn only_the_primary_takes_client_writes_and_refuses_overtaken_ones() {
     let mut h = H::new();
     h.req(R::SetVersion(pb::SetVersionRequest {
+        epoch: 0,
         handle: 1,
         version: 1,
         create: true,
@@ -986,6 +1001,7 @@ fn only_the_primary_takes_client_writes_and_refuses_overtaken_ones() {
         "no lease"
     );
     h.req(R::SetVersion(pb::SetVersionRequest {
+        epoch: 0,
         handle: 1,
         version: 2,
         create: false,
@@ -1154,6 +1170,7 @@ fn a_grant_applied_too_late_is_refused() {
     let mut h = H::new();
     let req = pb::ChunkRequest {
         req: Some(R::SetVersion(pb::SetVersionRequest {
+            epoch: 0,
             handle: 4,
             version: 1,
             create: true,
@@ -1185,6 +1202,7 @@ fn a_delete_order_spares_a_copy_that_moved_on() {
     h.create(1);
     // The master judged a report of version 1; meanwhile the copy took version 2.
     h.req(R::SetVersion(pb::SetVersionRequest {
+        epoch: 0,
         handle: 1,
         version: 2,
         create: false,
@@ -1199,6 +1217,7 @@ fn a_delete_order_spares_a_copy_that_moved_on() {
         error: None,
         resp: Some(pb::master_response::Resp::Heartbeat(
             pb::HeartbeatResponse {
+                epoch: 0,
                 delete_chunks: vec![pb::ChunkVersion {
                     handle: 1,
                     version: 1,
@@ -1293,6 +1312,7 @@ fn record_append_pads_to_the_chunk_size_of_the_lease() {
     let size: u64 = 256 << 10;
     let grant = |handle, chunk_size| {
         R::SetVersion(pb::SetVersionRequest {
+            epoch: 0,
             handle,
             version: 1,
             create: true,
@@ -1829,6 +1849,7 @@ impl H {
 
     fn set_version(&mut self, cluster_id: u64, h: u64, version: u64) -> pb::ChunkResponse {
         self.req(R::SetVersion(pb::SetVersionRequest {
+            epoch: 0,
             handle: h,
             version,
             create: true,
@@ -1842,6 +1863,7 @@ impl H {
 
 fn delete_order(cluster_id: u64, h: u64) -> pb::HeartbeatResponse {
     pb::HeartbeatResponse {
+        epoch: 0,
         delete_chunks: vec![pb::ChunkVersion {
             handle: h,
             version: u64::MAX,
@@ -1884,6 +1906,91 @@ fn first_contact_stores_the_cluster_id_durably() {
     );
 }
 
+fn versioned(epoch: u64, h: u64, version: u64) -> R {
+    R::SetVersion(pb::SetVersionRequest {
+        epoch,
+        handle: h,
+        version,
+        create: true,
+        lease_ms: 60_000,
+        chunk_size: CHUNK,
+        cluster_id: OURS,
+        ..Default::default()
+    })
+}
+
+fn code(r: &pb::ChunkResponse) -> Option<pb::ErrorCode> {
+    r.error
+        .as_ref()
+        .map(|e| pb::ErrorCode::try_from(e.code).unwrap())
+}
+
+/// A newer master term is stored before anything of it is acted on; from then on a
+/// deposed leader's orders (an older term) are refused or ignored and change nothing;
+/// a restart keeps the term.
+#[test]
+fn a_deposed_master_leader_is_refused_and_changes_nothing() {
+    let mut h = with_identity(OURS);
+    // A leader of term 3: its first order waits until the term is stored.
+    let r = h.req(versioned(3, 1, 1));
+    assert_eq!(code(&r), Some(pb::ErrorCode::Unavailable), "{r:?}");
+    assert_eq!(h.cs.chunks().count(), 0, "acted before the term was stored");
+    assert_eq!(h.cs.master_epoch(), 3);
+    assert_eq!(h.disk.meta[&IDENTITY_HANDLE].master_epoch, 3);
+    assert_eq!(h.disk.meta[&IDENTITY_HANDLE].server_id, 42);
+    assert!(h.req(versioned(3, 1, 1)).error.is_none());
+    assert!(h.write(1, 0, &[7u8; 1000]).error.is_none());
+    let disk_before = (h.disk.meta.clone(), h.disk.data.clone());
+    let lease = h.cs.leases().collect::<Vec<_>>();
+
+    // The leader of term 2, deposed but still running.
+    for r in [
+        versioned(2, 1, 1_000_000),
+        versioned(2, 9, 1),
+        R::Clone(pb::CloneChunkRequest {
+            epoch: 2,
+            handle: 1,
+            version: 1_000_000,
+            source: "elsewhere".into(),
+            cluster_id: OURS,
+        }),
+        R::RevokeLease(pb::RevokeLeaseRequest {
+            epoch: 2,
+            handle: 1,
+            cluster_id: OURS,
+        }),
+    ] {
+        let r = h.req(r);
+        assert_eq!(code(&r), Some(pb::ErrorCode::NotLeader), "{r:?}");
+    }
+    let mut order = delete_order(OURS, 1);
+    order.epoch = 2;
+    order.extended_leases = vec![1];
+    order.lease_duration_ms = 1_000_000;
+    h.heartbeat_with(order);
+    assert!(h.calls.is_empty(), "no clone read went out: {:?}", h.calls);
+    assert_eq!((h.disk.meta.clone(), h.disk.data.clone()), disk_before);
+    assert_eq!(h.cs.leases().collect::<Vec<_>>(), lease);
+
+    // A heartbeat reply of a newer term: stored first, its orders taken from the next.
+    let mut order = delete_order(OURS, 1);
+    order.epoch = 5;
+    h.heartbeat_with(order.clone());
+    assert_eq!(h.cs.chunks().count(), 1, "acted before the term was stored");
+    assert_eq!(h.disk.meta[&IDENTITY_HANDLE].master_epoch, 5);
+    let metas: Vec<pb::ChunkMeta> = h.disk.meta.values().cloned().collect();
+    h.cs = Chunkserver::recover(h.cs.cfg.clone(), Time(0), metas);
+    assert_eq!(h.cs.master_epoch(), 5, "a restart keeps the term");
+    let r = h.req(versioned(3, 1, 7));
+    assert_eq!(code(&r), Some(pb::ErrorCode::NotLeader), "{r:?}");
+    h.heartbeat_with(order);
+    assert_eq!(
+        h.cs.chunks().count(),
+        0,
+        "the current leader's order is carried out"
+    );
+}
+
 /// Once joined, the server acts on nothing from a master of another cluster (nor one
 /// without an id): not a heartbeat reply's deletes or lease extensions, not a new
 /// version, not a clone, not a revoke. Nothing on its disk changes.
@@ -1902,6 +2009,7 @@ fn a_master_of_another_cluster_is_refused_and_changes_nothing() {
         let r = h.set_version(theirs, 9, 1_000_000);
         assert!(r.error.is_some(), "{r:?}");
         let r = h.req(R::Clone(pb::CloneChunkRequest {
+            epoch: 0,
             handle: 1,
             version: 1_000_000,
             source: "elsewhere".into(),
@@ -1909,6 +2017,7 @@ fn a_master_of_another_cluster_is_refused_and_changes_nothing() {
         }));
         assert!(r.error.is_some(), "{r:?}");
         let r = h.req(R::RevokeLease(pb::RevokeLeaseRequest {
+            epoch: 0,
             handle: 1,
             cluster_id: theirs,
         }));
@@ -1973,6 +2082,7 @@ fn heartbeats_name_chunks_whose_versions_are_on_the_way_to_disk() {
             arrived: h.now,
             req: pb::ChunkRequest {
                 req: Some(R::SetVersion(pb::SetVersionRequest {
+                    epoch: 0,
                     handle: 7,
                     version: 1,
                     create: true,
@@ -2008,6 +2118,7 @@ fn heartbeats_name_chunks_whose_versions_are_on_the_way_to_disk() {
 fn a_grant_delivered_twice_does_not_restart_its_lease() {
     let mut h = H::new();
     let grant = pb::SetVersionRequest {
+        epoch: 0,
         handle: 4,
         version: 1,
         create: true,
@@ -2035,6 +2146,7 @@ fn a_new_version_ends_the_old_lease() {
     let mut h = H::new();
     h.now = Time(100);
     let r = h.req(R::SetVersion(pb::SetVersionRequest {
+        epoch: 0,
         handle: 4,
         version: 1,
         create: true,
@@ -2045,6 +2157,7 @@ fn a_new_version_ends_the_old_lease() {
     assert!(r.error.is_none());
     h.now = Time(1_000);
     let r = h.req(R::SetVersion(pb::SetVersionRequest {
+        epoch: 0,
         handle: 4,
         version: 2,
         ..Default::default()
@@ -2089,6 +2202,7 @@ fn answers_from_an_older_version_count_for_nothing() {
     assert_eq!(old.len(), 1);
     // The master grants version 2, to this server again.
     let r = h.req(R::SetVersion(pb::SetVersionRequest {
+        epoch: 0,
         handle: 1,
         version: 2,
         lease_ms: 60_000,

@@ -438,6 +438,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
             ..Default::default()
         })),
         chunk(C::SetVersion(pb::SetVersionRequest {
+            epoch: 0,
             handle: 1,
             version: 2,
             create: false,
@@ -461,6 +462,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
         error: None,
         resp: Some(pb::master_response::Resp::Heartbeat(
             pb::HeartbeatResponse {
+                epoch: 0,
                 delete_chunks: vec![pb::ChunkVersion {
                     handle: 1,
                     version: 1,

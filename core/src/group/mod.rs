@@ -585,7 +585,8 @@ impl Replica {
                 && self.proposed.is_empty();
             if caught_up {
                 let meta = self.shadow.copy_meta(&self.mcfg);
-                let mut m = Master::take_over(self.mcfg.clone(), self.now, meta, self.shadow.seq);
+                let mut m =
+                    Master::take_over(self.mcfg.clone(), self.now, meta, self.shadow.seq, self.led);
                 m.set_authority(Time::ZERO);
                 tracing::info!(
                     term = self.led,

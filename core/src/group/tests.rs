@@ -259,6 +259,10 @@ fn three_replicas_elect_one_leader_that_replicates_what_it_acknowledges() {
     let shadow = (1..=3).find(|&i| i != l).unwrap();
     let id = w.ask(shadow, mkdir("/b"), 12);
     assert_eq!(w.reply(id), Some(Err(FsError::NotLeader(addr(l)))));
+    // Its master speaks to chunkservers in its term.
+    let m = w.live(l).master().unwrap();
+    assert_eq!(m.epoch(), w.live(l).status().term);
+    assert!(m.epoch() > 0);
     // The cluster's id was made once, by the first leader, and every replica has it.
     let cid = w.live(l).shadow().meta.cluster_id;
     assert_ne!(cid, 0);

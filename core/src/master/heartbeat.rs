@@ -250,6 +250,7 @@ impl Master {
         }
         let extended_leases = self.extend_leases(idx, &r.lease_extensions);
         let reply = super::ok(Resp::Heartbeat(pb::HeartbeatResponse {
+            epoch: self.epoch,
             // Each order covers the copy as reported, no newer: one that took a grant
             // after sending this report is kept.
             delete_chunks: delete

@@ -430,6 +430,7 @@ impl Master {
             .iter()
             .map(|&s| {
                 let req = CReq::SetVersion(pb::SetVersionRequest {
+                    epoch: self.epoch,
                     handle: h,
                     version,
                     create,
@@ -694,6 +695,7 @@ impl Master {
             server,
             CallCtx::Revoke { handle: h, server },
             CReq::RevokeLease(pb::RevokeLeaseRequest {
+                epoch: self.epoch,
                 handle: h,
                 cluster_id: self.meta.cluster_id,
             }),

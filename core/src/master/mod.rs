@@ -159,6 +159,9 @@ pub struct Master {
     /// In a master group, the time until which this master is known to lead (a
     /// majority heard from it since); past it, no lease is extended. None: it runs alone.
     authority: Option<Time>,
+    /// In a master group, the term in which this master leads; every message it sends
+    /// a chunkserver carries it (see `chunkserver/epoch.rs`). 0: it runs alone.
+    epoch: u64,
     out: Effects,
 }
 
@@ -209,6 +212,7 @@ impl Master {
             request_token: 0,
             refusals: Default::default(),
             authority: None,
+            epoch: 0,
             out: Effects::default(),
         }
         .with_cluster_id()
@@ -237,8 +241,16 @@ impl Master {
     /// A master taking over `meta` (the state through record `seq`, all of it durable)
     /// as a master group's new leader: the same start as a restart's (quiet period, no
     /// replica locations), as the leader before may have left leases out.
-    pub fn take_over(cfg: MasterConfig, now: Time, meta: Meta, seq: LogSeq) -> Master {
-        Master::from_meta(cfg, now, meta, seq)
+    /// `epoch` is the term in which it leads.
+    pub fn take_over(cfg: MasterConfig, now: Time, meta: Meta, seq: LogSeq, epoch: u64) -> Master {
+        let mut m = Master::from_meta(cfg, now, meta, seq);
+        m.epoch = epoch;
+        m
+    }
+
+    /// The term in which this master leads its group (0: it runs alone).
+    pub fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     /// In a master group: this master is known to lead until `until` (see

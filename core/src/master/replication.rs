@@ -312,6 +312,7 @@ impl Master {
         self.repl.in_flight.entry(h).or_default().push(target);
         self.repl.running += 1;
         let req = CReq::Clone(pb::CloneChunkRequest {
+            epoch: self.epoch,
             handle: h,
             version,
             source: self.servers.get(source).addr.clone(),

@@ -1,0 +1,84 @@
+//! The master's term: a chunkserver follows only the newest leader of a master group.
+//!
+//! Every master→chunkserver message (heartbeat reply, `SetVersion`, `Clone`,
+//! `RevokeLease`) carries the sender's term as its group's leader (0: a master that runs
+//! alone). A server keeps the highest term it has seen, durably in its identity record
+//! (`ChunkMeta::master_epoch` of handle 0), and refuses anything from an older term: a
+//! deposed leader that is still running, and does not know it yet, can change no
+//! version, start no clone, revoke no lease and delete no copy.
+//!
+//! A newer term is stored before anything from it is acted on: were the server to act
+//! and then crash before the term was on disk, the deposed leader could give it orders
+//! again after the restart. Until the write is done, calls of the new term are refused
+//! as unavailable (the master tries again later) and a heartbeat reply's orders are
+//! ignored (the next reply brings them again). A new leader grants no lease for a lease
+//! period after it starts anyway, and heartbeats come far more often.
+
+use super::{Chunkserver, IDENTITY_HANDLE, Pending, StoreOp};
+use crate::error::FsError;
+use crate::pb;
+
+impl Chunkserver {
+    /// The highest master term this server has stored.
+    pub fn master_epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Why a message from a master of term `theirs` must not be acted on (yet), if it
+    /// must not. A newer term starts being stored.
+    pub(super) fn stale_master(&mut self, theirs: u64) -> Option<FsError> {
+        if theirs == self.epoch {
+            return None;
+        }
+        if theirs < self.epoch {
+            tracing::warn!(
+                server = %self.cfg.address,
+                ours = self.epoch,
+                theirs,
+                "refusing a deposed master leader"
+            );
+            return Some(FsError::NotLeader(String::new()));
+        }
+        self.learn_epoch(theirs);
+        Some(FsError::Unavailable(format!(
+            "{} is storing master term {theirs}",
+            self.cfg.address
+        )))
+    }
+
+    /// The identity record as it stands, with `epoch`.
+    pub(super) fn identity(&self, cluster_id: u64, epoch: u64) -> pb::ChunkMeta {
+        pb::ChunkMeta {
+            handle: IDENTITY_HANDLE,
+            server_id: self.server_id,
+            cluster_id,
+            master_epoch: epoch,
+            ..Default::default()
+        }
+    }
+
+    fn learn_epoch(&mut self, theirs: u64) {
+        if self.storing_epoch >= theirs {
+            return;
+        }
+        tracing::info!(server = %self.cfg.address, epoch = theirs, "a new master leader's term");
+        self.storing_epoch = theirs;
+        let meta = self.identity(self.cluster_id, theirs);
+        self.store(
+            Pending::Epoch { epoch: theirs },
+            StoreOp::WriteMeta {
+                handle: IDENTITY_HANDLE,
+                meta,
+            },
+        );
+    }
+
+    pub(super) fn epoch_stored(&mut self, epoch: u64, ok: bool) {
+        if ok {
+            self.epoch = self.epoch.max(epoch);
+        } else if self.storing_epoch == epoch {
+            // The next message of that term tries again.
+            self.storing_epoch = self.epoch;
+        }
+    }
+}
