@@ -23,8 +23,13 @@ use crate::record;
 use crate::runtime::{PartsReader, Runtime, Transport};
 use crate::types::Time;
 
+/// Marks a "not the leader" answer that named the leader, now the replica to ask.
+const NAMED: &str = "\u{0}named";
+
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
+    /// The master's address, or every master replica's, comma-separated: the client
+    /// finds the leader and follows it across a failover (`crate::masters`).
     pub master: String,
     pub rpc_timeout: Duration,
     /// How long an operation that fails in a retryable way (master or servers not
@@ -72,6 +77,7 @@ pub struct Client<R: Runtime, T: Transport> {
     rt: R,
     transport: T,
     cfg: ClientConfig,
+    masters: crate::masters::Masters,
     cache: Arc<Mutex<HashMap<String, Locations>>>,
     /// Names this client to primaries, which refuse its overtaken writes.
     id: u64,
@@ -145,6 +151,7 @@ impl<R: Runtime, T: Transport> Client<R, T> {
     pub fn new(rt: R, transport: T, cfg: ClientConfig) -> Self {
         let id = rt.random_u64();
         Client {
+            masters: crate::masters::Masters::parse(&cfg.master),
             rt,
             transport,
             cfg,
@@ -171,15 +178,27 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         }
         .encode_to_vec();
         let deadline = self.rt.now() + self.cfg.rpc_timeout;
-        let bytes = self
-            .transport
-            .call(&self.cfg.master, body.into(), deadline)
-            .await
-            .map_err(unavailable)?;
+        let to = self.masters.current();
+        let bytes = match self.transport.call(&to, body.into(), deadline).await {
+            Ok(b) => b,
+            Err(e) => {
+                self.masters.unreachable(&to);
+                return Err(unavailable(e));
+            }
+        };
         let resp = pb::MasterResponse::decode(bytes)
             .map_err(|e| FsError::Internal(format!("malformed reply from master: {e}")))?;
         match (resp.error, resp.resp) {
-            (Some(e), _) => Err(FsError::from_pb(&e)),
+            (Some(e), _) => {
+                let e = FsError::from_pb(&e);
+                if let FsError::NotLeader(l) = &e
+                    && self.masters.not_leader(&to, l)
+                {
+                    // A leader named: ask it at once, as the same attempt.
+                    return Err(FsError::NotLeader(NAMED.into()));
+                }
+                Err(e)
+            }
             (None, Some(r)) => Ok(r),
             (None, None) => Err(FsError::Internal("empty reply from master".into())),
         }
@@ -194,7 +213,8 @@ impl<R: Runtime, T: Transport> Client<R, T> {
     }
 
     /// Calls the master, retrying while the failure is `Unavailable` (unreachable master,
-    /// lease settling). Every attempt carries the same token, so a mutation whose first
+    /// lease settling) or the replica asked does not lead (the leader it names is asked
+    /// next; see `crate::masters`). Every attempt carries the same token, so a mutation whose first
     /// attempt was done but whose reply was lost is answered as it was then (the master's
     /// retry cache), not done again; only a call that fails for good leaves its outcome
     /// unknown.
@@ -203,9 +223,20 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         // One token for every attempt: a mutation asked again after a lost reply is
         // answered as the first attempt was, not done twice.
         let token = self.rt.random_u64() | 1;
+        // Leaders named in a row without a pause, so two replicas that each name the
+        // other (a stale view during an election) cannot keep the client spinning.
+        let mut named = 0;
         loop {
             match self.master_once(&req, token).await {
-                Err(e @ FsError::Unavailable(_)) => {
+                Err(FsError::NotLeader(l)) if l == NAMED && named < 3 => named += 1,
+                Err(e @ (FsError::Unavailable(_) | FsError::NotLeader(_))) => {
+                    named = 0;
+                    let e = match e {
+                        FsError::NotLeader(l) if l == NAMED => {
+                            FsError::NotLeader(self.masters.current())
+                        }
+                        e => e,
+                    };
                     if !retry.pause(&self.rt, "master call", &e).await {
                         return Err(e);
                     }
@@ -213,6 +244,11 @@ impl<R: Runtime, T: Transport> Client<R, T> {
                 other => return other,
             }
         }
+    }
+
+    /// The master replica this client asks now.
+    pub fn current_master(&self) -> String {
+        self.masters.current()
     }
 
     async fn master_empty(&self, req: Req) -> Result<(), FsError> {

@@ -13,6 +13,7 @@ pub mod error;
 pub mod fuzz;
 pub mod group;
 pub mod master;
+pub mod masters;
 pub mod path;
 pub mod pb;
 pub mod record;

@@ -23,6 +23,8 @@ use crate::{pb, wire};
 #[derive(Clone, Debug)]
 pub struct ChunkserverOptions {
     pub config: ChunkserverConfig,
+    /// The master's address, or every master replica's, comma-separated: heartbeats go
+    /// to the leader, found and followed (`crate::masters`).
     pub master: String,
     pub heartbeat_interval: Duration,
     pub call_timeout: Duration,
@@ -175,6 +177,7 @@ pub async fn run<R: Runtime, T: Transport, S: ChunkStore + Clone, O: Observer>(
             }
         });
     }
+    let masters = crate::masters::Masters::parse(&opts.master);
     let mut replies: HashMap<RequestId, oneshot::Sender<Parts>> = HashMap::new();
     let mut next_request: RequestId = 1;
     let mut running = FuturesUnordered::new();
@@ -248,7 +251,7 @@ pub async fn run<R: Runtime, T: Transport, S: ChunkStore + Clone, O: Observer>(
             }
         }
         for call in effects.calls {
-            spawn_call(&rt, &transport, &tx, &opts, call);
+            spawn_call(&rt, &transport, &tx, &opts, &masters, call);
         }
         for (id, op) in effects.store {
             if let Some((id, op)) = queues.issue(id, op) {
@@ -264,24 +267,35 @@ fn spawn_call<R: Runtime, T: Transport>(
     transport: &T,
     tx: &mpsc::UnboundedSender<Event>,
     opts: &ChunkserverOptions,
+    masters: &crate::masters::Masters,
     call: crate::chunkserver::Call,
 ) {
     let to = match call.to {
-        Dest::Master => opts.master.clone(),
+        Dest::Master => masters.current(),
         Dest::Peer(a) => a,
     };
     let deadline = rt.now() + opts.call_timeout;
-    let (transport, tx) = (transport.clone(), tx.clone());
+    let (transport, tx, masters) = (transport.clone(), tx.clone(), masters.clone());
     rt.spawn(async move {
         let result = match call.req {
-            Outgoing::Master(req) => transport
-                .call(&to, req.encode_to_vec().into(), deadline)
-                .await
-                .and_then(|b| {
-                    pb::MasterResponse::decode(b)
-                        .map(Reply::Master)
-                        .map_err(|e| RpcError::Decode(e.to_string()))
-                }),
+            Outgoing::Master(req) => {
+                let result = transport
+                    .call(&to, req.encode_to_vec().into(), deadline)
+                    .await
+                    .and_then(|b| {
+                        pb::MasterResponse::decode(b).map_err(|e| RpcError::Decode(e.to_string()))
+                    });
+                // Where the next call to the master goes: the leader a replica named, or
+                // the next replica after one that did not answer.
+                match &result {
+                    Err(_) => masters.unreachable(&to),
+                    Ok(pb::MasterResponse { error: Some(e), .. }) => {
+                        masters.after(&to, &crate::error::FsError::from_pb(e));
+                    }
+                    Ok(_) => {}
+                }
+                result.map(Reply::Master)
+            }
             // A clone's data arrives as a piece of its own: decoded as a slice of it.
             Outgoing::Chunk(req) => transport
                 .call_parts(&to, wire::request_parts(req), deadline)

@@ -6,6 +6,7 @@
 
 pub mod chunkserver;
 pub mod commit;
+pub mod group;
 pub mod master;
 pub mod queues;
 

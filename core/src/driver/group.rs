@@ -1,0 +1,241 @@
+//! Runs one master replica of a group (`crate::group`) over a `Runtime`, a `Transport`
+//! and a `MetaStore`.
+//!
+//! The replica's store holds its copy of the replicated log (`group::store`). A fresh
+//! store is formatted with the group's members on first start; every later start is
+//! recovery from what the store holds. Writes the replica asks for (`Persist`) from every
+//! event ready at once go to the store as one batch with one sync (group commit), and
+//! only then does the replica hear `Persisted`. Messages to other replicas are calls
+//! whose answers are not waited for: raft-rs retries what is lost.
+//!
+//! A replica whose transport stops serving it stops: it can no longer take part.
+
+use std::collections::HashMap;
+use std::task::Poll;
+use std::time::Duration;
+
+use futures::channel::{mpsc, oneshot};
+use futures::stream::FusedStream;
+use futures::{SinkExt, StreamExt};
+use prost::Message;
+
+use super::DriverError;
+use crate::error::RpcError;
+use crate::group::{self, GroupConfig, Input, LogStore, Replica};
+use crate::master::{MasterConfig, RequestId};
+use crate::pb;
+use crate::runtime::{Incoming, MetaStore, Parts, PartsReader, Runtime, Transport};
+
+#[derive(Clone, Debug)]
+pub struct GroupOptions {
+    pub group: GroupConfig,
+    pub master: MasterConfig,
+    /// How often the leader's master checks liveness, re-replication and garbage.
+    pub tick: Duration,
+    /// Deadline for calls to chunkservers and messages to other replicas.
+    pub call_timeout: Duration,
+}
+
+enum Event {
+    CallResult(u64, Result<pb::ChunkResponse, RpcError>),
+    Tick,
+    RaftTick,
+}
+
+/// Reads the replica's store: its log, or a fresh one for the group's members.
+pub async fn load<M: MetaStore>(
+    store: &mut M,
+    group: &GroupConfig,
+) -> Result<LogStore, DriverError> {
+    let values = store.scan(group::store::PREFIX).await?;
+    if values.is_empty() {
+        let fresh = LogStore::fresh(group.members.keys().copied().collect());
+        store.write(fresh.format()).await?;
+        store.sync().await?;
+        tracing::info!(id = group.id, members = ?group.members, "master replica formatted its store");
+        return Ok(fresh);
+    }
+    LogStore::load(values).map_err(DriverError::Recovery)
+}
+
+/// Runs the replica until its store fails or its transport stops serving it.
+pub async fn run<R: Runtime, T: Transport, M: MetaStore>(
+    rt: R,
+    transport: T,
+    mut store: M,
+    opts: GroupOptions,
+) -> Result<(), DriverError> {
+    let mut opts = opts;
+    opts.master.call_timeout = opts.master.call_timeout.max(opts.call_timeout);
+    let log = load(&mut store, &opts.group).await?;
+    let listen = opts.group.members[&opts.group.id].clone();
+    let mut replica = Replica::start(opts.group.clone(), opts.master.clone(), rt.now(), log)
+        .map_err(DriverError::Recovery)?;
+    let mut inbound = transport.listen(&listen).await?;
+    tracing::info!(id = opts.group.id, addr = %listen, "master replica serving");
+    let (tx, mut events) = mpsc::unbounded::<Event>();
+    for (every, what) in [(opts.tick, 0), (opts.group.tick, 1)] {
+        let (rt2, mut tx) = (rt.clone(), tx.clone());
+        rt.spawn(async move {
+            loop {
+                rt2.sleep(every).await;
+                let e = if what == 0 {
+                    Event::Tick
+                } else {
+                    Event::RaftTick
+                };
+                if tx.send(e).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    let mut replies: HashMap<RequestId, oneshot::Sender<Parts>> = HashMap::new();
+    let mut next_request: RequestId = 1;
+    let mut writes = Vec::new();
+    let mut persisted = None;
+    loop {
+        let first = if persisted.is_none() {
+            match next_event(&mut events, &mut inbound).await {
+                Some(e) => Some(e),
+                None => break,
+            }
+        } else {
+            try_event(&mut events, &mut inbound)
+        };
+        let mut ev = first;
+        // Every event ready now, so one sync covers the writes of all of them.
+        while let Some(e) = ev.take() {
+            let input = match e {
+                Step::Request(inc) => {
+                    let id = next_request;
+                    next_request += 1;
+                    replies.insert(id, inc.reply);
+                    match pb::MasterRequest::decode(PartsReader::from(inc.body)) {
+                        Ok(req) => Input::Request { id, req },
+                        Err(e) => Input::Malformed {
+                            id,
+                            error: e.to_string(),
+                        },
+                    }
+                }
+                Step::Event(Event::CallResult(id, result)) => Input::CallResult { id, result },
+                Step::Event(Event::Tick) => Input::Tick,
+                Step::Event(Event::RaftTick) => Input::RaftTick,
+            };
+            let effects = replica.handle(rt.now(), input);
+            dispatch(
+                &rt,
+                &transport,
+                &tx,
+                &opts,
+                &mut replies,
+                &mut writes,
+                &mut persisted,
+                effects,
+            );
+            ev = try_event(&mut events, &mut inbound);
+        }
+        if let Some(number) = persisted.take() {
+            store.write(std::mem::take(&mut writes)).await?;
+            store.sync().await?;
+            let effects = replica.handle(rt.now(), Input::Persisted { number });
+            dispatch(
+                &rt,
+                &transport,
+                &tx,
+                &opts,
+                &mut replies,
+                &mut writes,
+                &mut persisted,
+                effects,
+            );
+        }
+        if inbound.is_terminated() {
+            tracing::warn!(addr = %listen, "master replica no longer served; stopping");
+            break;
+        }
+    }
+    Ok(())
+}
+
+enum Step {
+    Request(Incoming),
+    Event(Event),
+}
+
+async fn next_event(
+    events: &mut mpsc::UnboundedReceiver<Event>,
+    inbound: &mut mpsc::Receiver<Incoming>,
+) -> Option<Step> {
+    futures::future::poll_fn(|cx| {
+        if let Poll::Ready(e) = events.poll_next_unpin(cx) {
+            return Poll::Ready(e.map(Step::Event));
+        }
+        if inbound.is_terminated() {
+            return Poll::Ready(None);
+        }
+        match inbound.poll_next_unpin(cx) {
+            Poll::Ready(Some(req)) => Poll::Ready(Some(Step::Request(req))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await
+}
+
+fn try_event(
+    events: &mut mpsc::UnboundedReceiver<Event>,
+    inbound: &mut mpsc::Receiver<Incoming>,
+) -> Option<Step> {
+    events
+        .try_recv()
+        .ok()
+        .map(Step::Event)
+        .or_else(|| inbound.try_recv().ok().map(Step::Request))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn dispatch<R: Runtime, T: Transport>(
+    rt: &R,
+    transport: &T,
+    tx: &mpsc::UnboundedSender<Event>,
+    opts: &GroupOptions,
+    replies: &mut HashMap<RequestId, oneshot::Sender<Parts>>,
+    writes: &mut Vec<group::Write>,
+    persisted: &mut Option<u64>,
+    effects: group::Effects,
+) {
+    for p in effects.persist {
+        writes.extend(p.writes);
+        *persisted = Some(p.number);
+    }
+    for (id, resp) in effects.replies {
+        if let Some(reply) = replies.remove(&id) {
+            let _ = reply.send(resp.encode_to_vec().into());
+        }
+    }
+    for (to, msg) in effects.send {
+        let transport = transport.clone();
+        let deadline = rt.now() + opts.call_timeout;
+        rt.spawn(async move {
+            // Lost or refused: raft-rs sends again.
+            let _ = transport
+                .call(&to, msg.encode_to_vec().into(), deadline)
+                .await;
+        });
+    }
+    for call in effects.calls {
+        let (transport, tx) = (transport.clone(), tx.clone());
+        let deadline = rt.now() + call.timeout.unwrap_or(opts.call_timeout);
+        rt.spawn(async move {
+            let result = transport
+                .call(&call.to, call.req.encode_to_vec().into(), deadline)
+                .await
+                .and_then(|b| {
+                    pb::ChunkResponse::decode(b).map_err(|e| RpcError::Decode(e.to_string()))
+                });
+            let _ = tx.unbounded_send(Event::CallResult(call.id, result));
+        });
+    }
+}
