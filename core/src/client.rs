@@ -251,6 +251,12 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         self.masters.current()
     }
 
+    /// Where this client finds the master, for tools that speak the protocol directly
+    /// and want to follow the leader as the client does.
+    pub fn masters(&self) -> &crate::masters::Masters {
+        &self.masters
+    }
+
     async fn master_empty(&self, req: Req) -> Result<(), FsError> {
         self.master(req).await.map(|_| ())
     }

@@ -39,7 +39,7 @@ fn start_replica(rt: &TestRuntime, net: &MemNet, store: &MemMetaStore, id: u64) 
         call_timeout: Duration::from_secs(2),
     };
     let (handle, reg) = AbortHandle::new_pair();
-    let fut = group::run(rt.clone(), net.clone(), store.clone(), opts);
+    let fut = group::run(rt.clone(), net.clone(), store.clone(), opts, Quiet);
     rt.spawn(async move {
         if let Ok(Err(e)) = Abortable::new(fut, reg).await {
             panic!("master replica {id} stopped: {e}");

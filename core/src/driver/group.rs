@@ -19,7 +19,7 @@ use futures::stream::FusedStream;
 use futures::{SinkExt, StreamExt};
 use prost::Message;
 
-use super::DriverError;
+use super::{DriverError, Observer};
 use crate::error::RpcError;
 use crate::group::{self, GroupConfig, Input, LogStore, Replica};
 use crate::master::{MasterConfig, RequestId};
@@ -59,11 +59,12 @@ pub async fn load<M: MetaStore>(
 }
 
 /// Runs the replica until its store fails or its transport stops serving it.
-pub async fn run<R: Runtime, T: Transport, M: MetaStore>(
+pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
     rt: R,
     transport: T,
     mut store: M,
     opts: GroupOptions,
+    mut observer: O,
 ) -> Result<(), DriverError> {
     let mut opts = opts;
     opts.master.call_timeout = opts.master.call_timeout.max(opts.call_timeout);
@@ -71,6 +72,9 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore>(
     let listen = opts.group.members[&opts.group.id].clone();
     let mut replica = Replica::start(opts.group.clone(), opts.master.clone(), rt.now(), log)
         .map_err(DriverError::Recovery)?;
+    if observer.watches_masters() {
+        replica.observe();
+    }
     let mut inbound = transport.listen(&listen).await?;
     tracing::info!(id = opts.group.id, addr = %listen, "master replica serving");
     let (tx, mut events) = mpsc::unbounded::<Event>();
@@ -123,7 +127,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore>(
                 Step::Event(Event::Tick) => Input::Tick,
                 Step::Event(Event::RaftTick) => Input::RaftTick,
             };
-            let effects = replica.handle(rt.now(), input);
+            let effects = step(&rt, &mut replica, &mut observer, input);
             dispatch(
                 &rt,
                 &transport,
@@ -139,7 +143,12 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore>(
         if let Some(number) = persisted.take() {
             store.write(std::mem::take(&mut writes)).await?;
             store.sync().await?;
-            let effects = replica.handle(rt.now(), Input::Persisted { number });
+            let effects = step(
+                &rt,
+                &mut replica,
+                &mut observer,
+                Input::Persisted { number },
+            );
             dispatch(
                 &rt,
                 &transport,
@@ -157,6 +166,24 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore>(
         }
     }
     Ok(())
+}
+
+/// One step of the replica, shown to the observer: its master's steps first.
+fn step<R: Runtime, O: Observer>(
+    rt: &R,
+    replica: &mut Replica,
+    observer: &mut O,
+    input: Input,
+) -> group::Effects {
+    let now = rt.now();
+    let mut effects = replica.handle(now, input.clone());
+    for (i, e) in std::mem::take(&mut effects.master_steps) {
+        if let Some(m) = replica.master() {
+            observer.master_step(now, &i, &e, m);
+        }
+    }
+    observer.replica_step(now, &input, &effects, replica);
+    effects
 }
 
 enum Step {

@@ -64,11 +64,29 @@ pub trait Observer: Send + 'static {
         _cs: &chunkserver_sm::Chunkserver,
     ) {
     }
+    /// A master replica took a step (its master's own steps, if it runs one, were
+    /// reported by `master_step` just before).
+    fn replica_step(
+        &mut self,
+        _now: Time,
+        _input: &crate::group::Input,
+        _effects: &crate::group::Effects,
+        _replica: &crate::group::Replica,
+    ) {
+    }
+    /// Whether this observer looks at a replica's master steps (copying them costs).
+    fn watches_masters(&self) -> bool {
+        true
+    }
 }
 
 /// Observes nothing.
 pub struct Quiet;
-impl Observer for Quiet {}
+impl Observer for Quiet {
+    fn watches_masters(&self) -> bool {
+        false
+    }
+}
 
 /// Logs every step at trace level.
 pub struct Tracing(pub String);

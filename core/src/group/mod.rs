@@ -122,7 +122,13 @@ pub struct Effects {
     /// Messages to other replicas, by address (each a `MasterRequest::raft`).
     pub send: Vec<(String, pb::MasterRequest)>,
     pub persist: Vec<Persist>,
+    /// With `Replica::observe`: each step the master took, its input and effects, for
+    /// the checks and recorders that watch a master.
+    pub master_steps: Vec<(master::Input, master::Effects)>,
 }
+
+/// Bits of a chunkserver call's id that are its master's own (`Replica::generation`).
+const CALL_ID_BITS: u32 = 40;
 
 /// What `tessera admin masters` shows of a replica.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -162,6 +168,23 @@ pub struct Replica {
     /// Votes are refused before this (see `lease.rs`).
     vote_after: Time,
     last_snapshot_seq: LogSeq,
+    /// Copy each master step into `Effects::master_steps`.
+    observed: bool,
+    /// Numbers the masters this replica has run: a call's id carries its master's in
+    /// its high bits, so a result that comes back after a new master took over (its
+    /// call ids start again at 1) is not taken for one of the new master's calls.
+    generation: u64,
+    /// The master's records, waiting to be proposed: raft-rs takes no proposal between
+    /// handing out a `Ready` and its advance, and a commit applied from one releases
+    /// work that logs.
+    unproposed: VecDeque<(pb::RaftRecords, LogSeq)>,
+    /// The `Persist` that stores a snapshot taken from the leader, until it is durable:
+    /// the replica does not tick meanwhile (an election would read entries the snapshot
+    /// replaced before raft-rs counts it persisted).
+    snapshot_unpersisted: Option<u64>,
+    /// Followers sent a snapshot, and the tick it went at: one not taken within a few
+    /// election timeouts is reported failed, so raft-rs sends again.
+    snapshots_out: BTreeMap<u64, u64>,
     now: Time,
     out: Effects,
 }
@@ -215,11 +238,21 @@ impl Replica {
             ticks: 0,
             vote_after,
             last_snapshot_seq,
+            observed: false,
+            generation: 0,
+            unproposed: VecDeque::new(),
+            snapshot_unpersisted: None,
+            snapshots_out: BTreeMap::new(),
             now,
             out: Effects::default(),
         };
         r.seed_timeout();
         Ok(r)
+    }
+
+    /// Reports every step of the master in `Effects::master_steps` from now on.
+    pub fn observe(&mut self) {
+        self.observed = true;
     }
 
     pub fn status(&self) -> Status {
@@ -287,12 +320,18 @@ impl Replica {
                 ))),
             )),
             Input::CallResult { id, result } => {
-                self.pass_to_master(master::Input::CallResult { id, result })
+                if id >> CALL_ID_BITS == self.generation && self.master.is_some() {
+                    let id = id & ((1 << CALL_ID_BITS) - 1);
+                    self.pass_to_master(master::Input::CallResult { id, result });
+                }
             }
             Input::Tick => self.pass_to_master(master::Input::Tick),
             Input::RaftTick => {
-                self.node.tick();
+                if self.snapshot_unpersisted.is_none() {
+                    self.node.tick();
+                }
                 self.ticks += 1;
+                self.retry_snapshots();
                 if self.node.raft.state == StateRole::Leader
                     && self.ticks.is_multiple_of(self.cfg.heartbeat_ticks as u64)
                 {
@@ -300,6 +339,9 @@ impl Replica {
                 }
             }
             Input::Persisted { number } => {
+                if self.snapshot_unpersisted.is_some_and(|n| n <= number) {
+                    self.snapshot_unpersisted = None;
+                }
                 self.node.on_persist_ready(number);
                 self.tell_applied();
                 if self.unpersisted.is_some_and(|n| n <= number) {
@@ -312,8 +354,10 @@ impl Replica {
             }
         }
         self.seed_timeout();
+        self.propose();
         self.drain();
         self.roles();
+        self.propose();
         self.drain();
         std::mem::take(&mut self.out)
     }
@@ -326,6 +370,23 @@ impl Replica {
             self.out
                 .replies
                 .push((id, master::err(FsError::NotLeader(leader))));
+            return;
+        }
+        let read = matches!(
+            req.req,
+            Some(Req::List(_) | Req::Stat(_) | Req::GetChunks(_) | Req::Report(_) | Req::Fsck(_))
+        );
+        if read && self.now >= self.authority_until() {
+            // A view of the namespace is answered only while no other replica can have
+            // been elected (`lease.rs`): a leader cut off from its group still thinks
+            // it leads for a while, and would answer from a state the new leader has
+            // moved past.
+            self.out.replies.push((
+                id,
+                master::err(FsError::Unavailable(
+                    "the master group's leader is confirming it still leads".into(),
+                )),
+            ));
             return;
         }
         self.asked.insert(id);
@@ -363,6 +424,12 @@ impl Replica {
             return;
         }
         use rp::MessageType::*;
+        if matches!(m.msg_type, MsgRequestVote | MsgRequestPreVote) && !m.context.is_empty() {
+            // A leader transfer's forced campaign, which skips the refusal that keeps a
+            // leader's authority (`lease.rs`); Tessera never transfers leadership.
+            tracing::warn!(from = m.from, "refused a forced vote request");
+            return;
+        }
         if matches!(m.msg_type, MsgRequestVote | MsgRequestPreVote) && self.now < self.vote_after {
             // Just started: it may have heard from a leader just before (`lease.rs`).
             return;
@@ -393,8 +460,36 @@ impl Replica {
         if let Some(s) = m.snapshot.as_ref()
             && m.msg_type == rp::MessageType::MsgSnapshot
         {
+            let voters: Vec<u64> = self.cfg.members.keys().copied().collect();
+            let cs = s.get_metadata().get_conf_state();
+            let mut got = cs.voters.clone();
+            got.sort_unstable();
+            if got != voters
+                || !cs.learners.is_empty()
+                || !cs.voters_outgoing.is_empty()
+                || !cs.learners_next.is_empty()
+            {
+                return Err(format!("snapshot names other members: {cs:?}"));
+            }
             shadow::Shadow::from_snapshot(s, &self.mcfg)
                 .map_err(|e| format!("snapshot {}: {e}", s.get_metadata().index))?;
+        }
+        if m.msg_type == rp::MessageType::MsgAppend {
+            // Entries follow the one named, in order, no newer than the sender's term,
+            // and only the log's start has term 0.
+            if m.index > 0 && m.log_term == 0 {
+                return Err(format!("append after entry {} of term 0", m.index));
+            }
+            let mut prev = (m.index, m.log_term);
+            for e in m.entries.iter() {
+                if e.index != prev.0 + 1 || e.term < prev.1 || e.term > m.term {
+                    return Err(format!(
+                        "append entry {} (term {}) after {} (term {}) in term {}",
+                        e.index, e.term, prev.0, prev.1, m.term
+                    ));
+                }
+                prev = (e.index, e.term);
+            }
         }
         if m.msg_type == rp::MessageType::MsgHeartbeat
             && m.commit > self.node.raft.raft_log.last_index()
@@ -410,11 +505,24 @@ impl Replica {
         Ok(())
     }
 
+    /// One step of the master, if it runs; its effects are taken in.
     fn pass_to_master(&mut self, input: master::Input) {
         let Some(m) = self.master.as_mut() else {
             return;
         };
-        let effects = m.handle(self.now, input);
+        let effects = if self.observed {
+            let e = m.handle(self.now, input.clone());
+            let copy = master::Effects {
+                log: e.log.clone(),
+                replies: e.replies.clone(),
+                calls: e.calls.clone(),
+                checkpoint: None,
+            };
+            self.out.master_steps.push((input, copy));
+            e
+        } else {
+            m.handle(self.now, input)
+        };
         self.absorb(effects);
     }
 
@@ -424,7 +532,12 @@ impl Replica {
             self.asked.remove(id);
         }
         self.out.replies.extend(e.replies);
-        self.out.calls.extend(e.calls);
+        let generation = self.generation;
+        self.out.calls.extend(e.calls.into_iter().map(|mut c| {
+            assert!(c.id < 1 << CALL_ID_BITS, "call id {} out of range", c.id);
+            c.id |= generation << CALL_ID_BITS;
+            c
+        }));
         let Some(&(first_seq, _)) = e.log.first() else {
             return;
         };
@@ -433,17 +546,55 @@ impl Replica {
             first_seq,
             records: e.log.into_iter().map(|(_, r)| r).collect(),
         };
-        match self.node.propose(vec![], batch.encode_to_vec()) {
-            Ok(()) => {
-                let index = self.node.raft.raft_log.last_index();
-                self.proposed.insert(index, last);
+        self.unproposed.push_back((batch, last));
+    }
+
+    /// Proposes the master's waiting records, each step's as one entry.
+    fn propose(&mut self) {
+        while let Some((batch, last)) = self.unproposed.pop_front() {
+            if self.master.is_none() {
+                // Stopped meanwhile: the records go with the master that made them.
+                self.unproposed.clear();
+                return;
             }
-            Err(e) => {
-                // The master's state now runs ahead of a log that will not have these
-                // records: it cannot go on. Like a crash; a new master takes over from
-                // the committed state.
-                tracing::error!(error = %e, "proposal refused; the master stops");
-                self.stop_master();
+            match self.node.propose(vec![], batch.encode_to_vec()) {
+                Ok(()) => {
+                    let index = self.node.raft.raft_log.last_index();
+                    self.proposed.insert(index, last);
+                }
+                Err(e) => {
+                    // The master's state now runs ahead of a log that will not have these
+                    // records: it cannot go on. Like a crash; a new master takes over
+                    // from the committed state.
+                    tracing::error!(error = %e, "proposal refused; the master stops");
+                    self.stop_master();
+                }
+            }
+        }
+    }
+
+    /// Reports snapshots not taken within a few election timeouts as failed, so
+    /// raft-rs sends the follower another (it waits for a report otherwise).
+    fn retry_snapshots(&mut self) {
+        if self.node.raft.state != StateRole::Leader {
+            self.snapshots_out.clear();
+            return;
+        }
+        let waiting: Vec<u64> = self
+            .node
+            .raft
+            .prs()
+            .iter()
+            .filter(|(_, p)| p.state == raft::ProgressState::Snapshot)
+            .map(|(&id, _)| id)
+            .collect();
+        self.snapshots_out.retain(|id, _| waiting.contains(id));
+        let limit = 3 * self.cfg.election_ticks as u64;
+        for id in waiting {
+            let since = *self.snapshots_out.entry(id).or_insert(self.ticks);
+            if self.ticks - since >= limit {
+                self.snapshots_out.remove(&id);
+                self.node.report_snapshot(id, raft::SnapshotStatus::Failure);
             }
         }
     }
@@ -483,7 +634,8 @@ impl Replica {
             for rs in rd.take_read_states() {
                 self.authority.confirmed(&rs.request_ctx);
             }
-            if !rd.snapshot().is_empty() {
+            let took_snapshot = !rd.snapshot().is_empty();
+            if took_snapshot {
                 let snap = rd.snapshot().clone();
                 self.shadow = shadow::Shadow::from_snapshot(&snap, &self.mcfg)
                     .expect("a snapshot is checked before raft-rs takes it");
@@ -508,10 +660,14 @@ impl Replica {
                 self.node.on_persist_ready(number);
                 self.send(persisted);
             } else {
+                if took_snapshot {
+                    self.snapshot_unpersisted = Some(number);
+                }
                 self.unpersisted = Some(number);
                 self.held.push_back((number, persisted));
                 self.out.persist.push(Persist { number, writes });
             }
+            self.propose();
         }
         let until = self.authority_until();
         if let Some(m) = self.master.as_mut() {
@@ -544,17 +700,30 @@ impl Replica {
                         "entry {} committed with other records than proposed",
                         e.index
                     );
-                    if let Some(m) = self.master.as_mut() {
-                        let effects = m.handle(self.now, master::Input::LogSynced { through });
-                        self.absorb(effects);
-                    }
+                    self.pass_to_master(master::Input::LogSynced { through });
                 }
             } else {
                 self.shadow.applied = e.index;
             }
         }
+        // A leader keeps the entries a follower it hears from still lacks, so a follower
+        // a little behind catches up from the log, not from a whole snapshot.
+        let floor = if self.node.raft.state == StateRole::Leader {
+            let me = self.cfg.id;
+            self.node
+                .raft
+                .prs()
+                .iter()
+                .filter(|&(&id, p)| id != me && p.recent_active)
+                .map(|(_, p)| p.matched)
+                .min()
+                .unwrap_or(u64::MAX)
+        } else {
+            u64::MAX
+        };
         if self.shadow.seq - self.last_snapshot_seq >= self.cfg.snapshot_every
             && self.shadow.applied > self.node.store().snapshot_index()
+            && floor >= self.shadow.applied
         {
             let cp = self.shadow.meta.checkpoint(self.shadow.seq);
             let applied = self.shadow.applied;
@@ -585,6 +754,7 @@ impl Replica {
                 && self.proposed.is_empty();
             if caught_up {
                 let meta = self.shadow.copy_meta(&self.mcfg);
+                self.generation += 1;
                 let mut m =
                     Master::take_over(self.mcfg.clone(), self.now, meta, self.shadow.seq, self.led);
                 m.set_authority(Time::ZERO);
@@ -594,9 +764,8 @@ impl Replica {
                     "master group leader serving"
                 );
                 // The master's first step may log (a fresh cluster's id).
-                let effects = m.handle(self.now, master::Input::Tick);
                 self.master = Some(m);
-                self.absorb(effects);
+                self.pass_to_master(master::Input::Tick);
             }
         }
     }
@@ -613,6 +782,7 @@ impl Replica {
             "master group leader stepped down"
         );
         self.proposed.clear();
+        self.unproposed.clear();
         let leader = {
             let l = self.node.raft.leader_id;
             if l == self.cfg.id {

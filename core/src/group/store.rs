@@ -183,16 +183,18 @@ impl LogStore {
 
     /// Takes a snapshot from the leader: the entries it covers (all, here) go.
     pub fn apply_snapshot(&mut self, snap: rp::Snapshot, out: &mut Vec<Write>) {
+        // The snapshot first: a batch cut short (were a store's not atomic) then leaves
+        // entries it covers, which loading drops, never a gap.
         let meta = snap.get_metadata();
-        for gone in self.entries.drain(..) {
-            out.push((entry_key(gone.index), None));
-        }
         self.hard.term = self.hard.term.max(meta.term);
         self.hard.commit = self.hard.commit.max(meta.index);
         self.conf = meta.get_conf_state().clone();
         out.push((SNAP_KEY.to_vec(), Some(seal(&wire::snapshot_to_pb(&snap)))));
         out.push((CONF_KEY.to_vec(), Some(seal(&wire::conf_to_pb(&self.conf)))));
         out.push((HARD_KEY.to_vec(), Some(seal(&wire::hard_to_pb(&self.hard)))));
+        for gone in self.entries.drain(..) {
+            out.push((entry_key(gone.index), None));
+        }
         self.snap = snap;
     }
 
@@ -214,10 +216,10 @@ impl LogStore {
         snap.mut_metadata().term = term;
         snap.mut_metadata().set_conf_state(self.conf.clone());
         let n = (index - self.snapshot_index()) as usize;
+        out.push((SNAP_KEY.to_vec(), Some(seal(&wire::snapshot_to_pb(&snap)))));
         for gone in self.entries.drain(..n) {
             out.push((entry_key(gone.index), None));
         }
-        out.push((SNAP_KEY.to_vec(), Some(seal(&wire::snapshot_to_pb(&snap)))));
         self.snap = snap;
     }
 }

@@ -131,14 +131,12 @@ pub fn message_from_pb(m: pb::RaftMessage) -> Result<rp::Message, String> {
         7 => MsgSnapshot,
         8 => MsgHeartbeat,
         9 => MsgHeartbeatResponse,
-        14 => MsgTimeoutNow,
-        16 => MsgReadIndexResp,
         17 => MsgRequestPreVote,
         18 => MsgRequestPreVoteResponse,
         // Hup, Beat, Unreachable, SnapStatus and CheckQuorum are a replica's orders to
-        // itself; proposals, read-index requests and leader transfers are made only on
-        // the leader by its own master, never forwarded.
-        t @ (0..=2 | 10..=13 | 15) => {
+        // itself; proposals, read-index requests and leader transfers (and their
+        // answers) are made only on the leader by its own master, never forwarded.
+        t @ (0..=2 | 10..=16) => {
             return Err(format!(
                 "raft message type {t} is never sent between replicas"
             ));
@@ -212,7 +210,7 @@ mod tests {
         let back = message_from_pb(message_to_pb(&m)).unwrap();
         assert_eq!(back, m);
 
-        for t in [0u32, 1, 2, 10, 11, 12, 13, 15] {
+        for t in [0u32, 1, 2, 10, 11, 12, 13, 14, 15, 16] {
             let mut p = message_to_pb(&m);
             p.msg_type = t;
             let err = message_from_pb(p).unwrap_err();

@@ -474,7 +474,17 @@ impl Master {
         let Some(g) = self.leases.granting.get_mut(&h) else {
             return;
         };
-        for (s, req) in std::mem::take(&mut g.unsent) {
+        let unsent = std::mem::take(&mut g.unsent);
+        if self.authority.is_some_and(|until| self.now >= until) {
+            // A group leader that cannot show it still leads sends no grant (its
+            // reservation may have committed long before this master heard of it): the
+            // grant fails as if nobody answered, and the version stays reserved.
+            for (s, _) in unsent {
+                self.on_set_version_result(h, s, false);
+            }
+            return;
+        }
+        for (s, req) in unsent {
             self.call(
                 s,
                 CallCtx::SetVersion {
@@ -550,11 +560,19 @@ impl Master {
             return;
         };
         let primary_ok = g.acked.contains(&primary);
-        // The holder may believe in its lease even if its answer was lost.
+        // The holder may believe in its lease even if its answer was lost. One that
+        // refused (or whose answer this master did not wait for) may still take the
+        // order from a copy of the request delivered later, up to the call's deadline,
+        // and count its lease from then: a void lease lasts that much longer.
+        let expires = if primary_ok {
+            now + self.cfg.lease_duration
+        } else {
+            now + self.cfg.call_timeout + self.cfg.lease_duration
+        };
         let mut lease = Lease {
             primary,
             version: g.version,
-            expires: now + self.cfg.lease_duration,
+            expires,
             void: !primary_ok,
             replicas: g.acked.clone(),
             chunk_size: g.chunk_size,

@@ -4010,3 +4010,44 @@ fn a_copy_at_a_version_lost_in_a_crash_is_kept_as_one_of_the_version_before() {
     want.sort();
     assert_eq!(set_versions(&h), want);
 }
+
+/// A grant whose primary refused gives no lease, but a copy of the order delivered later
+/// (up to its call's deadline) may still start one there: the chunk is granted again only
+/// once such a lease would have run out. (Seen in the master-failover scenario, seed 359:
+/// a primary refused while it stored a new leader's term, then took a duplicated copy.)
+#[test]
+fn a_refused_grant_is_waited_out_to_its_calls_deadline() {
+    let mut c = cfg();
+    c.call_timeout = Duration::from_secs(5);
+    let mut h = H::with(c);
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    let t = h.write_target("/f", 0).unwrap();
+    let report = |h: &mut H, v: u64| {
+        for i in 0..3 {
+            h.heartbeat(&format!("cs{i}"), &format!("rack{i}"), &[(t.handle, v)]);
+        }
+    };
+    // That lease runs out; the next grant's primary refuses.
+    h.advance(Duration::from_secs(12));
+    report(&mut h, t.version);
+    let (id, _) = h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+        path: "/f".into(),
+        chunk_index: 0,
+        append: false,
+    }));
+    h.sync();
+    let primary = h.grant_target(true).expect("a grant");
+    let e = h.answer_calls(&[primary.as_str()]);
+    assert!(reply_for(&e, id).unwrap().error.is_some());
+    // A lease and the skew later, a copy delivered at the deadline may still run.
+    h.advance(Duration::from_secs(12));
+    report(&mut h, t.version + 1);
+    assert!(
+        h.write_target("/f", 0).is_err(),
+        "granted while a late copy's lease may still run"
+    );
+    h.advance(Duration::from_secs(5));
+    report(&mut h, t.version + 1);
+    assert!(h.write_target("/f", 0).is_ok());
+}

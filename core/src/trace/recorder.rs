@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use super::record;
 use crate::chunkserver as cs;
 use crate::driver::{ChunkserverStart, MasterStart, Observer};
+use crate::group;
 use crate::master as ms;
 use crate::pb;
 use crate::types::Time;
@@ -131,6 +132,19 @@ impl<A: Observer, B: Observer> Observer for (A, B) {
         self.0.chunkserver_step(now, i, e, c);
         self.1.chunkserver_step(now, i, e, c);
     }
+    fn replica_step(
+        &mut self,
+        now: Time,
+        i: &group::Input,
+        e: &group::Effects,
+        r: &group::Replica,
+    ) {
+        self.0.replica_step(now, i, e, r);
+        self.1.replica_step(now, i, e, r);
+    }
+    fn watches_masters(&self) -> bool {
+        self.0.watches_masters() || self.1.watches_masters()
+    }
 }
 
 /// Either observer, or none: an optional trace beside a node's other observer.
@@ -159,6 +173,20 @@ impl<A: Observer> Observer for Option<A> {
         if let Some(o) = self {
             o.chunkserver_step(now, i, e, c);
         }
+    }
+    fn replica_step(
+        &mut self,
+        now: Time,
+        i: &group::Input,
+        e: &group::Effects,
+        r: &group::Replica,
+    ) {
+        if let Some(o) = self {
+            o.replica_step(now, i, e, r);
+        }
+    }
+    fn watches_masters(&self) -> bool {
+        self.as_ref().is_some_and(|o| o.watches_masters())
     }
 }
 
