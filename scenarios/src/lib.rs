@@ -10,6 +10,7 @@ use tessera_sim::run::Scenario;
 use tessera_sim::workload::{Kind, Workload};
 
 const SHAPE: Shape = Shape {
+    masters: 1,
     chunkservers: 5,
     racks: 3,
     clients: 2,
@@ -43,6 +44,7 @@ const NO_FAULTS: FaultMix = FaultMix {
     stuck_disks: false,
     misdirected_writes: false,
     client_crashes: false,
+    group_faults: false,
     beyond_claim: false,
 };
 
@@ -72,6 +74,7 @@ const fn scenario(name: &'static str, faults: FaultMix) -> Scenario {
 }
 
 const MANY: Shape = Shape {
+    masters: 1,
     chunkservers: 5,
     racks: 3,
     clients: 4,
@@ -214,6 +217,30 @@ pub fn all() -> Vec<Scenario> {
                 ..NO_FAULTS
             },
         ),
+        // A master group of three: the leader killed or cut off from the other replicas
+        // (still reaching chunkservers and clients), shadows killed, while shared
+        // clients race namespace operations and writes on one directory (a
+        // linearizability check) and chunkservers crash.
+        Scenario {
+            shape: Shape { masters: 3, ..MANY },
+            workload: Workload {
+                kind: Kind::Shared { files: 2 },
+                ops: 40,
+                ..WORKLOAD
+            },
+            ..scenario(
+                "master-failover",
+                FaultMix {
+                    group_faults: true,
+                    server_crashes: true,
+                    slow_disks: true,
+                    lossy_net: true,
+                    net_trouble: true,
+                    clock_jumps: true,
+                    ..NO_FAULTS
+                },
+            )
+        },
         // Every fault kind the design claims to survive, the seed keeping some (swarm
         // testing), on a cluster shape, replication and workload the seed picks.
         Scenario {
@@ -228,6 +255,7 @@ pub fn all() -> Vec<Scenario> {
 pub fn steady_large() -> Scenario {
     Scenario {
         shape: Shape {
+            masters: 1,
             chunkservers: 9,
             racks: 3,
             clients: 4,

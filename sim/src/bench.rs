@@ -69,6 +69,7 @@ async fn world(b: AppendBench) -> AppendFigures {
     knobs.checkpoint_every = 100_000;
     let checks = check::shared();
     let shape = Shape {
+        masters: 1,
         chunkservers: 5,
         racks: 3,
         clients: b.appenders,

@@ -13,7 +13,7 @@ use madsim::task::NodeId;
 use madsim::time::Instant;
 use tessera_core::chunkserver::ChunkserverConfig;
 use tessera_core::client::{Client, ClientConfig};
-use tessera_core::driver::{DriverError, chunkserver, master};
+use tessera_core::driver::{DriverError, chunkserver, group, master};
 use tessera_core::master::MasterConfig;
 use tessera_core::trace::Recorder;
 use tessera_tracefile::{FileSink, Rotation};
@@ -113,6 +113,8 @@ impl Knobs {
 
 #[derive(Clone, Copy, Debug)]
 pub struct Shape {
+    /// 1: one master. 3 or 5: a master group (`tessera_core::group`).
+    pub masters: usize,
     pub chunkservers: usize,
     pub racks: usize,
     pub clients: usize,
@@ -125,13 +127,26 @@ pub struct ServerNode {
     pub alive: bool,
 }
 
+/// A master replica of a group.
+pub struct ReplicaNode {
+    pub id: NodeId,
+    pub addr: String,
+    /// Its name in the checks (`Checks::serving`, violations).
+    pub node: String,
+    pub store: SimMetaStore,
+    pub alive: bool,
+}
+
 pub struct Cluster {
     pub handle: Handle,
     pub start: Instant,
     pub knobs: Knobs,
     pub checks: Shared,
     pub master_id: NodeId,
+    /// The master's address; with a group, every replica's, comma-separated.
     pub master_addr: String,
+    /// The master group's replicas (empty: one master, `master_id`).
+    pub replicas: Vec<ReplicaNode>,
     pub master_store: SimMetaStore,
     pub master_alive: bool,
     /// The chunk size the master node starts with (read at each restart).
@@ -185,7 +200,171 @@ fn clock(knobs: &Knobs) -> Clock {
     }
 }
 
+/// Starts a master group of `n` replicas, at 10.0.0.1 and up.
+fn start_group(
+    handle: &Handle,
+    start: Instant,
+    knobs: &Knobs,
+    checks: &Shared,
+    net: &NetFaults,
+    n: usize,
+) -> Vec<ReplicaNode> {
+    let addrs: Vec<String> = (0..n)
+        .map(|i| format!("{}:{PORT}", ip(0, i as u8 + 1)))
+        .collect();
+    let members: std::collections::BTreeMap<u64, String> = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (i as u64 + 1, a.clone()))
+        .collect();
+    let mut out = Vec::new();
+    for (i, addr) in addrs.iter().enumerate() {
+        let store = SimMetaStore::default();
+        let c = clock(knobs);
+        let node = format!("master{}", i + 1);
+        let (store2, checks, knobs, net, members, node2) = (
+            store.clone(),
+            checks.clone(),
+            knobs.clone(),
+            net.clone(),
+            members.clone(),
+            node.clone(),
+        );
+        let id = handle
+            .create_node()
+            .name(node.clone())
+            .ip(ip(0, i as u8 + 1))
+            .init(move || {
+                let rt = SimRuntime::with_jump(start, c, Jump::default());
+                let mut group =
+                    tessera_core::group::GroupConfig::new(i as u64 + 1, members.clone());
+                group.seed = madsim::rand::random();
+                group.snapshot_every = knobs.checkpoint_every;
+                let opts = group::GroupOptions {
+                    group,
+                    master: MasterConfig {
+                        chunk_size: knobs.chunk_size,
+                        default_replication: knobs.replication as u8,
+                        lease_duration: knobs.lease,
+                        max_clock_skew: knobs.max_clock_skew,
+                        heartbeat_timeout: knobs.heartbeat_timeout,
+                        gc_delay: knobs.gc_delay,
+                        clone_timeout: knobs.clone_timeout,
+                        rng_seed: madsim::rand::random(),
+                        call_timeout: knobs.rpc_timeout,
+                        ..MasterConfig::default()
+                    },
+                    tick: knobs.master_tick,
+                    call_timeout: knobs.rpc_timeout,
+                };
+                let obs = SimObserver {
+                    node: node2.clone(),
+                    clock: c,
+                    jump: rt.jump.clone(),
+                    start,
+                    checks: checks.clone(),
+                };
+                let (store, net) = (store2.clone(), SimNet::new(rt.clone(), net.clone()));
+                let checks = checks.clone();
+                async move {
+                    if let Err(e) = group::run(rt, net, store, opts, obs).await {
+                        let t = start.elapsed().as_millis() as i64;
+                        checks
+                            .lock()
+                            .expect("checks")
+                            .violation(t, format!("master replica stopped: {e}"));
+                    }
+                }
+            })
+            .build()
+            .id();
+        out.push(ReplicaNode {
+            id,
+            addr: addr.clone(),
+            node,
+            store,
+            alive: true,
+        });
+    }
+    out
+}
+
 impl Cluster {
+    /// The replica whose master serves now, if one does (as its last step showed).
+    pub fn leader(&self) -> Option<usize> {
+        let c = self.checks.lock().expect("checks");
+        self.replicas
+            .iter()
+            .position(|r| r.alive && c.serving.get(&r.node).copied().unwrap_or(false))
+    }
+
+    /// Kills master replica `i`; its store keeps some prefix of its unsynced batches.
+    pub fn kill_replica(&mut self, i: usize) {
+        let leading = self.leader() == Some(i);
+        let r = &mut self.replicas[i];
+        if !r.alive {
+            return;
+        }
+        self.handle.kill(r.id);
+        let lost = r.store.crash(|n| {
+            if n == 0 {
+                0
+            } else {
+                (madsim::rand::random::<u64>() % (n as u64 + 1)) as usize
+            }
+        });
+        r.alive = false;
+        let mut c = self.checks.lock().expect("checks");
+        c.fault(
+            if leading {
+                "leader_crash"
+            } else {
+                "replica_crash"
+            },
+            1,
+        );
+        c.fault("log_tail_loss", u64::from(lost > 0));
+        c.versions.master_crashed(&r.node);
+        c.serving.insert(r.node.clone(), false);
+    }
+
+    pub fn restart_replica(&mut self, i: usize) {
+        let r = &mut self.replicas[i];
+        if !r.alive {
+            self.handle.restart(r.id);
+            r.alive = true;
+        }
+    }
+
+    /// Cuts master replica `i` off from the other replicas and from chunkservers
+    /// `servers` (both ways), leaving it reachable by the other chunkservers and by
+    /// clients.
+    pub fn cut_replica(&self, i: usize, servers: &[usize]) {
+        let net = NetSim::current();
+        let me = self.replicas[i].id;
+        let others = self.replicas.iter().enumerate().filter(|&(j, _)| j != i);
+        for id in others
+            .map(|(_, o)| o.id)
+            .chain(servers.iter().map(|&s| self.servers[s].id))
+        {
+            net.clog_link(me, id);
+            net.clog_link(id, me);
+        }
+    }
+
+    pub fn mend_replica(&self, i: usize, servers: &[usize]) {
+        let net = NetSim::current();
+        let me = self.replicas[i].id;
+        let others = self.replicas.iter().enumerate().filter(|&(j, _)| j != i);
+        for id in others
+            .map(|(_, o)| o.id)
+            .chain(servers.iter().map(|&s| self.servers[s].id))
+        {
+            net.unclog_link(me, id);
+            net.unclog_link(id, me);
+        }
+    }
+
     /// Builds and starts the cluster. Call inside the madsim runtime.
     pub fn start(shape: Shape, knobs: Knobs, checks: Shared) -> Cluster {
         let handle = Handle::current();
@@ -194,13 +373,20 @@ impl Cluster {
         let master_store = SimMetaStore::default();
         let master_clock = clock(&knobs);
         let net = NetFaults::new(checks.clone());
+        let replicas = if shape.masters > 1 {
+            start_group(&handle, start, &knobs, &checks, &net, shape.masters)
+        } else {
+            Vec::new()
+        };
         let jumps: Vec<Jump> = (0..1 + shape.chunkservers + shape.clients)
             .map(|_| Jump::default())
             .collect();
         let master_jump = jumps[0].clone();
         let net_m = net.clone();
         let master_chunk_size = Arc::new(AtomicU64::new(knobs.chunk_size));
-        let master_id = {
+        let master_id = if let Some(r) = replicas.first() {
+            r.id
+        } else {
             let (store, checks, knobs, addr, chunk_size) = (
                 master_store.clone(),
                 checks.clone(),
@@ -260,6 +446,16 @@ impl Cluster {
                 })
                 .build()
                 .id()
+        };
+        // Chunkservers and clients are given every replica's address.
+        let master_addr = if replicas.is_empty() {
+            master_addr
+        } else {
+            replicas
+                .iter()
+                .map(|r| r.addr.clone())
+                .collect::<Vec<_>>()
+                .join(",")
         };
         let mut servers = Vec::new();
         for i in 0..shape.chunkservers {
@@ -359,6 +555,7 @@ impl Cluster {
             checks,
             master_id,
             master_addr,
+            replicas,
             master_store,
             master_alive: true,
             master_chunk_size,
@@ -556,7 +753,7 @@ impl Cluster {
         let mut c = self.checks.lock().expect("checks");
         c.fault("master_crash", 1);
         c.fault("log_tail_loss", u64::from(lost > 0));
-        c.versions.master_crashed();
+        c.versions.master_crashed("master");
     }
 
     /// Restarts the master; with `restart_chunk_size` set, with the other chunk size.

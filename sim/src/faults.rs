@@ -45,6 +45,9 @@ pub struct FaultMix {
     pub misdirected_writes: bool,
     /// Clients that crash in the middle of an operation.
     pub client_crashes: bool,
+    /// A master group: the leader killed, a shadow killed, the leader cut off from the
+    /// other replicas while it still reaches chunkservers and clients.
+    pub group_faults: bool,
     pub beyond_claim: bool,
 }
 
@@ -67,6 +70,7 @@ impl FaultMix {
         stuck_disks: true,
         misdirected_writes: true,
         client_crashes: true,
+        group_faults: false,
         beyond_claim: false,
     };
 }
@@ -75,7 +79,10 @@ impl FaultMix {
     /// The fault kinds (as counted in `faults=`) each kind of fault in the mix shows up
     /// as: a sweep in which one of them never happened did not test what it claims.
     pub fn kinds(&self) -> Vec<(&'static str, &'static [&'static str])> {
-        let all: [(bool, &'static str, &'static [&'static str]); 18] = [
+        let all: [(bool, &'static str, &'static [&'static str]); 21] = [
+            (self.group_faults, "leader crashes", &["leader_crash"]),
+            (self.group_faults, "shadow crashes", &["replica_crash"]),
+            (self.group_faults, "leaders cut off", &["leader_cut"]),
             (self.server_crashes, "server_crashes", &["crash"]),
             (self.partitions, "partitions", &["partition"]),
             (self.master_cut, "master_cut", &["partition", "one_way"]),
@@ -138,6 +145,7 @@ impl FaultMix {
             || self.stuck_disks
             || self.misdirected_writes
             || self.client_crashes
+            || self.group_faults
             || self.beyond_claim)
     }
 }
@@ -190,6 +198,11 @@ pub struct Scheduler {
     /// Links cut between two nodes (by their places in `Cluster::node_ids`), and until
     /// when.
     links: Vec<(usize, usize, i64)>,
+    /// A master group: the one replica impaired now (dead, or cut off from the others),
+    /// and until when. One at a time, so a majority is always up.
+    replica: Option<(usize, bool, i64)>,
+    /// The chunkservers a cut-off replica is also cut from.
+    replica_cut_servers: Vec<usize>,
 }
 
 fn rand() -> u64 {
@@ -238,6 +251,8 @@ impl Scheduler {
             wiped: false,
             lost_any: false,
             links: Vec::new(),
+            replica: None,
+            replica_cut_servers: Vec::new(),
         }
     }
 
@@ -353,6 +368,20 @@ impl Scheduler {
                 // Long enough for recovery to have read the log and stopped.
                 self.repair_log_at = Some(now + 1_000 + (rand() % 2_000) as i64);
                 self.restarted_on_damage = Some(now);
+            }
+        }
+        if let Some((i, dead, until)) = self.replica
+            && until <= now
+        {
+            self.replica = None;
+            if dead {
+                cluster.restart_replica(i);
+                cluster.count_fault("restart", 1);
+                self.note(cluster, format!("restart master{}", i + 1));
+            } else {
+                let servers = std::mem::take(&mut self.replica_cut_servers);
+                cluster.mend_replica(i, &servers);
+                self.note(cluster, format!("reconnect master{}", i + 1));
             }
         }
         if self.repair_log_at.is_some_and(|at| at <= now) {
@@ -471,6 +500,9 @@ impl Scheduler {
         }
         if m.client_crashes {
             options.push(17);
+        }
+        if m.group_faults && !cluster.replicas.is_empty() && self.replica.is_none() {
+            options.push(18);
         }
         // Rarer than the others: every copy of every chunk goes down with it.
         if m.power_cuts && self.impaired.iter().all(Option::is_none) && rand().is_multiple_of(6) {
@@ -717,6 +749,53 @@ impl Scheduler {
                     format!("clients crash in {permille}/1000 operations"),
                 );
             }
+            18 => {
+                let leader = cluster.leader();
+                let down = 300 + (rand() % 8_000) as i64;
+                match (rand() % 3, leader) {
+                    (0, Some(l)) => {
+                        cluster.kill_replica(l);
+                        self.replica = Some((l, true, now + down));
+                        self.note(
+                            cluster,
+                            format!("crash master{} (leader) for {down}ms", l + 1),
+                        );
+                    }
+                    (1, Some(l)) => {
+                        // From the other replicas, and from some chunkservers: those
+                        // find the new leader while the rest still heartbeat to this one.
+                        // Now and then for longer than the new leader's quiet period,
+                        // so it grants leases while the old one may still be running.
+                        let down = if rand().is_multiple_of(2) {
+                            down
+                        } else {
+                            let lease = cluster.knobs.lease.as_millis() as i64;
+                            lease + 5_000 + (rand() % (lease as u64 + 10_000)) as i64
+                        };
+                        let servers: Vec<usize> = (0..cluster.servers.len())
+                            .filter(|_| rand().is_multiple_of(2))
+                            .collect();
+                        cluster.cut_replica(l, &servers);
+                        cluster.count_fault("leader_cut", 1);
+                        self.replica = Some((l, false, now + down));
+                        self.note(
+                            cluster,
+                            format!(
+                                "cut master{} (leader) off from the group and chunkservers {servers:?} for {down}ms",
+                                l + 1
+                            ),
+                        );
+                        self.replica_cut_servers = servers;
+                    }
+                    _ => {
+                        let n = cluster.replicas.len();
+                        let i = (rand() % n as u64) as usize;
+                        cluster.kill_replica(i);
+                        self.replica = Some((i, true, now + down));
+                        self.note(cluster, format!("crash master{} for {down}ms", i + 1));
+                    }
+                }
+            }
             _ => unreachable!(),
         }
     }
@@ -760,6 +839,11 @@ impl Scheduler {
         cluster.restart_master();
         cluster.reconnect(cluster.master_id);
         self.master_down_until = None;
+        if let Some((i, _, _)) = self.replica.take() {
+            cluster.restart_replica(i);
+            let servers = std::mem::take(&mut self.replica_cut_servers);
+            cluster.mend_replica(i, &servers);
+        }
         NetSim::current().update_config(|c| *c = madsim::net::Config::default());
         self.publish(cluster);
         self.note(cluster, "heal".into());

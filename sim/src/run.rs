@@ -35,6 +35,7 @@ fn varied(sc: Scenario) -> (Scenario, u32) {
     let mut sc = sc;
     let servers = 3 + (rand() % 7) as usize;
     sc.shape = Shape {
+        masters: 1,
         chunkservers: servers,
         racks: 1 + (rand() % 4) as usize,
         clients: 2 + (rand() % 4) as usize,

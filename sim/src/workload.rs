@@ -985,7 +985,8 @@ async fn explain(client: &C, path: &str, off: u64, want: u64, got: &[u8], f: &Fi
         })),
         ..Default::default()
     };
-    let Ok(bytes) = call(master.to_string(), req.encode_to_vec()).await else {
+    let _ = master;
+    let Ok(bytes) = call(client.masters().current(), req.encode_to_vec()).await else {
         return "master unreachable".into();
     };
     let Ok(pb::MasterResponse {
@@ -2063,11 +2064,23 @@ async fn get_chunks(client: &C, path: &str) -> Result<tessera_core::pb::GetChunk
         ..Default::default()
     };
     let deadline = rt.now() + Duration::from_secs(5);
-    let bytes = net
-        .call(master, req.encode_to_vec().into(), deadline)
-        .await
-        .map_err(|e| e.to_string())?;
-    match pb::MasterResponse::decode(bytes) {
+    // A master group: the replica the client believes leads, followed on as it would.
+    let _ = master;
+    let to = client.masters().current();
+    let bytes = match net.call(&to, req.encode_to_vec().into(), deadline).await {
+        Ok(b) => b,
+        Err(e) => {
+            client.masters().unreachable(&to);
+            return Err(e.to_string());
+        }
+    };
+    let decoded = pb::MasterResponse::decode(bytes.clone());
+    if let Ok(pb::MasterResponse { error: Some(e), .. }) = &decoded {
+        client
+            .masters()
+            .after(&to, &tessera_core::FsError::from_pb(e));
+    }
+    match decoded {
         Ok(pb::MasterResponse {
             resp: Some(Resp::GetChunks(info)),
             ..

@@ -105,6 +105,14 @@ pub struct Checks {
     /// Of every thousand client operations, how many the client crashes in the middle of
     /// (`workload::crashable`); set by the fault scheduler.
     pub client_crash_permille: u64,
+    /// A master group: the highest term a leader's master has stepped in. The master
+    /// checks judge only its master: a deposed leader still running has an old view,
+    /// and what it does is judged where it lands (the chunkservers' checks).
+    pub top_epoch: u64,
+    /// A master group: the replica that led each term (at most one may).
+    pub leaders: HashMap<u64, String>,
+    /// A master group: which replicas run a master now, by node.
+    pub serving: BTreeMap<String, bool>,
 }
 
 impl Checks {

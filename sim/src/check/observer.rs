@@ -48,6 +48,18 @@ impl Observer for SimObserver {
         );
     }
 
+    fn replica_step(
+        &mut self,
+        now: Time,
+        input: &tessera_core::group::Input,
+        _effects: &tessera_core::group::Effects,
+        replica: &tessera_core::group::Replica,
+    ) {
+        let t = self.true_ms();
+        let mut c = self.checks.lock().expect("checks lock");
+        step::replica_step(&mut c, &self.node, t, now, input, replica);
+    }
+
     fn chunkserver_step(
         &mut self,
         now: Time,

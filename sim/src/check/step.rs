@@ -13,6 +13,60 @@ use super::{Checks, NS_DIR, references, replication::ReplicationReport};
 
 /// After a master step at true time `t` (ms) on `node`, whose clock read `now`;
 /// `to_true` turns a reading of the node's clock into true time.
+/// A master replica's step: at most one leader per term, and a master that stops
+/// leaves its unsynced version records behind (as a crash would).
+pub fn replica_step(
+    c: &mut Checks,
+    node: &str,
+    t: i64,
+    now: Time,
+    input: &tessera_core::group::Input,
+    replica: &tessera_core::group::Replica,
+) {
+    let s = replica.status();
+    let tr = &mut c.trace;
+    tr.add(node.as_bytes());
+    tr.add_u64(now.0);
+    {
+        use tessera_core::group::Input as G;
+        match input {
+            G::Request { id, req } => {
+                tr.add_u64(*id);
+                tr.add(&req.encode_to_vec());
+            }
+            G::CallResult { id, result } => {
+                tr.add_u64(*id);
+                tr.add_u64(u64::from(result.as_ref().is_ok_and(|r| r.error.is_none())));
+            }
+            G::Tick => tr.add(b"tick"),
+            G::RaftTick => tr.add(b"raft tick"),
+            G::Persisted { number } => tr.add_u64(*number),
+            G::Malformed { id, .. } => tr.add_u64(*id),
+        }
+    }
+    tr.add_u64(s.term);
+    tr.add_u64(s.commit);
+    if s.role == "leader" {
+        match c.leaders.get(&s.term) {
+            Some(other) if other != node => {
+                let v = format!("two leaders in term {}: {other} and {node}", s.term);
+                c.violation(t, v);
+            }
+            Some(_) => {}
+            None => {
+                c.leaders.insert(s.term, node.to_string());
+            }
+        }
+    }
+    let was = c
+        .serving
+        .insert(node.to_string(), s.serving)
+        .unwrap_or(false);
+    if was && !s.serving {
+        c.versions.master_crashed(node);
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn master_step(
     c: &mut Checks,
@@ -56,13 +110,23 @@ pub fn master_step(
         tr.add(call.to.as_bytes());
         tr.add(&call.req.encode_to_vec());
     }
+    // In a master group, only the newest leader's master is judged by its tables (see
+    // `Checks::top_epoch`).
+    let epoch = master.epoch();
+    if epoch < c.top_epoch {
+        return;
+    }
+    if epoch > c.top_epoch {
+        c.top_epoch = epoch;
+        c.master_fp = None;
+    }
     if let ms::Input::LogSynced { through } = input {
-        c.versions.master_synced(*through);
+        c.versions.master_synced(node, *through);
     }
     for (seq, rec) in &effects.log {
         match &rec.op {
             Some(tessera_core::pb::log_record::Op::SetVersion(o)) => {
-                c.versions.master_logged(*seq, o.handle, o.version);
+                c.versions.master_logged(node, *seq, o.handle, o.version);
             }
             Some(tessera_core::pb::log_record::Op::Rename(o))
                 if o.dst.starts_with(NS_DIR)

@@ -15,8 +15,10 @@ pub struct Versions {
     master: HashMap<ChunkHandle, Version>,
     /// The highest version of each chunk a durable log record gave it.
     durable: HashMap<ChunkHandle, Version>,
-    /// Version records logged and not yet known durable: (log position, chunk, version).
-    pending: Vec<(LogSeq, ChunkHandle, Version)>,
+    /// Version records logged and not yet known durable: (master node, log position,
+    /// chunk, version). Per node: in a master group, a deposed leader still running and
+    /// its successor number their records from the same point.
+    pending: Vec<(String, LogSeq, ChunkHandle, Version)>,
     servers: HashMap<(String, ChunkHandle), Version>,
     /// The highest version each server acknowledged setting on a chunk, kept across its
     /// crashes, until it deletes the chunk while running.
@@ -44,15 +46,16 @@ impl Versions {
     }
 
     /// The master logged record `seq` setting `h` to version `v`.
-    pub fn master_logged(&mut self, seq: LogSeq, h: ChunkHandle, v: Version) {
-        self.pending.push((seq, h, v));
+    pub fn master_logged(&mut self, node: &str, seq: LogSeq, h: ChunkHandle, v: Version) {
+        self.pending.push((node.to_string(), seq, h, v));
     }
 
     /// The master's log is durable through `through`.
-    pub fn master_synced(&mut self, through: LogSeq) {
+    pub fn master_synced(&mut self, node: &str, through: LogSeq) {
         let durable = &mut self.durable;
-        self.pending.retain(|&(seq, h, v)| {
-            if seq > through {
+        self.pending.retain(|(n, seq, h, v)| {
+            let (seq, h, v) = (*seq, *h, *v);
+            if n != node || seq > through {
                 return true;
             }
             let d = durable.entry(h).or_insert(v);
@@ -64,10 +67,10 @@ impl Versions {
 
     /// The master crashed: records not yet known durable are the store's to keep or lose
     /// (a restarted master numbers its records afresh from what survived).
-    pub fn master_crashed(&mut self) {
+    pub fn master_crashed(&mut self, node: &str) {
         // A master recovered from its log is checked afresh.
         self.generation += 1;
-        self.pending.clear();
+        self.pending.retain(|(n, ..)| n != node);
     }
 
     /// `server` took request `id`, an order to set `h` to version `v`.

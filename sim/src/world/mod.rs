@@ -341,7 +341,7 @@ impl World {
         match block_on(master_driver::recover(&mut self.master_store, cfg, now)) {
             Ok((m, low_seq)) => {
                 self.master_incarnation += 1;
-                self.checks.versions.master_crashed();
+                self.checks.versions.master_crashed("master");
                 self.master = Some(MasterNode {
                     m,
                     replies: HashMap::new(),
@@ -359,7 +359,7 @@ impl World {
         self.note(|| "crash master".into());
         if let Some(node) = self.master.take() {
             self.master_store.crash();
-            self.checks.versions.master_crashed();
+            self.checks.versions.master_crashed("master");
             // Its callers hear nothing more.
             for token in node.replies.into_values() {
                 self.time_out(token);
