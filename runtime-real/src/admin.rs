@@ -1,4 +1,4 @@
-//! How `tessera admin report` and `tessera admin fsck` print what the master answers.
+//! How `tessera admin report`, `fsck` and `masters` print what the masters answer.
 //! Plain text for a person, one fact per line in the summaries (`name: value`), so a
 //! script can pick a line out with grep.
 
@@ -179,6 +179,105 @@ pub fn fsck_summary_text(path: &str, r: &pb::FsckResponse) -> String {
     let _ = writeln!(out, "empty chunks: {}", r.empty);
     let _ = writeln!(out, "chunks on one rack only: {}", r.single_rack);
     learning_note(&mut out, r.learning_for_ms);
+    out
+}
+
+/// Asks every master replica in `list` (`a,b,c`) for its status, with the addresses the
+/// replicas name as members and the list did not (a replica's answer names them all).
+pub async fn masters(list: &str) -> Vec<(String, Result<pb::ReplicaStatus, String>)> {
+    use prost::Message;
+    use tessera_core::runtime::{Runtime, Transport};
+    let rt = crate::rt::TokioRuntime;
+    let net = crate::transport::GrpcTransport::new();
+    let mut addrs: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(String::from)
+        .collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < addrs.len() {
+        let addr = addrs[i].clone();
+        i += 1;
+        let req = pb::MasterRequest {
+            token: 0,
+            req: Some(pb::master_request::Req::ReplicaStatus(pb::Empty {})),
+        };
+        let deadline = rt.now() + std::time::Duration::from_secs(3);
+        let answer = match net.call(&addr, req.encode_to_vec().into(), deadline).await {
+            Err(e) => Err(e.to_string()),
+            Ok(b) => match pb::MasterResponse::decode(b) {
+                Err(e) => Err(format!("malformed answer: {e}")),
+                Ok(pb::MasterResponse {
+                    resp: Some(pb::master_response::Resp::ReplicaStatus(s)),
+                    ..
+                }) => Ok(s),
+                Ok(pb::MasterResponse { error: Some(e), .. }) => {
+                    Err(tessera_core::FsError::from_pb(&e).to_string())
+                }
+                Ok(other) => Err(format!("unexpected answer {other:?}")),
+            },
+        };
+        if let Ok(s) = &answer {
+            for a in s.members.values() {
+                if !addrs.contains(a) {
+                    addrs.push(a.clone());
+                }
+            }
+        }
+        out.push((addr, answer));
+    }
+    out
+}
+
+/// One line per replica: id, address, role, term, commit, applied, and lag (records
+/// behind the leader's committed state, 0 on the leader).
+pub fn masters_text(rows: &[(String, Result<pb::ReplicaStatus, String>)]) -> String {
+    let mut out = String::new();
+    let leader_seq = rows
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().ok())
+        .filter(|s| s.role == "leader")
+        .map(|s| s.seq)
+        .max();
+    let _ = writeln!(
+        out,
+        "{:>3}  {:<22} {:<9} {:>6} {:>9} {:>9} {:>9}  lag",
+        "id", "address", "role", "term", "commit", "applied", "record"
+    );
+    for (addr, r) in rows {
+        match r {
+            Ok(s) => {
+                let role = if s.role == "leader" && !s.serving {
+                    "leader*"
+                } else {
+                    s.role.as_str()
+                };
+                let lag = match leader_seq {
+                    Some(l) => format!("{} records", l.saturating_sub(s.seq)),
+                    None => "no leader".into(),
+                };
+                let _ = writeln!(
+                    out,
+                    "{:>3}  {:<22} {:<9} {:>6} {:>9} {:>9} {:>9}  {lag}",
+                    s.id, addr, role, s.term, s.commit, s.applied, s.seq
+                );
+            }
+            Err(e) => {
+                let _ = writeln!(out, "{:>3}  {addr:<22} unreachable: {e}", "-");
+            }
+        }
+    }
+    if rows
+        .iter()
+        .any(|(_, r)| r.as_ref().is_ok_and(|s| s.role == "leader" && !s.serving))
+    {
+        let _ = writeln!(
+            out,
+            "leader*: elected, still applying what earlier leaders committed"
+        );
+    }
     out
 }
 

@@ -9,42 +9,77 @@ use crate::server::{self, Knobs};
 pub async fn run(
     dir: PathBuf,
     chunkservers: usize,
+    masters: usize,
     port: u16,
     knobs: &Knobs,
 ) -> Result<(), String> {
     if chunkservers == 0 {
         return Err("a cluster needs at least one chunkserver".into());
     }
+    if masters == 0 || masters.is_multiple_of(2) {
+        return Err("--masters must be odd: 1, 3 or 5 (a majority must be able to agree)".into());
+    }
     knobs.resolve()?;
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let master = format!("127.0.0.1:{port}");
+    let port_at = |i: usize| {
+        port.checked_add(i as u16)
+            .ok_or("port numbers run out; pick a lower --port")
+    };
+    let mut addrs = Vec::new();
+    for i in 0..masters {
+        addrs.push(format!("127.0.0.1:{}", port_at(i)?));
+    }
+    let master = addrs.join(",");
     let mut tasks = tokio::task::JoinSet::new();
-    {
+    if masters == 1 {
         let (d, m, k) = (dir.join("master"), master.clone(), knobs.clone());
         tasks.spawn(async move { server::run_master(d, m, &k).await });
+    } else {
+        let members: std::collections::BTreeMap<u64, String> = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (i as u64 + 1, a.clone()))
+            .collect();
+        for id in 1..=masters as u64 {
+            let (d, k, m) = (
+                dir.join(format!("master{id}")),
+                knobs.clone(),
+                members.clone(),
+            );
+            tasks.spawn(async move { server::run_replica(d, id, m, &k).await });
+        }
     }
     for i in 0..chunkservers {
-        let p = port
-            .checked_add(1 + i as u16)
-            .ok_or("port numbers run out; pick a lower --port")?;
+        let p = port_at(masters + i)?;
         let (d, m, k) = (dir.join(format!("cs{i}")), master.clone(), knobs.clone());
         let listen = format!("127.0.0.1:{p}");
         let rack = format!("rack{}", i % 2);
         tasks.spawn(async move { server::run_chunkserver(d, listen, m, rack, &k).await });
     }
     let root = std::fs::canonicalize(&dir).unwrap_or(dir);
+    let (masters_line, env) = if masters == 1 {
+        (format!("master on {master}"), String::new())
+    } else {
+        (
+            format!("{masters} master replicas on {master}"),
+            format!("\x20 export TESSERA_MASTER={master}\n"),
+        )
+    };
     println!(
-        "Tessera dev cluster: master on {master}, {chunkservers} chunkservers on ports {}-{}, data in {}.\n\
+        "Tessera dev cluster: {masters_line}, {chunkservers} chunkservers on ports {}-{}, data in {}.\n\
          Try, in another shell:\n\
+         {env}\
          \x20 tessera mkdir -p /demo\n\
          \x20 tessera put some-file /demo/file\n\
          \x20 tessera ls /demo\n\
          \x20 tessera get /demo/file copy\n\
-         (file commands use {master} unless --master or TESSERA_MASTER says otherwise)\n\
+         \x20 tessera admin masters\n\
+         (file commands use {} unless --master or TESSERA_MASTER says otherwise)\n\
          Ctrl-C stops the cluster; run this again and the data is still there.",
-        port + 1,
-        port + chunkservers as u16,
-        root.display()
+        port + masters as u16,
+        port + (masters + chunkservers) as u16 - 1,
+        root.display(),
+        addrs[0],
     );
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {

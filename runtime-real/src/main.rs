@@ -56,14 +56,24 @@ struct MasterAddr {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Run a master: the namespace, chunk metadata, leases, re-replication and GC.
+    /// Run a master: the namespace, chunk metadata, leases, re-replication and GC. With
+    /// --peers, one replica of a master group: the op log is replicated (raft), the
+    /// leader serves, the others are shadows and take over when it fails.
     Master {
         /// Where the operation log and checkpoints live.
         #[arg(long)]
         data_dir: PathBuf,
-        /// Address to serve on, host:port.
+        /// Address to serve on, host:port (with --peers: this replica's address there).
         #[arg(long, default_value = DEV_MASTER)]
         listen: String,
+        /// Every replica of the master group, this one included: `1=host:port,2=...`,
+        /// or `host:port,...` (numbered 1, 2, ... in order). Every replica and every
+        /// start must be given the same list.
+        #[arg(long)]
+        peers: Option<String>,
+        /// This replica's number in --peers (default: the one whose address is --listen).
+        #[arg(long)]
+        id: Option<u64>,
         #[command(flatten)]
         knobs: Knobs,
     },
@@ -97,6 +107,10 @@ enum Cmd {
         /// The master listens here; chunkservers on the ports after it.
         #[arg(long, default_value_t = 7070)]
         port: u16,
+        /// Master replicas: 1 runs one master; 3 or 5 a replicated master group on the
+        /// first ports (clients then take every address: TESSERA_MASTER=a,b,c).
+        #[arg(long, default_value_t = 1)]
+        masters: usize,
         #[command(flatten)]
         knobs: Knobs,
     },
@@ -235,6 +249,9 @@ enum AdminCmd {
     /// Chunkservers (live or dead, rack, capacity and use, chunks held) and the health
     /// of all chunks: under-replicated, missing, copies awaiting deletion.
     Report,
+    /// Each master replica's role, term, log position and lag behind the leader
+    /// (asked of every address in --master).
+    Masters,
     /// Check a file or everything below a directory: each file's chunks, their versions,
     /// replica locations, and problems found. Exits 1 if any chunk is missing.
     Fsck {
@@ -373,8 +390,28 @@ async fn run(cmd: Cmd) -> Result<(), String> {
         Cmd::Master {
             data_dir,
             listen,
+            peers: None,
+            id: None,
             knobs,
         } => server::run_master(data_dir, listen, &knobs).await,
+        Cmd::Master {
+            data_dir,
+            listen,
+            peers,
+            id,
+            knobs,
+        } => {
+            let members = server::parse_peers(peers.as_deref().unwrap_or(&listen))?;
+            let id = match id {
+                Some(id) => id,
+                None => members
+                    .iter()
+                    .find(|(_, a)| **a == listen)
+                    .map(|(&i, _)| i)
+                    .ok_or_else(|| format!("--listen {listen} is not in --peers; give --id"))?,
+            };
+            server::run_replica(data_dir, id, members, &knobs).await
+        }
         Cmd::Chunkserver {
             master,
             data_dir,
@@ -386,8 +423,9 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             dir,
             chunkservers,
             port,
+            masters,
             knobs,
-        } => tessera::dev::run(dir, chunkservers, port, &knobs).await,
+        } => tessera::dev::run(dir, chunkservers, masters, port, &knobs).await,
         Cmd::Ls { path, deleted, m } => {
             let c = client(&m);
             let st = c.stat(&path).await.map_err(|e| say(e, &path))?;
@@ -478,6 +516,17 @@ async fn run(cmd: Cmd) -> Result<(), String> {
         } => {
             let r = client(&m).report().await.map_err(|e| say(e, "report"))?;
             print!("{}", tessera::admin::report_text(&r));
+            Ok(())
+        }
+        Cmd::Admin {
+            cmd: AdminCmd::Masters,
+            m,
+        } => {
+            let rows = tessera::admin::masters(&m.master).await;
+            print!("{}", tessera::admin::masters_text(&rows));
+            if rows.iter().all(|(_, r)| r.is_err()) {
+                return Err(format!("no master replica answers at {}", m.master));
+            }
             Ok(())
         }
         Cmd::Admin {

@@ -305,6 +305,75 @@ pub async fn run_master(data_dir: PathBuf, listen: String, knobs: &Knobs) -> Res
         .map_err(|e| format!("master stopped: {e}"))
 }
 
+/// A master group's members from `1=host:port,2=...` or `host:port,...` (numbered 1,
+/// 2, ... in order).
+pub fn parse_peers(list: &str) -> Result<std::collections::BTreeMap<u64, String>, String> {
+    let mut members = std::collections::BTreeMap::new();
+    for (n, part) in list
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .enumerate()
+    {
+        let (id, addr) = match part.split_once('=') {
+            Some((id, addr)) => (
+                id.trim()
+                    .parse::<u64>()
+                    .map_err(|_| format!("--peers: {id:?} is not a replica number"))?,
+                addr.trim().to_string(),
+            ),
+            None => (n as u64 + 1, part.to_string()),
+        };
+        if id == 0 {
+            return Err("--peers: replicas are numbered from 1".into());
+        }
+        if members.insert(id, addr).is_some() {
+            return Err(format!("--peers: replica {id} named twice"));
+        }
+    }
+    if members.is_empty() {
+        return Err("--peers names no replica".into());
+    }
+    Ok(members)
+}
+
+/// Runs replica `id` of the master group `members`.
+pub async fn run_replica(
+    data_dir: PathBuf,
+    id: u64,
+    members: std::collections::BTreeMap<u64, String>,
+    knobs: &Knobs,
+) -> Result<(), String> {
+    let r = knobs.resolve()?;
+    if !members.contains_key(&id) {
+        return Err(format!("replica {id} is not in --peers {members:?}"));
+    }
+    if r.trace.is_some() {
+        return Err("--trace-dir is not yet supported for a master group's replicas".into());
+    }
+    std::fs::create_dir_all(&data_dir)
+        .map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
+    let store = RocksMetaStore::open(&data_dir.join("meta")).map_err(|e| {
+        format!(
+            "cannot open the metadata store in {}: {e}",
+            data_dir.display()
+        )
+    })?;
+    let mut group = tessera_core::group::GroupConfig::new(id, members);
+    group.seed = rand::random();
+    group.snapshot_every = r.master.checkpoint_every;
+    let opts = tessera_core::driver::group::GroupOptions {
+        group,
+        master: r.master,
+        tick: r.tick,
+        call_timeout: r.rpc_timeout,
+    };
+    let transport = GrpcTransport::with_limits(r.limits);
+    tessera_core::driver::group::run(TokioRuntime, transport, store, opts, Quiet)
+        .await
+        .map_err(|e| format!("master replica {id} stopped: {e}"))
+}
+
 pub async fn run_chunkserver(
     data_dir: PathBuf,
     listen: String,

@@ -1223,3 +1223,123 @@ fn a_recorded_master_replays_and_an_altered_trace_is_reported() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("by type (GFS Table 6"), "{text}");
 }
+
+/// Three master replicas (`tessera master --peers`) and four chunkservers as separate
+/// processes, the clients given every replica's address. The leader is killed (SIGKILL)
+/// again and again while files are put and directories made and renamed; each kill
+/// is followed by the dead replica's restart, so a majority is always up. Every
+/// acknowledged operation survives, and each command after a kill answers within a
+/// short pause (printed).
+#[test]
+fn a_master_group_of_processes_survives_its_leaders_kills() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let root = root.path();
+    let masters: Vec<String> = (0..3)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    let peers = masters.join(",");
+    let start_master = |i: usize| -> Child {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(root.join(format!("master{}.log", i + 1)))
+            .expect("log file");
+        Command::new(BIN)
+            .args(["master", "--data-dir"])
+            .arg(root.join(format!("master{}", i + 1)))
+            .args(["--listen", &masters[i], "--peers", &peers])
+            .args(CHUNK_SIZE)
+            .args(KNOBS)
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("start master replica")
+    };
+    let mut procs: Vec<Option<Child>> = (0..3).map(|i| Some(start_master(i))).collect();
+    let mut servers = Vec::new();
+    for i in 0..4 {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let log = std::fs::File::create(root.join(format!("cs{i}.log"))).expect("log");
+        servers.push(
+            Command::new(BIN)
+                .args(["chunkserver", "--master", &peers, "--data-dir"])
+                .arg(root.join(format!("cs{i}")))
+                .args(["--listen", &addr, "--rack", &format!("rack{}", i % 2)])
+                .args(KNOBS)
+                .stdout(Stdio::null())
+                .stderr(Stdio::from(log))
+                .spawn()
+                .expect("start chunkserver"),
+        );
+    }
+    let cli = |args: &[&str]| -> Output {
+        Command::new(BIN)
+            .args(args)
+            .env("TESSERA_MASTER", &peers)
+            .output()
+            .expect("run tessera")
+    };
+    let ok = |args: &[&str]| {
+        let started = Instant::now();
+        let out = cli(args);
+        assert!(
+            out.status.success(),
+            "tessera {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            log_tails(root)
+        );
+        (out, started.elapsed())
+    };
+    let leader = || -> Option<usize> {
+        let out = cli(&["admin", "masters"]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        text.lines()
+            .find(|l| l.split_whitespace().nth(2) == Some("leader"))
+            .and_then(|l| masters.iter().position(|m| l.contains(m.as_str())))
+    };
+    let mut files = Vec::new();
+    let mut pauses = Vec::new();
+    ok(&["mkdir", "-p", "/g"]);
+    for round in 0..4u64 {
+        let local = root.join(format!("in{round}"));
+        let want = random_file(&local, 5 * MIB + 123, round);
+        ok(&["put", local.to_str().unwrap(), &format!("/g/f{round}")]);
+        ok(&["mkdir", &format!("/g/d{round}")]);
+        ok(&["mv", &format!("/g/d{round}"), &format!("/g/e{round}")]);
+        files.push((format!("/g/f{round}"), want));
+        let mut l = None;
+        wait_for(Duration::from_secs(20), "a leader", || {
+            l = leader();
+            l.is_some()
+        });
+        let l = l.unwrap();
+        if let Some(mut c) = procs[l].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let (_, pause) = ok(&["mkdir", &format!("/g/after{round}")]);
+        eprintln!(
+            "round {round}: killed master{}; the next mkdir took {pause:?}",
+            l + 1
+        );
+        pauses.push(pause);
+        procs[l] = Some(start_master(l));
+    }
+    let out = String::from_utf8_lossy(&ok(&["admin", "masters"]).0.stdout).to_string();
+    eprintln!("{out}");
+    for round in 0..4 {
+        ok(&["stat", &format!("/g/e{round}")]);
+        ok(&["stat", &format!("/g/after{round}")]);
+    }
+    for (path, want) in &files {
+        let got = root.join("got");
+        ok(&["get", path, got.to_str().unwrap()]);
+        assert!(same(&got, want), "{path} came back different");
+    }
+    pauses.sort();
+    eprintln!("pauses after a kill: {pauses:?}");
+    for mut p in procs.into_iter().flatten().chain(servers) {
+        let _ = p.kill();
+        let _ = p.wait();
+    }
+}

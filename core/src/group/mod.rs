@@ -311,6 +311,24 @@ impl Replica {
                         .replies
                         .push((id, master::ok(Resp::Empty(pb::Empty {}))));
                 }
+                Some(Req::ReplicaStatus(_)) => {
+                    let s = self.status();
+                    let status = pb::ReplicaStatus {
+                        id: s.id,
+                        role: s.role.into(),
+                        term: s.term,
+                        leader: s.leader,
+                        commit: s.commit,
+                        applied: s.applied,
+                        last_index: s.last_index,
+                        seq: s.seq,
+                        serving: s.serving,
+                        members: self.cfg.members.clone().into_iter().collect(),
+                    };
+                    self.out
+                        .replies
+                        .push((id, master::ok(Resp::ReplicaStatus(status))));
+                }
                 _ => self.on_request(id, req),
             },
             Input::Malformed { id, error } => self.out.replies.push((

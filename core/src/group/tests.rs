@@ -281,6 +281,20 @@ fn three_replicas_elect_one_leader_that_replicates_what_it_acknowledges() {
     let shadow = (1..=3).find(|&i| i != l).unwrap();
     let id = w.ask(shadow, mkdir("/b"), 12);
     assert_eq!(w.reply(id), Some(Err(FsError::NotLeader(addr(l)))));
+    // Any replica says where it stands (`tessera admin masters`).
+    let id = w.ask(shadow, MReq::ReplicaStatus(pb::Empty {}), 0);
+    let Some((
+        _,
+        pb::MasterResponse {
+            resp: Some(pb::master_response::Resp::ReplicaStatus(st)),
+            ..
+        },
+    )) = w.replies.get(&id).cloned()
+    else {
+        panic!("no status from replica {shadow}");
+    };
+    assert_eq!((st.id, st.role.as_str(), st.leader), (shadow, "shadow", l));
+    assert_eq!(st.members.len(), 3);
     // Its master speaks to chunkservers in its term.
     let m = w.live(l).master().unwrap();
     assert_eq!(m.epoch(), w.live(l).status().term);
