@@ -253,16 +253,13 @@ fn dispatch<R: Runtime, T: Transport>(
         });
     }
     for call in effects.calls {
-        let (transport, tx) = (transport.clone(), tx.clone());
-        let deadline = rt.now() + call.timeout.unwrap_or(opts.call_timeout);
-        rt.spawn(async move {
-            let result = transport
-                .call(&call.to, call.req.encode_to_vec().into(), deadline)
-                .await
-                .and_then(|b| {
-                    pb::ChunkResponse::decode(b).map_err(|e| RpcError::Decode(e.to_string()))
-                });
-            let _ = tx.unbounded_send(Event::CallResult(call.id, result));
-        });
+        super::master::spawn_call(
+            rt,
+            transport,
+            tx,
+            opts.call_timeout,
+            call,
+            Event::CallResult,
+        );
     }
 }

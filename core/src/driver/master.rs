@@ -357,18 +357,39 @@ fn dispatch<R: Runtime, T: Transport>(
         }
     }
     for call in effects.calls {
-        let (transport, tx) = (transport.clone(), tx.clone());
-        let deadline = rt.now() + call.timeout.unwrap_or(opts.call_timeout);
-        rt.spawn(async move {
-            let result = transport
-                .call(&call.to, call.req.encode_to_vec().into(), deadline)
-                .await
-                .and_then(|b| {
-                    pb::ChunkResponse::decode(b).map_err(|e| RpcError::Decode(e.to_string()))
-                });
-            let _ = tx.unbounded_send(Event::CallResult(call.id, result));
-        });
+        spawn_call(
+            rt,
+            transport,
+            tx,
+            opts.call_timeout,
+            call,
+            Event::CallResult,
+        );
     }
+}
+
+/// Makes a master's call to a chunkserver on a task of its own; its result comes back
+/// through `tx` as `result(id, outcome)`. Shared by the single master's and a group
+/// replica's drivers.
+pub(crate) fn spawn_call<R: Runtime, T: Transport, E: Send + 'static>(
+    rt: &R,
+    transport: &T,
+    tx: &mpsc::UnboundedSender<E>,
+    default_timeout: Duration,
+    call: crate::master::Call,
+    result: fn(u64, Result<pb::ChunkResponse, RpcError>) -> E,
+) {
+    let (transport, tx) = (transport.clone(), tx.clone());
+    let deadline = rt.now() + call.timeout.unwrap_or(default_timeout);
+    rt.spawn(async move {
+        let outcome = transport
+            .call(&call.to, call.req.encode_to_vec().into(), deadline)
+            .await
+            .and_then(|b| {
+                pb::ChunkResponse::decode(b).map_err(|e| RpcError::Decode(e.to_string()))
+            });
+        let _ = tx.unbounded_send(result(call.id, outcome));
+    });
 }
 
 #[cfg(test)]
