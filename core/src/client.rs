@@ -48,6 +48,11 @@ pub struct ClientConfig {
     /// Entries per page asked for when listing or checking a tree (0: the master's page
     /// size, which is also the most it gives).
     pub page: u32,
+    /// Reads (list, stat, chunk locations, report) that the leader did not answer are
+    /// asked again letting a shadow master answer, from a state that may lag the
+    /// leader's (`Client::last_shadow_answer` says how far). The first attempt always
+    /// asks the leader: without failures, reads see every acknowledged mutation.
+    pub shadow_reads: bool,
 }
 
 impl ClientConfig {
@@ -62,6 +67,7 @@ impl ClientConfig {
             push_piece: 1 << 20,
             push_window: 4,
             page: 0,
+            shadow_reads: true,
         }
     }
 }
@@ -91,6 +97,8 @@ pub struct Client<R: Runtime, T: Transport> {
     /// primary refuses a mutation once its lease is over, so a stale entry costs a retry,
     /// never a wrong write.
     targets: Arc<Mutex<TargetCache>>,
+    /// The shadow master that answered this client's latest read, if one did.
+    shadow: Arc<Mutex<Option<pb::ShadowAnswer>>>,
 }
 
 /// (file, chunk index or `APPEND`) to the target and when to stop using it.
@@ -160,7 +168,14 @@ impl<R: Runtime, T: Transport> Client<R, T> {
             seq: Arc::default(),
             append_index: Arc::default(),
             targets: Arc::default(),
+            shadow: Arc::default(),
         }
+    }
+
+    /// Whether this client's latest read was answered by a shadow master (and which,
+    /// from what log position, how far behind), or by the leader (None).
+    pub fn last_shadow_answer(&self) -> Option<pb::ShadowAnswer> {
+        self.shadow.lock().expect("shadow lock").clone()
     }
 
     /// The runtime, transport and master address this client uses (for tools and tests
@@ -171,10 +186,16 @@ impl<R: Runtime, T: Transport> Client<R, T> {
 
     // ---- master calls -----------------------------------------------------------------
 
-    async fn master_once(&self, req: &Req, token: u64) -> Result<Resp, FsError> {
+    async fn master_once(
+        &self,
+        req: &Req,
+        token: u64,
+        stale_ok: bool,
+    ) -> Result<(Resp, Option<pb::ShadowAnswer>), FsError> {
         let body = pb::MasterRequest {
             token,
             req: Some(req.clone()),
+            stale_ok,
         }
         .encode_to_vec();
         let deadline = self.rt.now() + self.cfg.rpc_timeout;
@@ -188,6 +209,9 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         };
         let resp = pb::MasterResponse::decode(bytes)
             .map_err(|e| FsError::Internal(format!("malformed reply from master: {e}")))?;
+        if stale_ok {
+            *self.shadow.lock().expect("shadow lock") = resp.shadow.clone();
+        }
         match (resp.error, resp.resp) {
             (Some(e), _) => {
                 let e = FsError::from_pb(&e);
@@ -199,7 +223,7 @@ impl<R: Runtime, T: Transport> Client<R, T> {
                 }
                 Err(e)
             }
-            (None, Some(r)) => Ok(r),
+            (None, Some(r)) => Ok((r, resp.shadow)),
             (None, None) => Err(FsError::Internal("empty reply from master".into())),
         }
     }
@@ -219,6 +243,18 @@ impl<R: Runtime, T: Transport> Client<R, T> {
     /// retry cache), not done again; only a call that fails for good leaves its outcome
     /// unknown.
     async fn master(&self, req: Req) -> Result<Resp, FsError> {
+        self.master_call(req).await.map(|(r, _)| r)
+    }
+
+    /// As `master`, with the shadow master that answered a read, if one did.
+    async fn master_call(&self, req: Req) -> Result<(Resp, Option<pb::ShadowAnswer>), FsError> {
+        let read = matches!(
+            req,
+            Req::List(_) | Req::Stat(_) | Req::GetChunks(_) | Req::Report(_)
+        );
+        if read {
+            *self.shadow.lock().expect("shadow lock") = None;
+        }
         let mut retry = self.retry();
         // One token for every attempt: a mutation asked again after a lost reply is
         // answered as the first attempt was, not done twice.
@@ -227,7 +263,9 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         // other (a stale view during an election) cannot keep the client spinning.
         let mut named = 0;
         loop {
-            match self.master_once(&req, token).await {
+            // Once the leader failed to answer, a shadow may.
+            let stale_ok = read && self.cfg.shadow_reads && retry.waited > 0;
+            match self.master_once(&req, token, stale_ok).await {
                 Err(FsError::NotLeader(l)) if l == NAMED && named < 3 => named += 1,
                 Err(e @ (FsError::Unavailable(_) | FsError::NotLeader(_))) => {
                     named = 0;
@@ -469,19 +507,23 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         {
             return Ok(l.info.clone());
         }
-        let info = match self
-            .master(Req::GetChunks(pb::GetChunksRequest {
+        let (info, shadow) = match self
+            .master_call(Req::GetChunks(pb::GetChunksRequest {
                 path: path.into(),
                 first_index: 0,
                 count: 0,
             }))
             .await?
         {
-            Resp::GetChunks(c) => c,
-            other => return Err(unexpected(other)),
+            (Resp::GetChunks(c), shadow) => (c, shadow),
+            (other, _) => return Err(unexpected(other)),
         };
         if info.chunk_size == 0 {
             return Err(FsError::Internal("master reported chunk size 0".into()));
+        }
+        if shadow.is_some() {
+            // A shadow's view: used for this read, not kept.
+            return Ok(info);
         }
         self.cache.lock().expect("cache lock").insert(
             path.to_string(),

@@ -38,6 +38,11 @@ impl Masters {
         self.0.lock().expect("masters lock").current.clone()
     }
 
+    /// Every replica's address, as given.
+    pub fn all(&self) -> Vec<String> {
+        self.0.lock().expect("masters lock").addrs.clone()
+    }
+
     pub fn len(&self) -> usize {
         self.0.lock().expect("masters lock").addrs.len()
     }

@@ -7,12 +7,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::{AbortHandle, Abortable};
+use prost::Message;
 use tessera_core::chunkserver::ChunkserverConfig;
 use tessera_core::client::{Client, ClientConfig};
 use tessera_core::driver::{Quiet, chunkserver, group};
 use tessera_core::group::GroupConfig;
 use tessera_core::master::MasterConfig;
-use tessera_core::runtime::Runtime;
+use tessera_core::pb;
+use tessera_core::runtime::{Runtime, Transport};
 use tessera_core::testkit::{MemChunkStore, MemMetaStore, MemNet, TestRuntime};
 
 const MASTERS: &str = "m1,m2,m3";
@@ -21,7 +23,13 @@ fn members() -> BTreeMap<u64, String> {
     (1..=3).map(|i| (i, format!("m{i}"))).collect()
 }
 
-fn start_replica(rt: &TestRuntime, net: &MemNet, store: &MemMetaStore, id: u64) -> AbortHandle {
+fn start_replica(
+    rt: &TestRuntime,
+    net: &MemNet,
+    store: &MemMetaStore,
+    id: u64,
+    bootstrap: bool,
+) -> AbortHandle {
     let mut g = GroupConfig::new(id, members());
     g.seed = 11;
     g.snapshot_every = 50;
@@ -37,6 +45,7 @@ fn start_replica(rt: &TestRuntime, net: &MemNet, store: &MemMetaStore, id: u64) 
         },
         tick: Duration::from_millis(500),
         call_timeout: Duration::from_secs(2),
+        bootstrap,
     };
     let (handle, reg) = AbortHandle::new_pair();
     let fut = group::run(rt.clone(), net.clone(), store.clone(), opts, Quiet);
@@ -84,7 +93,7 @@ fn the_client_follows_the_group_across_the_leaders_death() {
         let rt = rt2;
         let stores: Vec<MemMetaStore> = (0..3).map(|_| MemMetaStore::default()).collect();
         let mut handles: Vec<AbortHandle> = (0..3)
-            .map(|i| start_replica(&rt, &net, &stores[i], i as u64 + 1))
+            .map(|i| start_replica(&rt, &net, &stores[i], i as u64 + 1, true))
             .collect();
         let disks: Vec<MemChunkStore> = (0..3).map(|_| MemChunkStore::default()).collect();
         for (i, d) in disks.iter().enumerate() {
@@ -127,7 +136,7 @@ fn the_client_follows_the_group_across_the_leaders_death() {
 
         // The dead replica comes back and catches up; the next kill leaves it leading or
         // following, and nothing is lost either way.
-        handles[l] = start_replica(&rt, &net, &stores[l], l as u64 + 1);
+        handles[l] = start_replica(&rt, &net, &stores[l], l as u64 + 1, false);
         rt.sleep(Duration::from_secs(5)).await;
         let second = client.current_master();
         let s: usize = second[1..].parse::<usize>().unwrap() - 1;
@@ -139,5 +148,89 @@ fn the_client_follows_the_group_across_the_leaders_death() {
             client.stat(p).await.unwrap();
         }
         assert_eq!(client.read("/g", 0, 100_000).await.unwrap(), later);
+    });
+}
+
+/// With two replicas of three dead, no leader can be elected: mutations wait, but
+/// reads go on, answered by the surviving shadow from what it applied, chunk locations
+/// included (chunkservers send every replica their heartbeats), each answer saying it
+/// came from a shadow.
+#[test]
+fn a_shadow_answers_reads_while_no_leader_can_be_elected() {
+    let rt = TestRuntime::new(4);
+    let net = MemNet::new(rt.clone());
+    let rt2 = rt.clone();
+    rt.block_on(async move {
+        let rt = rt2;
+        let stores: Vec<MemMetaStore> = (0..3).map(|_| MemMetaStore::default()).collect();
+        let handles: Vec<AbortHandle> = (0..3)
+            .map(|i| start_replica(&rt, &net, &stores[i], i as u64 + 1, true))
+            .collect();
+        let disks: Vec<MemChunkStore> = (0..3).map(|_| MemChunkStore::default()).collect();
+        for (i, d) in disks.iter().enumerate() {
+            start_chunkserver(&rt, &net, d, i);
+        }
+        let mut cfg = ClientConfig::new(MASTERS);
+        cfg.retry_for = Duration::from_secs(20);
+        let client = Client::new(rt.clone(), net.clone(), cfg);
+        client.mkdir("/d", false).await.unwrap();
+        let data = data(150_000, 3);
+        client.put("/d/f", 3, data.clone()).await.unwrap();
+        assert_eq!(client.last_shadow_answer(), None);
+        // Heartbeats (and their copies) reach every replica.
+        rt.sleep(Duration::from_secs(3)).await;
+        let leader = client.current_master();
+        let l: usize = leader[1..].parse::<usize>().unwrap() - 1;
+        let s = (l + 1) % 3;
+        // The shadow knows where the chunks are from the copies of the heartbeats the
+        // chunkservers send the leader.
+        let ask = pb::MasterRequest {
+            req: Some(pb::master_request::Req::GetChunks(pb::GetChunksRequest {
+                path: "/d/f".into(),
+                ..Default::default()
+            })),
+            stale_ok: true,
+            ..Default::default()
+        };
+        let deadline = rt.now() + Duration::from_secs(2);
+        let got = net
+            .call(&format!("m{}", s + 1), ask.encode_to_vec().into(), deadline)
+            .await
+            .unwrap();
+        let got = pb::MasterResponse::decode(got).unwrap();
+        assert!(got.shadow.is_some());
+        match got.resp {
+            Some(pb::master_response::Resp::GetChunks(c)) => {
+                assert_eq!(c.chunks.len(), 3);
+                assert!(c.chunks.iter().all(|c| c.replicas.len() == 3), "{c:?}");
+            }
+            other => panic!("{other:?} {:?}", got.error),
+        }
+        for dead in (0..3).filter(|&i| i != s) {
+            handles[dead].abort();
+            net.kill(&format!("m{}", dead + 1));
+        }
+        let before = rt.now();
+        let info = client.stat("/d/f").await.unwrap();
+        assert_eq!(info.length, 150_000);
+        let sh = client.last_shadow_answer().expect("a shadow answered");
+        assert_eq!(sh.address, format!("m{}", s + 1));
+        assert!(sh.lag_ms >= rt.now().saturating_sub(before).as_millis() as u64);
+        assert_eq!(client.read("/d/f", 0, 150_000).await.unwrap(), data);
+        assert!(client.last_shadow_answer().is_some());
+        let names: Vec<String> = client
+            .list("/d", false)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.path)
+            .collect();
+        assert_eq!(names, ["/d/f"]);
+        let report = client.report().await.unwrap();
+        assert_eq!((report.files, report.missing), (1, 0));
+        assert_eq!(report.servers.len(), 3);
+        eprintln!("shadow {} answered, {} ms behind", sh.address, sh.lag_ms);
+        // No majority: a mutation is not done.
+        assert!(client.mkdir("/never", false).await.is_err());
     });
 }

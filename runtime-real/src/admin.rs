@@ -201,8 +201,8 @@ pub async fn masters(list: &str) -> Vec<(String, Result<pb::ReplicaStatus, Strin
         let addr = addrs[i].clone();
         i += 1;
         let req = pb::MasterRequest {
-            token: 0,
             req: Some(pb::master_request::Req::ReplicaStatus(pb::Empty {})),
+            ..Default::default()
         };
         let deadline = rt.now() + std::time::Duration::from_secs(3);
         let answer = match net.call(&addr, req.encode_to_vec().into(), deadline).await {
@@ -232,7 +232,8 @@ pub async fn masters(list: &str) -> Vec<(String, Result<pb::ReplicaStatus, Strin
 }
 
 /// One line per replica: id, address, role, term, commit, applied, and lag (records
-/// behind the leader's committed state, 0 on the leader).
+/// behind the leader's committed state, 0 on the leader, and how long since the replica
+/// last knew its state current).
 pub fn masters_text(rows: &[(String, Result<pb::ReplicaStatus, String>)]) -> String {
     let mut out = String::new();
     let leader_seq = rows
@@ -254,9 +255,13 @@ pub fn masters_text(rows: &[(String, Result<pb::ReplicaStatus, String>)]) -> Str
                 } else {
                     s.role.as_str()
                 };
-                let lag = match leader_seq {
+                let records = match leader_seq {
                     Some(l) => format!("{} records", l.saturating_sub(s.seq)),
                     None => "no leader".into(),
+                };
+                let lag = match s.lag_ms {
+                    u64::MAX => format!("{records}, never current"),
+                    ms => format!("{records}, current {ms} ms ago"),
                 };
                 let _ = writeln!(
                     out,

@@ -46,7 +46,9 @@ pub async fn run(
                 knobs.clone(),
                 members.clone(),
             );
-            tasks.spawn(async move { server::run_replica(d, id, m, &k).await });
+            // The group forms on the cluster's first start; later starts recover.
+            let bootstrap = !d.join("meta").exists();
+            tasks.spawn(async move { server::run_replica(d, id, m, bootstrap, &k).await });
         }
     }
     for i in 0..chunkservers {

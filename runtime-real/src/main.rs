@@ -72,8 +72,13 @@ enum Cmd {
         #[arg(long)]
         peers: Option<String>,
         /// This replica's number in --peers (default: the one whose address is --listen).
-        #[arg(long)]
+        #[arg(long, requires = "peers")]
         id: Option<u64>,
+        /// Form a new master group: give it on every replica's first start, and never
+        /// after (a replica refuses to start without it on an empty data directory, and
+        /// with it on one that holds group state).
+        #[arg(long, requires = "peers")]
+        bootstrap: bool,
         #[command(flatten)]
         knobs: Knobs,
     },
@@ -347,6 +352,23 @@ fn client(m: &MasterAddr) -> Client<TokioRuntime, GrpcTransport> {
     Client::new(TokioRuntime, GrpcTransport::new(), cfg)
 }
 
+/// Says on stderr that a shadow master answered the command's last read (the leader
+/// did not): what it showed may lag the leader's state, by as much as it says.
+fn note_shadow(c: &Client<TokioRuntime, GrpcTransport>) {
+    if let Some(s) = c.last_shadow_answer() {
+        let lag = if s.lag_ms == u64::MAX {
+            "not known to be current since it started".to_string()
+        } else {
+            format!("up to {} ms behind", s.lag_ms)
+        };
+        eprintln!(
+            "tessera: the leader did not answer; shadow master {} (replica {}) did, from log \
+             record {}, {lag}",
+            s.address, s.replica, s.seq
+        );
+    }
+}
+
 /// Errors as a user should read them, with a hint that fits: an unreachable master on
 /// this machine's dev address most likely means no dev cluster runs; one elsewhere, or
 /// a chunkserver, is a cluster in trouble, not a missing one.
@@ -391,14 +413,15 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             data_dir,
             listen,
             peers: None,
-            id: None,
             knobs,
+            ..
         } => server::run_master(data_dir, listen, &knobs).await,
         Cmd::Master {
             data_dir,
             listen,
             peers,
             id,
+            bootstrap,
             knobs,
         } => {
             let members = server::parse_peers(peers.as_deref().unwrap_or(&listen))?;
@@ -410,7 +433,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
                     .map(|(&i, _)| i)
                     .ok_or_else(|| format!("--listen {listen} is not in --peers; give --id"))?,
             };
-            server::run_replica(data_dir, id, members, &knobs).await
+            server::run_replica(data_dir, id, members, bootstrap, &knobs).await
         }
         Cmd::Chunkserver {
             master,
@@ -448,6 +471,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             } else {
                 print(vec![st]);
             }
+            note_shadow(&c);
             Ok(())
         }
         Cmd::Mkdir { path, parents, m } => client(&m)
@@ -463,7 +487,9 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             .await
             .map_err(|e| say(e, &src)),
         Cmd::Stat { path, m } => {
-            let s = client(&m).stat(&path).await.map_err(|e| say(e, &path))?;
+            let c = client(&m);
+            let s = c.stat(&path).await.map_err(|e| say(e, &path))?;
+            note_shadow(&c);
             println!(
                 "path: {}\ntype: {}\nlength: {}\nreplication: {}\nchunks: {}\nmodified_ms: {}",
                 s.path,
@@ -508,13 +534,20 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             }
             copy_in(&c, &local, &path, Dest::Append).await
         }
-        Cmd::Get { path, local, m } => copy_out(&client(&m), &path, &local).await,
+        Cmd::Get { path, local, m } => {
+            let c = client(&m);
+            copy_out(&c, &path, &local).await?;
+            note_shadow(&c);
+            Ok(())
+        }
         Cmd::Trace { .. } | Cmd::Replay { .. } => unreachable!("handled before the runtime"),
         Cmd::Admin {
             cmd: AdminCmd::Report,
             m,
         } => {
-            let r = client(&m).report().await.map_err(|e| say(e, "report"))?;
+            let c = client(&m);
+            let r = c.report().await.map_err(|e| say(e, "report"))?;
+            note_shadow(&c);
             print!("{}", tessera::admin::report_text(&r));
             Ok(())
         }
@@ -551,7 +584,12 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             }
             Ok(())
         }
-        Cmd::Cat { path, m } => copy_out(&client(&m), &path, "-").await,
+        Cmd::Cat { path, m } => {
+            let c = client(&m);
+            copy_out(&c, &path, "-").await?;
+            note_shadow(&c);
+            Ok(())
+        }
     }
 }
 

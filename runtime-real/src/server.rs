@@ -327,6 +327,12 @@ pub fn parse_peers(list: &str) -> Result<std::collections::BTreeMap<u64, String>
         if id == 0 {
             return Err("--peers: replicas are numbered from 1".into());
         }
+        if addr.is_empty() {
+            return Err(format!("--peers: replica {id} has no address"));
+        }
+        if members.values().any(|a| *a == addr) {
+            return Err(format!("--peers: {addr} named twice"));
+        }
         if members.insert(id, addr).is_some() {
             return Err(format!("--peers: replica {id} named twice"));
         }
@@ -342,6 +348,7 @@ pub async fn run_replica(
     data_dir: PathBuf,
     id: u64,
     members: std::collections::BTreeMap<u64, String>,
+    bootstrap: bool,
     knobs: &Knobs,
 ) -> Result<(), String> {
     let r = knobs.resolve()?;
@@ -367,6 +374,7 @@ pub async fn run_replica(
         master: r.master,
         tick: r.tick,
         call_timeout: r.rpc_timeout,
+        bootstrap,
     };
     let transport = GrpcTransport::with_limits(r.limits);
     tessera_core::driver::group::run(TokioRuntime, transport, store, opts, Quiet)

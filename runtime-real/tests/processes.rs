@@ -1238,7 +1238,8 @@ fn a_master_group_of_processes_survives_its_leaders_kills() {
         .map(|_| format!("127.0.0.1:{}", free_port()))
         .collect();
     let peers = masters.join(",");
-    let start_master = |i: usize| -> Child {
+    // Each replica's first start forms the group (--bootstrap); restarts recover.
+    let start_master = |i: usize, first: bool| -> Child {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -1248,6 +1249,7 @@ fn a_master_group_of_processes_survives_its_leaders_kills() {
             .args(["master", "--data-dir"])
             .arg(root.join(format!("master{}", i + 1)))
             .args(["--listen", &masters[i], "--peers", &peers])
+            .args(if first { &["--bootstrap"][..] } else { &[][..] })
             .args(CHUNK_SIZE)
             .args(KNOBS)
             .stdout(Stdio::null())
@@ -1255,7 +1257,7 @@ fn a_master_group_of_processes_survives_its_leaders_kills() {
             .spawn()
             .expect("start master replica")
     };
-    let mut procs: Vec<Option<Child>> = (0..3).map(|i| Some(start_master(i))).collect();
+    let mut procs: Vec<Option<Child>> = (0..3).map(|i| Some(start_master(i, true))).collect();
     let mut servers = Vec::new();
     for i in 0..4 {
         let addr = format!("127.0.0.1:{}", free_port());
@@ -1323,7 +1325,7 @@ fn a_master_group_of_processes_survives_its_leaders_kills() {
             l + 1
         );
         pauses.push(pause);
-        procs[l] = Some(start_master(l));
+        procs[l] = Some(start_master(l, false));
     }
     let out = String::from_utf8_lossy(&ok(&["admin", "masters"]).0.stdout).to_string();
     eprintln!("{out}");

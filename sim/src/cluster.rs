@@ -153,8 +153,7 @@ pub struct Cluster {
     pub master_chunk_size: Arc<AtomicU64>,
     pub servers: Vec<ServerNode>,
     pub clients: Vec<(NodeHandle, Clock)>,
-    /// How far each node's clock is stepped: the master's, then each chunkserver's, then
-    /// each client's.
+    /// How far each node's clock is stepped, in the order of [`Cluster::node_ids`].
     pub jumps: Vec<Jump>,
     /// Duplicated and long-held requests, shared by every node's transport.
     pub net: NetFaults,
@@ -207,8 +206,9 @@ fn start_group(
     knobs: &Knobs,
     checks: &Shared,
     net: &NetFaults,
-    n: usize,
+    jumps: Vec<Jump>,
 ) -> Vec<ReplicaNode> {
+    let n = jumps.len();
     let addrs: Vec<String> = (0..n)
         .map(|i| format!("{}:{PORT}", ip(0, i as u8 + 1)))
         .collect();
@@ -218,7 +218,7 @@ fn start_group(
         .map(|(i, a)| (i as u64 + 1, a.clone()))
         .collect();
     let mut out = Vec::new();
-    for (i, addr) in addrs.iter().enumerate() {
+    for (i, (addr, jump)) in addrs.iter().zip(jumps).enumerate() {
         let store = SimMetaStore::default();
         let c = clock(knobs);
         let node = format!("master{}", i + 1);
@@ -235,7 +235,7 @@ fn start_group(
             .name(node.clone())
             .ip(ip(0, i as u8 + 1))
             .init(move || {
-                let rt = SimRuntime::with_jump(start, c, Jump::default());
+                let rt = SimRuntime::with_jump(start, c, jump.clone());
                 let mut group =
                     tessera_core::group::GroupConfig::new(i as u64 + 1, members.clone());
                 group.seed = madsim::rand::random();
@@ -256,6 +256,9 @@ fn start_group(
                     },
                     tick: knobs.master_tick,
                     call_timeout: knobs.rpc_timeout,
+                    // The group forms on first start; a replica that restarts has kept
+                    // at least the formatting (it is synced before anything else).
+                    bootstrap: store2.is_empty(),
                 };
                 let obs = SimObserver {
                     node: node2.clone(),
@@ -373,14 +376,23 @@ impl Cluster {
         let master_store = SimMetaStore::default();
         let master_clock = clock(&knobs);
         let net = NetFaults::new(checks.clone());
+        // A group's replicas after the clients, but the first, which is `master_id`.
+        let extra = shape.masters.saturating_sub(1);
+        let jumps: Vec<Jump> = (0..1 + shape.chunkservers + shape.clients + extra)
+            .map(|_| Jump::default())
+            .collect();
         let replicas = if shape.masters > 1 {
-            start_group(&handle, start, &knobs, &checks, &net, shape.masters)
+            let mine = std::iter::once(jumps[0].clone())
+                .chain(
+                    jumps[1 + shape.chunkservers + shape.clients..]
+                        .iter()
+                        .cloned(),
+                )
+                .collect();
+            start_group(&handle, start, &knobs, &checks, &net, mine)
         } else {
             Vec::new()
         };
-        let jumps: Vec<Jump> = (0..1 + shape.chunkservers + shape.clients)
-            .map(|_| Jump::default())
-            .collect();
         let master_jump = jumps[0].clone();
         let net_m = net.clone();
         let master_chunk_size = Arc::new(AtomicU64::new(knobs.chunk_size));
@@ -586,6 +598,10 @@ impl Cluster {
         cfg.retry_for = self.knobs.rpc_timeout * 2 + Duration::from_secs(3);
         cfg.backoff = Duration::from_millis(100);
         cfg.location_ttl = ttl;
+        // The workload's checks judge reads as linearizable: a shadow master's answer
+        // is not, and is asked for (and judged as the stale read it is) on purpose only
+        // (`workload::ns_shadow_read`).
+        cfg.shadow_reads = false;
         cfg.rack = format!("rack{}", i % self.racks);
         // Small pieces, so pushes of the simulator's small writes are pipelined too.
         cfg.push_piece = 16 << 10;
@@ -701,6 +717,7 @@ impl Cluster {
                     server_id: madsim::rand::random(),
                     cluster_id,
                     changing: vec![],
+                    copy: false,
                 })),
                 ..Default::default()
             };
@@ -806,22 +823,30 @@ impl Cluster {
         }
     }
 
-    /// Every node's id: the master, then each chunkserver, then each client (the order
-    /// of `jumps`).
+    /// Every node's id: the master (a group's first replica), then each chunkserver,
+    /// then each client, then a group's other replicas (the order of `jumps`).
     pub fn node_ids(&self) -> Vec<NodeId> {
         let mut ids = vec![self.master_id];
         ids.extend(self.servers.iter().map(|s| s.id));
         ids.extend(self.clients.iter().map(|c| c.0.id()));
+        ids.extend(self.replicas.iter().skip(1).map(|r| r.id));
         ids
+    }
+
+    /// Whether node `k` (a place in [`Cluster::node_ids`]) is the master or a replica.
+    pub fn is_master_node(&self, k: usize) -> bool {
+        k == 0 || k > self.servers.len() + self.clients.len()
     }
 
     /// A node's name for the fault log, by its place in [`Cluster::node_ids`].
     pub fn node_name(&self, k: usize) -> String {
-        let n = self.servers.len();
+        let (n, c) = (self.servers.len(), self.clients.len());
         match k {
-            0 => "master".into(),
+            0 if self.replicas.is_empty() => "master".into(),
+            0 => self.replicas[0].node.clone(),
             k if k <= n => format!("cs{}", k - 1),
-            k => format!("client{}", k - 1 - n),
+            k if k <= n + c => format!("client{}", k - 1 - n),
+            k => self.replicas[k - n - c].node.clone(),
         }
     }
 

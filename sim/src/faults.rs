@@ -609,8 +609,20 @@ impl Scheduler {
                 // One time in three the master's log disk: its syncs then take long
                 // enough that a master crash finds records in flight (a lost log tail).
                 if rand().is_multiple_of(3) {
-                    cluster.master_store.set_delay(delay);
-                    self.note(cluster, format!("slow the master's log disk by {delay:?}"));
+                    if cluster.replicas.is_empty() {
+                        cluster.master_store.set_delay(delay);
+                        self.note(cluster, format!("slow the master's log disk by {delay:?}"));
+                    } else {
+                        // A group's replica, any of them: the leader's slow syncs hold
+                        // commits back; a follower's may cost the leader its majority.
+                        let r = (rand() % cluster.replicas.len() as u64) as usize;
+                        cluster.replicas[r].store.set_delay(delay);
+                        let what = format!(
+                            "slow the log disk of {} by {delay:?}",
+                            cluster.replicas[r].node
+                        );
+                        self.note(cluster, what);
+                    }
                 } else {
                     cluster.servers[pick].disk.set_delay(delay);
                     self.note(cluster, format!("slow the disk of cs{pick}"));
@@ -691,7 +703,8 @@ impl Scheduler {
                 let a = (rand() % ids as u64) as usize;
                 let b = (a + 1 + (rand() % (ids as u64 - 1)) as usize) % ids;
                 let n = cluster.servers.len();
-                let master_and_server = |x: usize, y: usize| x == 0 && (1..=n).contains(&y);
+                let master_and_server =
+                    |x: usize, y: usize| cluster.is_master_node(x) && (1..=n).contains(&y);
                 if !master_and_server(a, b) && !master_and_server(b, a) {
                     let both = rand().is_multiple_of(2);
                     cluster.cut_link(a, b, both);
@@ -822,6 +835,9 @@ impl Scheduler {
         cluster.net.set(0, 0);
         cluster.checks.lock().expect("checks").client_crash_permille = 0;
         cluster.master_store.set_delay(Duration::ZERO);
+        for r in &cluster.replicas {
+            r.store.set_delay(Duration::ZERO);
+        }
         let now = cluster.true_ms();
         if self.restarted_on_damage.is_some_and(|t| t < now) {
             // The master was restarted on the damaged log at an earlier step.

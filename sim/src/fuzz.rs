@@ -321,6 +321,7 @@ fn judge(w: &mut World, may_retry: bool) -> Judged {
         let Some(pb::MasterResponse {
             error: None,
             resp: Some(Resp::GetChunks(info)),
+            ..
         }) = master_call(
             w,
             Req::GetChunks(pb::GetChunksRequest {

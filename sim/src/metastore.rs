@@ -34,12 +34,17 @@ fn apply(map: &mut BTreeMap<Vec<u8>, Bytes>, batch: &Batch) {
 pub struct SimMetaStore(Arc<Mutex<State>>);
 
 impl SimMetaStore {
-    /// Power loss: `keep` of the unsynced batches survive (the caller picks, by seed).
     /// Makes every sync take `d` longer (a slow disk under the log).
     pub fn set_delay(&self, d: std::time::Duration) {
         self.0.lock().expect("meta lock").delay = d;
     }
 
+    /// Nothing written and kept (a new node's store, or one whose every write was lost).
+    pub fn is_empty(&self) -> bool {
+        self.0.lock().expect("meta lock").written.is_empty()
+    }
+
+    /// Power loss: `keep` of the unsynced batches survive (the caller picks, by seed).
     /// Returns how many batches were lost.
     pub fn crash(&self, keep: impl FnOnce(usize) -> usize) -> usize {
         let mut s = self.0.lock().expect("meta lock");

@@ -36,6 +36,7 @@ fn the_encoding_of_records() {
             path: "/a".into(),
             parents: true,
         })),
+        ..Default::default()
     };
     trace::frame(
         &pb::TraceRecord {

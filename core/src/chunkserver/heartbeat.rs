@@ -77,6 +77,7 @@ impl Chunkserver {
                 server_id: self.server_id,
                 cluster_id: self.cluster_id,
                 changing,
+                copy: false,
             })),
             ..Default::default()
         };
@@ -92,6 +93,7 @@ impl Chunkserver {
             Ok(Reply::Master(pb::MasterResponse {
                 error: None,
                 resp: Some(pb::master_response::Resp::Heartbeat(hb)),
+                ..
             })) => hb,
             Ok(Reply::Master(pb::MasterResponse { error: Some(e), .. }))
                 if e.code == pb::ErrorCode::InvalidArgument as i32 =>

@@ -132,6 +132,8 @@ pub enum Dest {
 }
 
 #[derive(Clone, Debug, PartialEq)]
+// One per call in flight, moved once: not worth a box for the heartbeat's size.
+#[allow(clippy::large_enum_variant)]
 pub enum Outgoing {
     Master(pb::MasterRequest),
     Chunk(pb::ChunkRequest),

@@ -671,6 +671,7 @@ fn heartbeat_reports_and_deletes_on_command() {
         vec![1, 2]
     );
     let resp = pb::MasterResponse {
+        shadow: None,
         error: None,
         resp: Some(pb::master_response::Resp::Heartbeat(
             pb::HeartbeatResponse {
@@ -1214,6 +1215,7 @@ fn a_delete_order_spares_a_copy_that_moved_on() {
     h.run(Input::Tick);
     let c = h.calls.pop().unwrap();
     let resp = pb::MasterResponse {
+        shadow: None,
         error: None,
         resp: Some(pb::master_response::Resp::Heartbeat(
             pb::HeartbeatResponse {
@@ -1837,6 +1839,7 @@ impl H {
             unreachable!()
         };
         let resp = pb::MasterResponse {
+            shadow: None,
             error: None,
             resp: Some(pb::master_response::Resp::Heartbeat(reply)),
         };

@@ -275,6 +275,30 @@ fn spawn_call<R: Runtime, T: Transport>(
         Dest::Peer(a) => a,
     };
     let deadline = rt.now() + opts.call_timeout;
+    if let Outgoing::Master(pb::MasterRequest {
+        req: Some(pb::master_request::Req::Heartbeat(hb)),
+        ..
+    }) = &call.req
+    {
+        // Every other master replica gets a copy, so a shadow knows where chunks are
+        // (`group::locations`); its answer is not waited for, nor acted on.
+        for other in masters.all().into_iter().filter(|a| *a != to) {
+            let copy = pb::MasterRequest {
+                req: Some(pb::master_request::Req::Heartbeat(pb::HeartbeatRequest {
+                    copy: true,
+                    lease_extensions: Vec::new(),
+                    ..hb.clone()
+                })),
+                ..Default::default()
+            };
+            let transport = transport.clone();
+            rt.spawn(async move {
+                let _ = transport
+                    .call(&other, copy.encode_to_vec().into(), deadline)
+                    .await;
+            });
+        }
+    }
     let (transport, tx, masters) = (transport.clone(), tx.clone(), masters.clone());
     rt.spawn(async move {
         let result = match call.req {

@@ -1,9 +1,9 @@
 //! Runs one master replica of a group (`crate::group`) over a `Runtime`, a `Transport`
 //! and a `MetaStore`.
 //!
-//! The replica's store holds its copy of the replicated log (`group::store`). A fresh
-//! store is formatted with the group's members on first start; every later start is
-//! recovery from what the store holds. Writes the replica asks for (`Persist`) from every
+//! The replica's store holds its copy of the replicated log (`group::store`). An empty
+//! store is formatted with the group's members only when asked to (`bootstrap`, a new
+//! group's first start); every other start is recovery from what the store holds. Writes the replica asks for (`Persist`) from every
 //! event ready at once go to the store as one batch with one sync (group commit), and
 //! only then does the replica hear `Persisted`. Messages to other replicas are calls
 //! whose answers are not waited for: raft-rs retries what is lost.
@@ -34,6 +34,11 @@ pub struct GroupOptions {
     pub tick: Duration,
     /// Deadline for calls to chunkservers and messages to other replicas.
     pub call_timeout: Duration,
+    /// Form a new group: this replica's store must be empty, and is formatted with the
+    /// group's members. Without it a replica starts only on the state its store holds:
+    /// a replica whose data was lost must not come back under its old id with an empty
+    /// log (it may have voted, or acknowledged entries, that it no longer remembers).
+    pub bootstrap: bool,
 }
 
 enum Event {
@@ -42,18 +47,47 @@ enum Event {
     RaftTick,
 }
 
-/// Reads the replica's store: its log, or a fresh one for the group's members.
+/// Reads the replica's store: its log, or, with `bootstrap` and an empty store, a new
+/// group's.
 pub async fn load<M: MetaStore>(
     store: &mut M,
     group: &GroupConfig,
+    bootstrap: bool,
 ) -> Result<LogStore, DriverError> {
+    let single = !store.scan(super::master::LOG_PREFIX).await?.is_empty()
+        || !store.scan(super::master::CHECKPOINT_KEY).await?.is_empty();
+    if single {
+        return Err(DriverError::Recovery(
+            "this data directory holds a single master's log, not a master group \
+             replica's: a replica does not start on it (start it as a single master, \
+             without --peers)"
+                .into(),
+        ));
+    }
     let values = store.scan(group::store::PREFIX).await?;
     if values.is_empty() {
+        if !bootstrap {
+            return Err(DriverError::Recovery(format!(
+                "replica {}'s data directory holds no group state: give --bootstrap on \
+                 every replica's first start to form a new group. A replica whose data \
+                 was lost must not rejoin under its old id (it may have voted or \
+                 acknowledged entries it no longer holds): restore its data directory \
+                 from a copy",
+                group.id
+            )));
+        }
         let fresh = LogStore::fresh(group.members.keys().copied().collect());
         store.write(fresh.format()).await?;
         store.sync().await?;
         tracing::info!(id = group.id, members = ?group.members, "master replica formatted its store");
         return Ok(fresh);
+    }
+    if bootstrap {
+        return Err(DriverError::Recovery(format!(
+            "replica {} already holds group state: --bootstrap forms a new group and is \
+             only for a replica's first start; start it without --bootstrap",
+            group.id
+        )));
     }
     LogStore::load(values).map_err(DriverError::Recovery)
 }
@@ -68,7 +102,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
 ) -> Result<(), DriverError> {
     let mut opts = opts;
     opts.master.call_timeout = opts.master.call_timeout.max(opts.call_timeout);
-    let log = load(&mut store, &opts.group).await?;
+    let log = load(&mut store, &opts.group, opts.bootstrap).await?;
     let listen = opts.group.members[&opts.group.id].clone();
     let mut replica = Replica::start(opts.group.clone(), opts.master.clone(), rt.now(), log)
         .map_err(DriverError::Recovery)?;
@@ -261,5 +295,56 @@ fn dispatch<R: Runtime, T: Transport>(
             call,
             Event::CallResult,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{MemMetaStore, TestRuntime};
+    use crate::types::Time;
+
+    /// A replica formats its store only when told to form a group, never over state it
+    /// holds, and neither a replica nor a single master starts on the other's store: a
+    /// replica back under its old id with an empty log could vote twice in a term, or deny
+    /// entries a majority counted it for.
+    #[test]
+    fn a_replica_forms_a_group_only_when_told_and_never_on_anothers_store() {
+        let rt = TestRuntime::new(5);
+        rt.block_on(async move {
+            let g = GroupConfig::new(1, (1..=3).map(|i| (i, format!("m{i}"))).collect());
+            let mut store = MemMetaStore::default();
+            let e = load(&mut store, &g, false).await.unwrap_err();
+            assert!(e.to_string().contains("--bootstrap"), "{e}");
+            load(&mut store, &g, true).await.unwrap();
+            let e = load(&mut store, &g, true).await.unwrap_err();
+            assert!(e.to_string().contains("already holds group state"), "{e}");
+            load(&mut store, &g, false).await.unwrap();
+            let e = crate::driver::master::load(&mut store)
+                .await
+                .err()
+                .expect("a single master refuses a replica's store");
+            assert!(e.to_string().contains("replica's log"), "{e}");
+
+            let mut single = MemMetaStore::default();
+            let mut master = crate::master::Master::new(MasterConfig::default(), Time::ZERO);
+            let fx = master.handle(Time(1), crate::master::Input::Tick);
+            let batch: Vec<_> = fx
+                .log
+                .iter()
+                .map(|(seq, r)| {
+                    (
+                        crate::driver::master::log_key(*seq),
+                        Some(crate::driver::master::seal(r)),
+                    )
+                })
+                .collect();
+            assert!(!batch.is_empty(), "a new master logs its cluster id");
+            single.write(batch).await.unwrap();
+            for bootstrap in [false, true] {
+                let e = load(&mut single, &g, bootstrap).await.unwrap_err();
+                assert!(e.to_string().contains("single master's log"), "{e}");
+            }
+        });
     }
 }

@@ -135,6 +135,14 @@ pub async fn load<M: MetaStore>(store: &mut M) -> Result<Durable, DriverError> {
              (restore the data directory from a copy)"
         ))
     };
+    if !store.scan(crate::group::store::PREFIX).await?.is_empty() {
+        return Err(bad(
+            "this data directory holds a master group replica's log, not a single \
+             master's: a single master does not start on it (start it with --peers, as \
+             the replica it is)"
+                .into(),
+        ));
+    }
     let checkpoint = match store
         .scan(CHECKPOINT_KEY)
         .await?

@@ -333,6 +333,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
     let master = |req: M, token: u64| pb::MasterRequest {
         token,
         req: Some(req),
+        stale_ok: token.is_multiple_of(2),
     };
     let chunk = |req: pb::chunk_request::Req| {
         let mut v = vec![0, 0];
@@ -459,6 +460,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
         out.push(input(Kind::ChunkRequest, &body));
     }
     let reply = pb::MasterResponse {
+        shadow: None,
         error: None,
         resp: Some(pb::master_response::Resp::Heartbeat(
             pb::HeartbeatResponse {

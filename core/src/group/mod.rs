@@ -18,6 +18,7 @@
 //!   behind them is dropped.
 
 pub mod lease;
+pub mod locations;
 pub mod shadow;
 pub mod store;
 pub mod wire;
@@ -81,6 +82,8 @@ impl GroupConfig {
     }
 }
 
+// One input at a time, moved into `handle`: a request's size is no cost worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum Input {
     /// A request from a client, a chunkserver or another replica.
@@ -185,6 +188,14 @@ pub struct Replica {
     /// Followers sent a snapshot, and the tick it went at: one not taken within a few
     /// election timeouts is reported failed, so raft-rs sends again.
     snapshots_out: BTreeMap<u64, u64>,
+    /// Chunk locations from the chunkservers' heartbeats (every replica gets a copy).
+    locations: locations::Locations,
+    /// When a message from the leader of the current term last arrived, and what that
+    /// leader had committed when it sent it.
+    heard: Option<(Time, u64)>,
+    /// When this replica last knew its applied state was the group's latest committed
+    /// one: it led with authority, or had applied all a leader's message committed.
+    current_at: Option<Time>,
     now: Time,
     out: Effects,
 }
@@ -243,6 +254,9 @@ impl Replica {
             unproposed: VecDeque::new(),
             snapshot_unpersisted: None,
             snapshots_out: BTreeMap::new(),
+            locations: locations::Locations::default(),
+            heard: None,
+            current_at: None,
             now,
             out: Effects::default(),
         };
@@ -324,12 +338,26 @@ impl Replica {
                         seq: s.seq,
                         serving: s.serving,
                         members: self.cfg.members.clone().into_iter().collect(),
+                        lag_ms: self.lag_ms(),
                     };
                     self.out
                         .replies
                         .push((id, master::ok(Resp::ReplicaStatus(status))));
                 }
-                _ => self.on_request(id, req),
+                Some(Req::Heartbeat(ref hb)) if hb.copy => {
+                    // For this replica's chunk locations only: the leader's master hears
+                    // the server's own heartbeat, and answers it.
+                    self.record_heartbeat(hb);
+                    self.out
+                        .replies
+                        .push((id, master::ok(Resp::Empty(pb::Empty {}))));
+                }
+                _ => {
+                    if let Some(Req::Heartbeat(hb)) = &req.req {
+                        self.record_heartbeat(hb);
+                    }
+                    self.on_request(id, req)
+                }
             },
             Input::Malformed { id, error } => self.out.replies.push((
                 id,
@@ -377,12 +405,99 @@ impl Replica {
         self.roles();
         self.propose();
         self.drain();
+        self.note_current();
         std::mem::take(&mut self.out)
+    }
+
+    /// How long ago this replica last knew its state was the latest committed one
+    /// (u64::MAX: not since it started).
+    pub fn lag_ms(&self) -> u64 {
+        self.current_at
+            .map_or(u64::MAX, |t| self.now.saturating_sub(t).as_millis() as u64)
+    }
+
+    fn note_current(&mut self) {
+        if self.master.is_some() && self.now < self.authority_until() {
+            self.current_at = Some(self.now);
+        } else if let Some((at, commit)) = self.heard
+            && self.shadow.applied >= commit
+        {
+            self.current_at = Some(self.current_at.map_or(at, |c| c.max(at)));
+        }
+    }
+
+    fn record_heartbeat(&mut self, hb: &pb::HeartbeatRequest) {
+        let recorded = self.locations.record(
+            self.now,
+            hb,
+            self.shadow.meta.cluster_id,
+            self.mcfg.heartbeat_timeout,
+        );
+        if !recorded {
+            tracing::debug!(server = %hb.address, "a heartbeat not taken for chunk locations");
+        }
+    }
+
+    /// A read answered from the committed state this replica has applied, with how far
+    /// behind the leader it may be.
+    fn answer_stale(&mut self, id: RequestId, req: &pb::MasterRequest) {
+        use crate::master::reads;
+        use crate::path::normalize;
+        let (meta, now) = (&self.shadow.meta, self.now);
+        let timeout = self.mcfg.heartbeat_timeout;
+        let result = match req.req.as_ref() {
+            Some(Req::List(r)) => normalize(&r.path)
+                .and_then(|p| reads::list_page(meta, &p, r))
+                .map(Resp::List),
+            Some(Req::Stat(r)) => normalize(&r.path)
+                .and_then(|p| reads::stat(meta, &p))
+                .map(Resp::Stat),
+            Some(Req::GetChunks(r)) => normalize(&r.path)
+                .and_then(|p| {
+                    reads::chunk_locations(meta, &p, r.first_index, r.count, |h, c| {
+                        self.locations.replicas(now, timeout, meta, h, c)
+                    })
+                })
+                .map(Resp::GetChunks),
+            Some(Req::Report(_)) => Ok(Resp::Report(self.locations.report(
+                now,
+                timeout,
+                meta,
+                self.mcfg.chunk_size,
+            ))),
+            _ => Err(FsError::InvalidArgument(
+                "a shadow master answers only list, stat, chunk locations and report".into(),
+            )),
+        };
+        let mut resp = match result {
+            Ok(r) => master::ok(r),
+            Err(e) => master::err(e),
+        };
+        resp.shadow = Some(pb::ShadowAnswer {
+            replica: self.cfg.id,
+            address: self.cfg.members[&self.cfg.id].clone(),
+            seq: self.shadow.seq,
+            lag_ms: self.lag_ms(),
+        });
+        self.out.replies.push((id, resp));
     }
 
     // ---- requests -----------------------------------------------------------------
 
     fn on_request(&mut self, id: RequestId, req: pb::MasterRequest) {
+        let read = matches!(
+            req.req,
+            Some(Req::List(_) | Req::Stat(_) | Req::GetChunks(_) | Req::Report(_) | Req::Fsck(_))
+        );
+        let shadow_read = req.stale_ok
+            && matches!(
+                req.req,
+                Some(Req::List(_) | Req::Stat(_) | Req::GetChunks(_) | Req::Report(_))
+            );
+        if shadow_read && (self.master.is_none() || self.now >= self.authority_until()) {
+            self.answer_stale(id, &req);
+            return;
+        }
         if self.master.is_none() {
             let leader = self.leader_addr();
             self.out
@@ -390,10 +505,6 @@ impl Replica {
                 .push((id, master::err(FsError::NotLeader(leader))));
             return;
         }
-        let read = matches!(
-            req.req,
-            Some(Req::List(_) | Req::Stat(_) | Req::GetChunks(_) | Req::Report(_) | Req::Fsck(_))
-        );
         if read && self.now >= self.authority_until() {
             // A view of the namespace is answered only while no other replica can have
             // been elected (`lease.rs`): a leader cut off from its group still thinks
@@ -422,6 +533,7 @@ impl Replica {
 
     /// A message from another replica, checked before raft-rs takes it.
     fn on_peer(&mut self, m: pb::RaftMessage) {
+        let leader_commit = m.leader_commit;
         let m = match wire::message_from_pb(m) {
             Ok(m) => m,
             Err(e) => {
@@ -452,8 +564,15 @@ impl Replica {
             // Just started: it may have heard from a leader just before (`lease.rs`).
             return;
         }
+        let from_leader = matches!(m.msg_type, MsgAppend | MsgHeartbeat);
+        let (from, term) = (m.from, m.term);
         if let Err(e) = self.node.step(m) {
             tracing::debug!(error = %e, "replica message not taken");
+            return;
+        }
+        let raft = &self.node.raft;
+        if from_leader && from == raft.leader_id && term == raft.term {
+            self.heard = Some((self.now, leader_commit));
         }
     }
 
@@ -633,11 +752,18 @@ impl Replica {
             let Some(addr) = self.cfg.members.get(&m.to) else {
                 continue;
             };
+            let mut pm = wire::message_to_pb(&m);
+            if matches!(
+                m.msg_type,
+                rp::MessageType::MsgAppend | rp::MessageType::MsgHeartbeat
+            ) {
+                pm.leader_commit = self.node.raft.raft_log.committed;
+            }
             self.out.send.push((
                 addr.clone(),
                 pb::MasterRequest {
-                    token: 0,
-                    req: Some(Req::Raft(wire::message_to_pb(&m))),
+                    req: Some(Req::Raft(pm)),
+                    ..Default::default()
                 },
             ));
         }

@@ -197,6 +197,7 @@ impl World {
                 req: pb::MasterRequest {
                     token,
                     req: Some(req),
+                    ..Default::default()
                 },
             },
         );
@@ -538,4 +539,138 @@ fn acknowledged_records_survive_crashes_that_lose_unsynced_writes() {
             );
         }
     }
+}
+
+/// A read a shadow may answer: the same request, with `stale_ok`.
+fn ask_stale(w: &mut World, to: u64, req: MReq) -> pb::MasterResponse {
+    let id = w.next_id;
+    w.next_id += 1;
+    w.step(
+        to,
+        Input::Request {
+            id,
+            req: pb::MasterRequest {
+                req: Some(req),
+                stale_ok: true,
+                ..Default::default()
+            },
+        },
+    );
+    w.replies.get(&id).expect("answered at once").1.clone()
+}
+
+fn stat(p: &str) -> MReq {
+    MReq::Stat(pb::StatRequest { path: p.into() })
+}
+
+/// Shadows answer reads that allow it from the state they have applied, never past
+/// what the group committed, saying from which record and how far behind; without
+/// `stale_ok` they name the leader. Cut off from the leader, a shadow's lag grows, and
+/// it still answers from what it has.
+#[test]
+fn shadows_answer_reads_from_their_committed_state_with_their_lag() {
+    let mut w = World::new(3);
+    w.run(4000);
+    let l = w.leader().unwrap();
+    let s = (1..=3).find(|&i| i != l).unwrap();
+    assert_eq!(w.call(mkdir("/a"), 31), Ok(()));
+    w.run(300);
+    let r = ask_stale(&mut w, s, stat("/a"));
+    assert!(r.error.is_none(), "{r:?}");
+    let sh = r.shadow.expect("a shadow says it answered");
+    assert_eq!((sh.replica, sh.address.as_str()), (s, addr(s).as_str()));
+    assert_eq!(sh.seq, w.live(s).shadow().seq);
+    assert_eq!(sh.seq, w.live(l).shadow().seq, "caught up");
+    assert!(sh.lag_ms <= 300, "lag {} ms with a live leader", sh.lag_ms);
+    // The leader answers as the leader.
+    let r = ask_stale(&mut w, l, stat("/a"));
+    assert!(r.error.is_none() && r.shadow.is_none(), "{r:?}");
+    // Without stale_ok, a shadow names the leader.
+    let id = w.ask(s, stat("/a"), 0);
+    assert_eq!(w.reply(id), Some(Err(FsError::NotLeader(addr(l)))));
+    // A listing of the root and a file's chunk locations.
+    let r = ask_stale(
+        &mut w,
+        s,
+        MReq::List(pb::ListRequest {
+            path: "/".into(),
+            ..Default::default()
+        }),
+    );
+    match r.resp {
+        Some(pb::master_response::Resp::List(l)) => {
+            assert_eq!(
+                l.entries
+                    .iter()
+                    .map(|e| e.path.as_str())
+                    .collect::<Vec<_>>(),
+                ["/a"]
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        w.call(
+            MReq::Create(pb::CreateRequest {
+                path: "/a/f".into(),
+                replication: 3,
+            }),
+            32
+        ),
+        Ok(())
+    );
+    w.run(300);
+    let r = ask_stale(
+        &mut w,
+        s,
+        MReq::GetChunks(pb::GetChunksRequest {
+            path: "/a/f".into(),
+            ..Default::default()
+        }),
+    );
+    assert!(
+        matches!(r.resp, Some(pb::master_response::Resp::GetChunks(ref c)) if c.chunks.is_empty()),
+        "{r:?}"
+    );
+    // A mutation asked of a shadow is refused even with stale_ok.
+    let r = ask_stale(&mut w, s, mkdir("/nope"));
+    assert!(r.shadow.is_none());
+    assert_eq!(
+        r.error.map(|e| FsError::from_pb(&e)),
+        Some(FsError::NotLeader(addr(l)))
+    );
+
+    // Cut off from the others, the shadow keeps answering from what it has, its lag
+    // growing; the group goes on without it.
+    for o in (1..=3).filter(|&i| i != s) {
+        w.cut.insert((s, o));
+        w.cut.insert((o, s));
+    }
+    assert_eq!(w.call(mkdir("/b"), 33), Ok(()));
+    w.run(700);
+    let r = ask_stale(&mut w, s, stat("/b"));
+    assert_eq!(
+        r.error
+            .map(|e| FsError::from_pb(&e).to_string().contains("/b")),
+        Some(true)
+    );
+    let sh = r.shadow.unwrap();
+    assert!(
+        sh.lag_ms >= 700,
+        "lag {} ms after 700 ms cut off",
+        sh.lag_ms
+    );
+    assert!(sh.seq < w.live(w.leader().unwrap()).shadow().seq);
+    w.cut.clear();
+    w.run(1000);
+    let r = ask_stale(&mut w, s, stat("/b"));
+    assert!(r.error.is_none(), "{r:?}");
+    assert!(r.shadow.unwrap().lag_ms <= 300);
+}
+
+/// A fresh replica knows it has never been current.
+#[test]
+fn a_replica_that_never_heard_a_leader_says_so() {
+    let w = World::new(3);
+    assert_eq!(w.live(1).lag_ms(), u64::MAX);
 }

@@ -116,6 +116,7 @@ pub fn message_to_pb(m: &rp::Message) -> pb::RaftMessage {
         reject_hint: m.reject_hint,
         context: m.context.clone(),
         priority: m.priority,
+        leader_commit: 0,
     }
 }
 

@@ -20,7 +20,7 @@ use crate::pb::{self, ChunkHealth, master_response::Resp};
 use crate::types::ChunkHandle;
 
 /// How many troubled chunk handles a report lists.
-const TROUBLED_LISTED: usize = 100;
+pub const TROUBLED_LISTED: usize = 100;
 
 impl Master {
     /// The chunk's health and its live replicas.

@@ -23,6 +23,7 @@ mod locks;
 mod meta;
 mod namespace;
 mod placement;
+pub mod reads;
 mod replication;
 pub(crate) mod retries;
 mod servers;
@@ -33,6 +34,7 @@ mod tests;
 use crate::types::HashMap;
 use std::collections::{BTreeMap, VecDeque};
 
+pub use admin::TROUBLED_LISTED;
 pub use chunks::{Chunk, ChunkTable, Replicas, ServerIdx};
 pub use config::MasterConfig;
 pub use locks::{LockSet, Mode, PathLocks};
@@ -50,6 +52,8 @@ pub type RequestId = u64;
 /// Names one call the master makes to a chunkserver. Chosen by the master.
 pub type CallId = u64;
 
+// One input at a time, moved into `handle`: a request's size is no cost worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum Input {
     /// A request from a client or a chunkserver.
@@ -526,6 +530,12 @@ impl Master {
             Req::GetWriteTarget(r) => self.on_get_write_target(id, r),
             Req::ExtendFile(r) => self.on_extend_file(id, r),
             Req::ReserveAppend(r) => self.on_reserve_append(id, r),
+            Req::Heartbeat(r) if r.copy => {
+                // A copy for a shadow master's chunk locations; this master answers the
+                // server's own heartbeat, not its copies.
+                self.reply(id, Resp::Empty(pb::Empty {}));
+                Ok(true)
+            }
             Req::Heartbeat(r) => {
                 self.on_heartbeat(id, r);
                 Ok(true)
@@ -664,30 +674,9 @@ impl Master {
         if !self.lock(&set) {
             return Ok(false);
         }
-        let limit = page_limit(r.limit, LIST_PAGE);
-        let result = self
-            .meta
-            .ns
-            .list_after(&path, &r.start_after)
-            .map(|entries| {
-                entries
-                    .filter(|e| r.include_deleted || !e.name.starts_with(DELETED_PREFIX))
-                    .take(limit + 1)
-                    .map(|e| {
-                        let full = if path == "/" {
-                            format!("/{}", e.name)
-                        } else {
-                            format!("{path}/{}", e.name)
-                        };
-                        file_info(full, e.node)
-                    })
-                    .collect::<Vec<_>>()
-            });
+        let result = reads::list_page(&self.meta, &path, r);
         self.locks.release(&set);
-        let mut entries = result?;
-        let more = entries.len() > limit;
-        entries.truncate(limit);
-        self.reply_durable(id, Resp::List(pb::ListResponse { entries, more }));
+        self.reply_durable(id, Resp::List(result?));
         Ok(true)
     }
 
@@ -697,15 +686,7 @@ impl Master {
         if !self.lock(&set) {
             return Ok(false);
         }
-        let info = if path == "/" {
-            Ok(pb::FileInfo {
-                path: path.clone(),
-                is_dir: true,
-                ..Default::default()
-            })
-        } else {
-            self.meta.ns.get(&path).map(|n| file_info(path.clone(), n))
-        };
+        let info = reads::stat(&self.meta, &path);
         self.locks.release(&set);
         self.reply_durable(id, Resp::Stat(info?));
         Ok(true)
@@ -717,44 +698,12 @@ impl Master {
         if !self.lock(&set) {
             return Ok(false);
         }
-        let result = self.chunk_locations(&path, r.first_index, r.count);
+        let result = reads::chunk_locations(&self.meta, &path, r.first_index, r.count, |_, c| {
+            self.addrs(c.replicas.as_slice())
+        });
         self.locks.release(&set);
         self.reply(id, Resp::GetChunks(result?));
         Ok(true)
-    }
-
-    fn chunk_locations(
-        &self,
-        path: &str,
-        first: u64,
-        count: u64,
-    ) -> Result<pb::GetChunksResponse, FsError> {
-        let f = self.meta.ns.file(path)?;
-        let end = if count == 0 {
-            f.chunks.len() as u64
-        } else {
-            first.saturating_add(count).min(f.chunks.len() as u64)
-        };
-        let mut chunks = Vec::new();
-        for index in first..end {
-            let handle = f.chunks[index as usize];
-            let c = self
-                .meta
-                .chunks
-                .get(handle)
-                .expect("a file's chunks are in the table");
-            chunks.push(pb::ChunkLocation {
-                index,
-                handle,
-                version: c.version,
-                replicas: self.addrs(c.replicas.as_slice()),
-            });
-        }
-        Ok(pb::GetChunksResponse {
-            file_length: f.length,
-            chunk_size: f.chunk_size.into(),
-            chunks,
-        })
     }
 
     fn addrs(&self, servers: &[ServerIdx]) -> Vec<String> {
@@ -897,6 +846,7 @@ pub(crate) fn ok(resp: Resp) -> pb::MasterResponse {
     pb::MasterResponse {
         error: None,
         resp: Some(resp),
+        shadow: None,
     }
 }
 
@@ -904,6 +854,7 @@ pub(crate) fn err(e: FsError) -> pb::MasterResponse {
     pb::MasterResponse {
         error: Some(e.to_pb()),
         resp: None,
+        shadow: None,
     }
 }
 

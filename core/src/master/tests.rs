@@ -68,6 +68,7 @@ impl H {
         let e = self.step(Input::Request {
             id,
             req: pb::MasterRequest {
+                stale_ok: false,
                 req: Some(req),
                 token,
             },
@@ -155,6 +156,7 @@ impl H {
         changing: &[u64],
     ) -> pb::MasterResponse {
         self.call(MReq::Heartbeat(pb::HeartbeatRequest {
+            copy: false,
             address: addr.into(),
             rack: rack.into(),
             capacity_bytes: 1 << 30,

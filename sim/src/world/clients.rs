@@ -146,6 +146,7 @@ impl World {
             Payload::ToMaster(pb::MasterRequest {
                 token,
                 req: Some(req),
+                ..Default::default()
             }),
         );
     }

@@ -862,8 +862,8 @@ impl World {
     /// Asks the master `req`, run to its answer with everything under way.
     pub fn probe_master(&mut self, req: ms_req::Req) -> Option<pb::MasterResponse> {
         match self.probe(Payload::ToMaster(pb::MasterRequest {
-            token: 0,
             req: Some(req),
+            ..Default::default()
         }))? {
             clients::Answer::Master(r) => Some(r),
             clients::Answer::Chunk(_) => None,

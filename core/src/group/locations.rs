@@ -1,0 +1,238 @@
+//! Where chunks are, as a master replica knows it without running the master: every
+//! chunkserver sends each replica a copy of its heartbeat (GFS's shadow masters poll the
+//! chunkservers instead, §5.1.3), and a shadow names, for a chunk, the servers whose
+//! latest report holds its newest copy. A shadow orders nothing: it only listens.
+//!
+//! The leader's master keeps its own table from the heartbeats it answers; this one is
+//! kept on every replica, so a replica that stops leading still answers reads.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::master::{Chunk, Meta};
+use crate::pb;
+use crate::types::{ChunkHandle, HashMap, Time, Version};
+
+/// A report older than this many liveness timeouts is forgotten.
+const FORGET_AFTER: u32 = 10;
+
+#[derive(Debug, Default)]
+pub struct Locations {
+    servers: BTreeMap<String, Report>,
+}
+
+#[derive(Debug)]
+struct Report {
+    id: u64,
+    rack: String,
+    at: Time,
+    capacity: u64,
+    used: u64,
+    chunks: HashMap<ChunkHandle, Version>,
+}
+
+impl Locations {
+    /// Takes in a heartbeat (a copy or not). A report of another cluster's server, or
+    /// without an address, is refused (returns false).
+    pub fn record(
+        &mut self,
+        now: Time,
+        r: &pb::HeartbeatRequest,
+        cluster_id: u64,
+        timeout: Duration,
+    ) -> bool {
+        if r.address.is_empty() || (r.cluster_id != 0 && r.cluster_id != cluster_id) {
+            return false;
+        }
+        self.servers
+            .retain(|_, s| now < s.at + timeout * FORGET_AFTER);
+        self.servers.insert(
+            r.address.clone(),
+            Report {
+                id: r.server_id,
+                rack: r.rack.clone(),
+                at: now,
+                capacity: r.capacity_bytes,
+                used: r.used_bytes,
+                chunks: r.chunks.iter().map(|c| (c.handle, c.version)).collect(),
+            },
+        );
+        true
+    }
+
+    /// The servers, heard from within `timeout`, that hold chunk `h`'s newest copy: the
+    /// highest version reported at or above the chunk's (one above it was granted after
+    /// this replica's state; never one above what the log reserved, which no grant
+    /// made), and not a copy the log retired at that version.
+    pub fn replicas(
+        &self,
+        now: Time,
+        timeout: Duration,
+        meta: &Meta,
+        h: ChunkHandle,
+        c: &Chunk,
+    ) -> Vec<String> {
+        let ceiling = meta
+            .reserved
+            .get(&h)
+            .map_or(c.version, |&r| r.max(c.version));
+        let held: Vec<(&String, Version)> = self
+            .servers
+            .iter()
+            .filter(|(_, s)| now < s.at + timeout)
+            .filter_map(|(a, s)| s.chunks.get(&h).map(|&v| (a, v)))
+            .filter(|&(_, v)| v >= c.version && v <= ceiling)
+            .filter(|&(a, v)| meta.retired.get(&(h, a.clone())) != Some(&v))
+            .collect();
+        let newest = held.iter().map(|&(_, v)| v).max().unwrap_or(0);
+        held.into_iter()
+            .filter(|&(_, v)| v == newest)
+            .map(|(a, _)| a.clone())
+            .collect()
+    }
+
+    /// The cluster as this replica knows it: the namespace's counts and the servers'
+    /// latest reports.
+    pub fn report(
+        &self,
+        now: Time,
+        timeout: Duration,
+        meta: &Meta,
+        chunk_size: u64,
+    ) -> pb::ClusterReport {
+        let mut r = pb::ClusterReport {
+            files: meta.ns.file_count(),
+            chunks: meta.chunks.len() as u64,
+            chunk_size,
+            cluster_id: meta.cluster_id,
+            ..Default::default()
+        };
+        let mut missing = Vec::new();
+        let mut under = Vec::new();
+        for (h, c) in meta.chunks.iter() {
+            if c.version == 0 {
+                continue;
+            }
+            let live = self.replicas(now, timeout, meta, h, c).len();
+            if live == 0 {
+                r.missing += 1;
+                missing.push(h);
+            } else if live < usize::from(c.goal) {
+                r.under_replicated += 1;
+                under.push(h);
+            } else if live > usize::from(c.goal) {
+                r.over_replicated += 1;
+            }
+        }
+        r.troubled = missing
+            .into_iter()
+            .chain(under)
+            .take(crate::master::TROUBLED_LISTED)
+            .collect();
+        for (addr, s) in &self.servers {
+            r.servers.push(pb::ServerReport {
+                address: addr.clone(),
+                rack: s.rack.clone(),
+                alive: now < s.at + timeout,
+                capacity_bytes: s.capacity,
+                used_bytes: s.used,
+                chunks: s.chunks.len() as u64,
+                last_heartbeat_ms_ago: now.saturating_sub(s.at).as_millis() as u64,
+                clones_in_flight: 0,
+                server_id: s.id,
+            });
+        }
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb::log_record::Op;
+
+    fn rec(op: Op) -> pb::LogRecord {
+        pb::LogRecord {
+            op: Some(op),
+            ..Default::default()
+        }
+    }
+
+    fn heartbeat(addr: &str, chunks: &[(u64, u64)]) -> pb::HeartbeatRequest {
+        pb::HeartbeatRequest {
+            address: addr.into(),
+            chunks: chunks
+                .iter()
+                .map(|&(handle, version)| pb::ChunkReport {
+                    handle,
+                    version,
+                    length: 0,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// A shadow names the servers that hold a chunk's newest copy the log allows, heard
+    /// from lately: not older copies, not a version no grant reserved, not a copy the
+    /// log retired, not a server gone quiet, not another cluster's.
+    #[test]
+    fn a_shadow_names_the_newest_copies_it_heard_of() {
+        let mut meta = Meta::new(1024);
+        for op in [
+            Op::ClusterId(pb::ClusterIdOp { cluster_id: 9 }),
+            Op::Create(pb::CreateOp {
+                path: "/f".into(),
+                replication: 3,
+                chunk_size: 1024,
+            }),
+            Op::AddChunk(pb::AddChunkOp {
+                path: "/f".into(),
+                handle: 1,
+            }),
+            Op::SetVersion(pb::SetVersionOp {
+                handle: 1,
+                version: 2,
+                ..Default::default()
+            }),
+            Op::ReserveVersion(pb::ReserveVersionOp {
+                handle: 1,
+                version: 3,
+            }),
+            Op::RetireReplica(pb::RetireReplicaOp {
+                handle: 1,
+                address: "e".into(),
+                version: 2,
+                lift: false,
+            }),
+        ] {
+            meta.apply(&rec(op)).unwrap();
+        }
+        let timeout = Duration::from_secs(3);
+        let mut l = Locations::default();
+        let t = Time(10_000);
+        for (a, v) in [("a", 2), ("b", 2), ("c", 1), ("d", 7), ("e", 2)] {
+            assert!(l.record(t, &heartbeat(a, &[(1, v)]), 9, timeout));
+        }
+        let mut other = heartbeat("x", &[(1, 2)]);
+        other.cluster_id = 8;
+        assert!(!l.record(t, &other, 9, timeout), "another cluster's server");
+        let c = meta.chunks.get(1).unwrap().clone();
+        assert_eq!(l.replicas(t, timeout, &meta, 1, &c), ["a", "b"]);
+        // A copy at the reserved version was granted after this state: it is the
+        // newest, and the only one named.
+        l.record(t, &heartbeat("b", &[(1, 3)]), 9, timeout);
+        assert_eq!(l.replicas(t, timeout, &meta, 1, &c), ["b"]);
+        // Quiet servers are not named; a server heard again is.
+        let later = t + timeout;
+        assert!(l.replicas(later, timeout, &meta, 1, &c).is_empty());
+        l.record(later, &heartbeat("a", &[(1, 2)]), 9, timeout);
+        assert_eq!(l.replicas(later, timeout, &meta, 1, &c), ["a"]);
+        let r = l.report(later, timeout, &meta, 1024);
+        assert_eq!(
+            (r.files, r.chunks, r.under_replicated, r.cluster_id),
+            (1, 1, 1, 9)
+        );
+        assert_eq!(r.servers.iter().filter(|s| s.alive).count(), 1);
+    }
+}

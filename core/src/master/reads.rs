@@ -1,0 +1,84 @@
+//! What the namespace answers to reads (list, stat, chunk locations), as functions of
+//! the metadata alone: the master answers them under its path locks, a shadow master
+//! (`crate::group`) from the state it has applied, with the same code.
+
+use super::meta::Meta;
+use super::namespace::DELETED_PREFIX;
+use super::{LIST_PAGE, file_info, page_limit};
+use crate::error::FsError;
+use crate::pb;
+use crate::types::ChunkHandle;
+
+/// One page of the listing of the directory `path` (normalized).
+pub fn list_page(
+    meta: &Meta,
+    path: &str,
+    r: &pb::ListRequest,
+) -> Result<pb::ListResponse, FsError> {
+    let limit = page_limit(r.limit, LIST_PAGE);
+    let mut entries = meta
+        .ns
+        .list_after(path, &r.start_after)?
+        .filter(|e| r.include_deleted || !e.name.starts_with(DELETED_PREFIX))
+        .take(limit + 1)
+        .map(|e| {
+            let full = if path == "/" {
+                format!("/{}", e.name)
+            } else {
+                format!("{path}/{}", e.name)
+            };
+            file_info(full, e.node)
+        })
+        .collect::<Vec<_>>();
+    let more = entries.len() > limit;
+    entries.truncate(limit);
+    Ok(pb::ListResponse { entries, more })
+}
+
+/// What `path` (normalized) is.
+pub fn stat(meta: &Meta, path: &str) -> Result<pb::FileInfo, FsError> {
+    if path == "/" {
+        return Ok(pb::FileInfo {
+            path: path.into(),
+            is_dir: true,
+            ..Default::default()
+        });
+    }
+    meta.ns.get(path).map(|n| file_info(path.into(), n))
+}
+
+/// The chunks `first..first + count` (count 0: to the end) of the file at `path`
+/// (normalized), each with the servers `replicas` names for it.
+pub fn chunk_locations(
+    meta: &Meta,
+    path: &str,
+    first: u64,
+    count: u64,
+    mut replicas: impl FnMut(ChunkHandle, &super::Chunk) -> Vec<String>,
+) -> Result<pb::GetChunksResponse, FsError> {
+    let f = meta.ns.file(path)?;
+    let end = if count == 0 {
+        f.chunks.len() as u64
+    } else {
+        first.saturating_add(count).min(f.chunks.len() as u64)
+    };
+    let mut chunks = Vec::new();
+    for index in first..end {
+        let handle = f.chunks[index as usize];
+        let c = meta
+            .chunks
+            .get(handle)
+            .expect("a file's chunks are in the table");
+        chunks.push(pb::ChunkLocation {
+            index,
+            handle,
+            version: c.version,
+            replicas: replicas(handle, c),
+        });
+    }
+    Ok(pb::GetChunksResponse {
+        file_length: f.length,
+        chunk_size: f.chunk_size.into(),
+        chunks,
+    })
+}
