@@ -244,6 +244,7 @@ mod madsim_main {
             let mut sim_ms = 0i64;
             let (mut records, mut reads, mut stale_runs, mut scrubbed) = (0, 0, 0, 0);
             let (mut listings, mut ns_ops, mut ns_writes, mut ns_files) = (0, 0, 0, 0);
+            let mut shadow_reads = 0;
             let mut faults = std::collections::BTreeMap::<&str, u64>::new();
             for &seed in &seeds {
                 let trace = trace_dir.as_ref().map(|d| {
@@ -261,6 +262,7 @@ mod madsim_main {
                 ns_ops += o.ns_ops_checked;
                 ns_writes += o.ns_writes_checked;
                 ns_files += o.ns_files_checked;
+                shadow_reads += o.shadow_reads_checked;
                 stale_runs += usize::from(o.stale_seen > 0);
                 scrubbed += o.scrub_found;
                 for (k, n) in &o.fault_counts {
@@ -322,7 +324,7 @@ mod madsim_main {
                 "scenario={} seeds={} wall={wall:.1}s seeds_per_min={:.1} sim_per_wall={:.0}x \
                  reads_checked={reads} records_checked={records} listings_checked={listings} \
                  ns_ops_checked={ns_ops} ns_writes_checked={ns_writes} ns_files_checked={ns_files} \
-                 runs_with_stale_copies={stale_runs} \
+                 shadow_reads_checked={shadow_reads} runs_with_stale_copies={stale_runs} \
                  scrubber_finds={scrubbed} faults={}",
                 sc.name,
                 seeds.len(),

@@ -74,6 +74,8 @@ pub struct Outcome {
     pub ns_writes_checked: u64,
     /// Files of the shared directory checked to end in the bytes of a write.
     pub ns_files_checked: u64,
+    /// Reads of the shared directory a shadow master answered, judged as stale reads.
+    pub shadow_reads_checked: u64,
     pub ops_ok: u64,
     pub ops_failed: u64,
     pub records_checked: u64,
@@ -138,6 +140,10 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
     checks.lock().expect("checks").missing.grace_ms =
         (knobs.heartbeat_timeout + 3 * knobs.heartbeat + 2 * knobs.rpc_timeout).as_millis() as i64
             + 1_000;
+    checks.lock().expect("checks").lag_slack = (
+        knobs.clock_drift_ppm,
+        2 * knobs.clock_jump_ms + knobs.rpc_timeout.as_millis() as i64 + 100,
+    );
     let mut cluster = Cluster::start(sc.shape, knobs.clone(), checks.clone());
     madsim::time::sleep(Duration::from_secs(2)).await;
 
@@ -265,6 +271,12 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         if matches!(sc.workload.kind, workload::Kind::Shared { .. }) && c.ns_ops_checked == 0 {
             missing.push("no namespace operation on the shared directory checked".into());
         }
+        if matches!(sc.workload.kind, workload::Kind::Shared { .. })
+            && sc.shape.masters > 1
+            && c.shadow_reads == 0
+        {
+            missing.push("no read a shadow master answered checked".into());
+        }
         let acked = c.appends.values().any(|a| !a.acked.is_empty());
         if matches!(sc.workload.kind, workload::Kind::Appends { .. })
             && acked
@@ -301,6 +313,7 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         ns_ops_checked: c.ns_ops_checked,
         ns_writes_checked: c.ns_writes_checked,
         ns_files_checked: c.ns_files_checked,
+        shadow_reads_checked: c.shadow_reads,
         ops_ok: runs.iter().map(|r| r.ok).sum(),
         ops_failed: runs.iter().map(|r| r.errors).sum(),
         records_checked: c.records_checked,

@@ -1220,11 +1220,94 @@ async fn ns_op(client: &C, run: &mut ClientRun, checks: &Shared, start: madsim::
             return ns_write(client, run, &path, checks, start).await;
         }
     };
+    if matches!(op, NsOp::Stat(_) | NsOp::StatIn(_) | NsOp::List)
+        && client.masters().len() > 1
+        && rand().is_multiple_of(2)
+    {
+        let to = pick(&client.masters().all());
+        return ns_shadow_read(client, run, checks, start, op, &to).await;
+    }
     let outcome = ns_do(client, run, checks, start, op).await;
     // Half the renames of a file are a rotation, as of a log: the name is made anew at
     // once, while writers of the old file may still be at it.
     if matches!(op, NsOp::Rename(..)) && outcome == Outcome::Ok && rand().is_multiple_of(2) {
         ns_do(client, run, checks, start, NsOp::Create(a)).await;
+    }
+}
+
+/// A stat or listing of [`NS_DIR`] asked of a master replica the seed picks, letting a
+/// shadow answer. A shadow's answer is judged as the stale read it is: it may show any
+/// state the history passed through before it ended, never one no order of the
+/// operations gives, never a record no leader had committed, and never a state older
+/// than the lag it claims (`Checks::shadow_answer`).
+async fn ns_shadow_read(
+    client: &C,
+    run: &mut ClientRun,
+    checks: &Shared,
+    start: madsim::time::Instant,
+    op: NsOp,
+    to: &str,
+) {
+    use prost::Message;
+    use tessera_core::pb::{self, master_request::Req, master_response::Resp};
+    use tessera_core::runtime::{Runtime, Transport};
+    let req = match op {
+        NsOp::Stat(a) => Req::Stat(pb::StatRequest { path: ns_name(a) }),
+        NsOp::StatIn(a) => Req::Stat(pb::StatRequest { path: ns_child(a) }),
+        _ => Req::List(pb::ListRequest {
+            path: NS_DIR.into(),
+            ..Default::default()
+        }),
+    };
+    let body = pb::MasterRequest {
+        req: Some(req),
+        stale_ok: true,
+        ..Default::default()
+    };
+    let n = checks
+        .lock()
+        .expect("checks")
+        .namespace
+        .begin(run.id, now_ms(start), op);
+    let (rt, net, _) = client.parts();
+    let deadline = rt.now() + Duration::from_secs(2);
+    let answer = net
+        .call(to, body.encode_to_vec().into(), deadline)
+        .await
+        .ok()
+        .and_then(|b| pb::MasterResponse::decode(b).ok());
+    let outcome = match &answer {
+        None => Outcome::Unknown,
+        Some(r) => {
+            let result = match (&r.error, &r.resp) {
+                (Some(e), _) => Err(FsError::from_pb(e)),
+                (None, Some(resp)) => Ok(resp.clone()),
+                (None, None) => Err(FsError::Internal("empty answer".into())),
+            };
+            match (op, result) {
+                (NsOp::List, Ok(Resp::List(l))) if !l.more => ns_listed(&l.entries, checks, start),
+                (NsOp::List, _) => Outcome::Unknown,
+                (_, Ok(Resp::Stat(info))) => ns_stat(&Ok(info)),
+                (_, Ok(_)) => Outcome::Unknown,
+                (_, Err(e)) => ns_stat(&Err(e)),
+            }
+        }
+    };
+    let shadow = answer.and_then(|r| r.shadow);
+    let mut c = checks.lock().expect("checks");
+    if let Some(sh) = &shadow {
+        let who = sh.address.clone();
+        c.shadow_answer(now_ms(start), &who, sh.seq, sh.lag_ms);
+        if outcome != Outcome::Unknown {
+            c.namespace.stale(n);
+            c.shadow_reads += 1;
+        }
+    }
+    c.namespace.end(n, now_ms(start), outcome);
+    if outcome == Outcome::Unknown {
+        run.errors += 1;
+    } else {
+        run.ok += 1;
     }
 }
 
@@ -1388,6 +1471,12 @@ async fn verify_ns(client: &C, run: &mut ClientRun, checks: &Shared, start: mads
         let mut c = checks.lock().expect("checks");
         let n = c.namespace.begin(run.id, at, NsOp::List);
         c.namespace.end(n, now_ms(start), outcome);
+    }
+    // A group: each replica's listing too, the shadows' from the state they applied.
+    if client.masters().len() > 1 {
+        for to in client.masters().all() {
+            ns_shadow_read(client, run, checks, start, NsOp::List, &to).await;
+        }
     }
     // And what each directory holds: a file made in it moved and went with it.
     for a in 0..NAMES {

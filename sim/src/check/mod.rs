@@ -113,6 +113,55 @@ pub struct Checks {
     pub leaders: HashMap<u64, String>,
     /// A master group: which replicas run a master now, by node.
     pub serving: BTreeMap<String, bool>,
+    /// A master group: the last master log record a leader had applied (committed: a
+    /// leader applies an entry as soon as it commits it, before any other replica hears
+    /// it is), and when each new one was first seen, in true time.
+    pub committed_seq: u64,
+    pub committed_at: Vec<(i64, u64)>,
+    /// Reads of the shared directory a shadow master answered, each judged.
+    pub shadow_reads: u64,
+    /// How far a replica's own measure of a span may fall short of true time: its
+    /// clock's drift (ppm), and a fixed margin for clock jumps and a message held in
+    /// flight (`ms`).
+    pub lag_slack: (i64, i64),
+}
+
+impl Checks {
+    /// Judges a shadow master's answer, given at true time `t`: from record `seq`, its
+    /// state current `lag_ms` ago by its own clock. Nothing past what a leader had
+    /// committed, and no lag shorter than it was.
+    pub fn shadow_answer(&mut self, t: i64, who: &str, seq: u64, lag_ms: u64) {
+        if seq > self.committed_seq {
+            let v = format!(
+                "shadow master {who} answered from log record {seq}, past the last one any \
+                 leader had committed ({})",
+                self.committed_seq
+            );
+            self.violation(t, v);
+            return;
+        }
+        if lag_ms == u64::MAX {
+            return;
+        }
+        let (ppm, fixed) = self.lag_slack;
+        let lag = lag_ms as i64;
+        let allowed = lag + lag * ppm / 1_000_000 + fixed;
+        let then = t - allowed;
+        let committed_then = self
+            .committed_at
+            .iter()
+            .take_while(|&&(at, _)| at <= then)
+            .last()
+            .map_or(0, |&(_, s)| s);
+        if committed_then > seq {
+            let v = format!(
+                "shadow master {who} answered from log record {seq}, current {lag_ms} ms ago \
+                 by its clock, but a leader had committed record {committed_then} {allowed} ms \
+                 before (true time)"
+            );
+            self.violation(t, v);
+        }
+    }
 }
 
 impl Checks {

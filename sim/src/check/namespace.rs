@@ -209,6 +209,13 @@ impl NsHistory {
         }
     }
 
+    /// Operation `n` was answered by a shadow master, from a state that may be older
+    /// than its start: it may take effect at any moment before it ended (the state a
+    /// shadow shows is the one some moment of the history had), not only after it began.
+    pub fn stale(&mut self, n: usize) {
+        self.events[n].start = i64::MIN;
+    }
+
     /// How many operations have a known answer (the ones the check must place).
     pub fn definite(&self) -> usize {
         self.events
@@ -381,6 +388,42 @@ mod tests {
         assert_eq!(ok.check(), Result::Ok(true));
         let ok = h(&[(0, 10, Create(0), Ok), (1, 2, Stat(0), FILE)]);
         assert_eq!(ok.check(), Result::Ok(true));
+    }
+
+    /// A shadow's answer may show any state the history passed through before it ended,
+    /// older than its start; never one no order of the operations produces.
+    #[test]
+    fn a_shadows_answer_may_be_old_but_never_invented() {
+        let hist = |stat: Outcome, stale: bool| {
+            let mut h = h(&[
+                (0, 1, Create(0), Ok),
+                (2, 3, Rename(0, 1), Ok),
+                (4, 5, Create(2), Ok),
+                (6, 7, Stat(0), stat),
+            ]);
+            if stale {
+                h.stale(3);
+            }
+            h
+        };
+        // After the rename, /n0 is gone; a shadow may still show it as it was.
+        assert!(hist(FILE, false).check().is_err());
+        assert_eq!(hist(FILE, true).check(), Result::Ok(true));
+        assert_eq!(hist(Missing, true).check(), Result::Ok(true));
+        // Never as a directory: no moment of the history had one there.
+        assert!(hist(DIR, true).check().is_err());
+        // A listing showing n0 and n1 at once: the rename moved, it did not copy.
+        let mut both = h(&[
+            (0, 1, Create(0), Ok),
+            (2, 3, Rename(0, 1), Ok),
+            (6, 7, List, files(0b11)),
+        ]);
+        both.stale(2);
+        assert!(both.check().is_err());
+        // Nor a stale answer showing what came after it ended.
+        let mut future = h(&[(0, 1, Stat(0), FILE), (2, 3, Create(0), Ok)]);
+        future.stale(0);
+        assert!(future.check().is_err());
     }
 
     #[test]

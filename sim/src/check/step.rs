@@ -46,6 +46,10 @@ pub fn replica_step(
     }
     tr.add_u64(s.term);
     tr.add_u64(s.commit);
+    if s.role == "leader" && s.seq > c.committed_seq {
+        c.committed_seq = s.seq;
+        c.committed_at.push((t, s.seq));
+    }
     if s.role == "leader" {
         match c.leaders.get(&s.term) {
             Some(other) if other != node => {
