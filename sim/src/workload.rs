@@ -1147,6 +1147,17 @@ fn ns_child(n: u8) -> String {
 /// One namespace operation on [`NS_DIR`], recorded for the linearizability check
 /// ([`crate::check::namespace`]), or a write into one of its files.
 async fn ns_op(client: &C, run: &mut ClientRun, checks: &Shared, start: madsim::time::Instant) {
+    // A group: one operation in four reads from a replica the seed picks, so shadows
+    // (and leaders cut off from their group) answer often, failovers included.
+    if client.masters().len() > 1 && rand().is_multiple_of(4) {
+        let op = match rand() % 3 {
+            0 => NsOp::Stat((rand() % u64::from(NAMES)) as u8),
+            1 => NsOp::StatIn((rand() % u64::from(NAMES)) as u8),
+            _ => NsOp::List,
+        };
+        let to = pick(&client.masters().all());
+        return ns_shadow_read(client, run, checks, start, op, &to).await;
+    }
     let a = (rand() % u64::from(NAMES)) as u8;
     let b = (a + 1 + (rand() % u64::from(NAMES - 1)) as u8) % NAMES;
     let op = match rand() % 20 {

@@ -571,7 +571,7 @@ impl Replica {
             return;
         }
         let raft = &self.node.raft;
-        if from_leader && from == raft.leader_id && term == raft.term {
+        if from_leader && from == raft.leader_id && term == raft.term && leader_commit > 0 {
             self.heard = Some((self.now, leader_commit));
         }
     }
@@ -756,7 +756,11 @@ impl Replica {
             if matches!(
                 m.msg_type,
                 rp::MessageType::MsgAppend | rp::MessageType::MsgHeartbeat
-            ) {
+            ) && self.node.raft.commit_to_current_term()
+            {
+                // Only once it has committed an entry of its own term does a new leader
+                // know all that is committed: before, an earlier leader's entries it
+                // holds may be committed without its knowing.
                 pm.leader_commit = self.node.raft.raft_log.committed;
             }
             self.out.send.push((
