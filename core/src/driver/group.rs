@@ -211,8 +211,10 @@ fn step<R: Runtime, O: Observer>(
 ) -> group::Effects {
     let now = rt.now();
     let mut effects = replica.handle(now, input.clone());
-    for (i, e) in std::mem::take(&mut effects.master_steps) {
-        if let Some(m) = replica.master() {
+    for (g, i, e) in std::mem::take(&mut effects.master_steps) {
+        // Also the steps of a master that stopped within this one (its last grants,
+        // say): they are judged like the others.
+        if let Some(m) = replica.master_of(g) {
             observer.master_step(now, &i, &e, m);
         }
     }

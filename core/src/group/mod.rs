@@ -127,7 +127,9 @@ pub struct Effects {
     pub persist: Vec<Persist>,
     /// With `Replica::observe`: each step the master took, its input and effects, for
     /// the checks and recorders that watch a master.
-    pub master_steps: Vec<(master::Input, master::Effects)>,
+    /// Each is tagged with the generation of the master that took it
+    /// (`Replica::master_of`): a master stopped in this step took some of them.
+    pub master_steps: Vec<(u64, master::Input, master::Effects)>,
 }
 
 /// Bits of a chunkserver call's id that are its master's own (`Replica::generation`).
@@ -188,6 +190,9 @@ pub struct Replica {
     /// Followers sent a snapshot, and the tick it went at: one not taken within a few
     /// election timeouts is reported failed, so raft-rs sends again.
     snapshots_out: BTreeMap<u64, u64>,
+    /// The master stopped in the latest step, and its generation: the steps it took
+    /// before it stopped are shown to observers with it (`master_of`).
+    stopped: Option<(u64, Master)>,
     /// Chunk locations from the chunkservers' heartbeats (every replica gets a copy).
     locations: locations::Locations,
     /// When a message from the leader of the current term last arrived, and what that
@@ -254,6 +259,7 @@ impl Replica {
             unproposed: VecDeque::new(),
             snapshot_unpersisted: None,
             snapshots_out: BTreeMap::new(),
+            stopped: None,
             locations: locations::Locations::default(),
             heard: None,
             current_at: None,
@@ -293,6 +299,16 @@ impl Replica {
         self.master.as_ref()
     }
 
+    /// The master of generation `g` (see `Effects::master_steps`): the one running, or
+    /// one stopped in the latest step.
+    pub fn master_of(&self, g: u64) -> Option<&Master> {
+        match (&self.master, &self.stopped) {
+            (Some(m), _) if g == self.generation => Some(m),
+            (_, Some((sg, m))) if *sg == g => Some(m),
+            _ => None,
+        }
+    }
+
     /// Until when this replica's master may extend chunk leases (`lease.rs`); Time::ZERO
     /// when it runs none.
     pub fn authority_until(&self) -> Time {
@@ -317,6 +333,7 @@ impl Replica {
 
     pub fn handle(&mut self, now: Time, input: Input) -> Effects {
         self.now = self.now.max(now);
+        self.stopped = None;
         match input {
             Input::Request { id, req } => match req.req {
                 Some(Req::Raft(m)) => {
@@ -619,7 +636,7 @@ impl Replica {
             }
             let mut prev = (m.index, m.log_term);
             for e in m.entries.iter() {
-                if e.index != prev.0 + 1 || e.term < prev.1 || e.term > m.term {
+                if Some(e.index) != prev.0.checked_add(1) || e.term < prev.1 || e.term > m.term {
                     return Err(format!(
                         "append entry {} (term {}) after {} (term {}) in term {}",
                         e.index, e.term, prev.0, prev.1, m.term
@@ -655,7 +672,7 @@ impl Replica {
                 calls: e.calls.clone(),
                 checkpoint: None,
             };
-            self.out.master_steps.push((input, copy));
+            self.out.master_steps.push((self.generation, input, copy));
             e
         } else {
             m.handle(self.now, input)
@@ -922,8 +939,11 @@ impl Replica {
     /// the leader with the same token), what it proposed is committed or not by the
     /// group, and the shadow state has it either way.
     fn stop_master(&mut self) {
-        if self.master.take().is_none() {
+        let Some(m) = self.master.take() else {
             return;
+        };
+        if self.observed {
+            self.stopped = Some((self.generation, m));
         }
         tracing::info!(
             term = self.node.raft.term,
