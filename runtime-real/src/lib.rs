@@ -3,6 +3,7 @@
 //! The same drivers and state machines as in the simulator run over these.
 
 pub mod admin;
+pub mod bench_meta;
 pub mod chunkstore;
 pub mod dev;
 pub mod metastore;

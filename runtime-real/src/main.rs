@@ -217,6 +217,29 @@ enum Cmd {
         #[command(flatten)]
         m: MasterAddr,
     },
+    /// Benchmarks against a running cluster.
+    Bench {
+        #[command(subcommand)]
+        cmd: BenchCmd,
+        #[command(flatten)]
+        m: MasterAddr,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Metadata operations over RPC, as QFS's mstress: C clients each create N empty
+    /// files in a directory of their own, stat them, list it, rename and delete them;
+    /// operations per second and latency percentiles of each, for each C. Works in a
+    /// directory of its own under /, removed at the end.
+    Meta {
+        /// Numbers of concurrent clients, one run each (comma-separated).
+        #[arg(long, default_value = "1,16", value_delimiter = ',')]
+        clients: Vec<usize>,
+        /// Files per client.
+        #[arg(long, default_value_t = 2000)]
+        files: usize,
+    },
 }
 
 #[derive(Subcommand)]
@@ -541,6 +564,15 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             Ok(())
         }
         Cmd::Trace { .. } | Cmd::Replay { .. } => unreachable!("handled before the runtime"),
+        Cmd::Bench {
+            cmd: BenchCmd::Meta { clients, files },
+            m,
+        } => {
+            let _ = TALKING_TO.set(m.clone());
+            let phases = tessera::bench_meta::run(&m.master, &clients, files).await?;
+            print!("{}", tessera::bench_meta::text(&phases));
+            Ok(())
+        }
         Cmd::Admin {
             cmd: AdminCmd::Report,
             m,

@@ -293,12 +293,21 @@ fn start_group(
 }
 
 impl Cluster {
-    /// The replica whose master serves now, if one does (as its last step showed).
+    /// The replica whose master serves now, if one does (as its last step showed); of
+    /// two (a deposed leader not yet stepped down), the one of the later term.
     pub fn leader(&self) -> Option<usize> {
         let c = self.checks.lock().expect("checks");
-        self.replicas
-            .iter()
-            .position(|r| r.alive && c.serving.get(&r.node).copied().unwrap_or(false))
+        let serving = |i: usize| {
+            let r = &self.replicas[i];
+            r.alive && c.serving.get(&r.node).copied().unwrap_or(false)
+        };
+        let mut terms: Vec<(&u64, &String)> = c.leaders.iter().collect();
+        terms.sort_unstable_by(|a, b| b.0.cmp(a.0));
+        terms
+            .into_iter()
+            .filter_map(|(_, node)| self.replicas.iter().position(|r| &r.node == node))
+            .find(|&i| serving(i))
+            .or_else(|| (0..self.replicas.len()).find(|&i| serving(i)))
     }
 
     /// Kills master replica `i`; its store keeps some prefix of its unsynced batches.
