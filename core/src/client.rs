@@ -97,7 +97,7 @@ pub struct Client<R: Runtime, T: Transport> {
     /// primary refuses a mutation once its lease is over, so a stale entry costs a retry,
     /// never a wrong write.
     targets: Arc<Mutex<TargetCache>>,
-    /// The shadow master that answered this client's latest read, if one did.
+    /// Of the reads shadow masters answered this client, the one furthest behind.
     shadow: Arc<Mutex<Option<pb::ShadowAnswer>>>,
 }
 
@@ -172,10 +172,17 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         }
     }
 
-    /// Whether this client's latest read was answered by a shadow master (and which,
-    /// from what log position, how far behind), or by the leader (None).
+    /// Whether a shadow master answered any read of this client since it was made
+    /// (or since `forget_shadow_answers`), and of those the one furthest behind: which
+    /// replica, from what log position, how far behind. None: the leader answered all.
+    /// A command that read from a shadow shows it (its view may be older than the
+    /// leader's), whatever its later reads were answered by.
     pub fn last_shadow_answer(&self) -> Option<pb::ShadowAnswer> {
         self.shadow.lock().expect("shadow lock").clone()
+    }
+
+    pub fn forget_shadow_answers(&self) {
+        *self.shadow.lock().expect("shadow lock") = None;
     }
 
     /// The runtime, transport and master address this client uses (for tools and tests
@@ -209,8 +216,14 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         };
         let resp = pb::MasterResponse::decode(bytes)
             .map_err(|e| FsError::Internal(format!("malformed reply from master: {e}")))?;
-        if stale_ok {
-            *self.shadow.lock().expect("shadow lock") = resp.shadow.clone();
+        if let Some(s) = &resp.shadow {
+            let mut worst = self.shadow.lock().expect("shadow lock");
+            if worst
+                .as_ref()
+                .is_none_or(|w| (s.lag_ms, u64::MAX - s.seq) > (w.lag_ms, u64::MAX - w.seq))
+            {
+                *worst = Some(s.clone());
+            }
         }
         match (resp.error, resp.resp) {
             (Some(e), _) => {
@@ -248,13 +261,21 @@ impl<R: Runtime, T: Transport> Client<R, T> {
 
     /// As `master`, with the shadow master that answered a read, if one did.
     async fn master_call(&self, req: Req) -> Result<(Resp, Option<pb::ShadowAnswer>), FsError> {
-        let read = matches!(
-            req,
-            Req::List(_) | Req::Stat(_) | Req::GetChunks(_) | Req::Report(_)
-        );
-        if read {
-            *self.shadow.lock().expect("shadow lock") = None;
-        }
+        let read = self.cfg.shadow_reads
+            && matches!(
+                req,
+                Req::List(_) | Req::Stat(_) | Req::GetChunks(_) | Req::Report(_)
+            );
+        self.master_from(req, read).await
+    }
+
+    /// As `master`, `read` saying whether a shadow may answer once the leader did
+    /// not.
+    async fn master_from(
+        &self,
+        req: Req,
+        read: bool,
+    ) -> Result<(Resp, Option<pb::ShadowAnswer>), FsError> {
         let mut retry = self.retry();
         // One token for every attempt: a mutation asked again after a lost reply is
         // answered as the first attempt was, not done twice.
@@ -264,7 +285,7 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         let mut named = 0;
         loop {
             // Once the leader failed to answer, a shadow may.
-            let stale_ok = read && self.cfg.shadow_reads && retry.waited > 0;
+            let stale_ok = read && retry.waited > 0;
             match self.master_once(&req, token, stale_ok).await {
                 Err(FsError::NotLeader(l)) if l == NAMED && named < 3 => named += 1,
                 Err(e @ (FsError::Unavailable(_) | FsError::NotLeader(_))) => {
@@ -728,7 +749,11 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         F: FnOnce(String) -> Fut,
         Fut: std::future::Future<Output = Result<(), E>>,
     {
-        match self.stat(path).await {
+        // Asked of the leader: a shadow may not know of a file just removed.
+        let exists = self
+            .master_from(Req::Stat(pb::StatRequest { path: path.into() }), false)
+            .await;
+        match exists {
             Ok(_) => return Err(PutError::Fs(FsError::AlreadyExists(path.to_string()))),
             Err(FsError::NotFound(_)) => {}
             Err(e) => return Err(PutError::Fs(e)),

@@ -40,14 +40,26 @@ pub async fn run(
             .enumerate()
             .map(|(i, a)| (i as u64 + 1, a.clone()))
             .collect();
+        // The group forms on the cluster's first start, when no replica has a data
+        // directory; later starts recover. Some with and some without is a replica's
+        // data lost (or a group started with another --masters): not formed again.
+        let have: Vec<bool> = (1..=masters)
+            .map(|id| dir.join(format!("master{id}")).join("meta").exists())
+            .collect();
+        let bootstrap = !have.iter().any(|&h| h);
+        if !bootstrap && !have.iter().all(|&h| h) {
+            return Err(format!(
+                "{} holds data for only some of the {masters} master replicas: a replica's \
+                 data is missing, or the cluster was made with another --masters",
+                dir.display()
+            ));
+        }
         for id in 1..=masters as u64 {
             let (d, k, m) = (
                 dir.join(format!("master{id}")),
                 knobs.clone(),
                 members.clone(),
             );
-            // The group forms on the cluster's first start; later starts recover.
-            let bootstrap = !d.join("meta").exists();
             tasks.spawn(async move { server::run_replica(d, id, m, bootstrap, &k).await });
         }
     }

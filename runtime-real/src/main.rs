@@ -375,8 +375,37 @@ fn client(m: &MasterAddr) -> Client<TokioRuntime, GrpcTransport> {
     Client::new(TokioRuntime, GrpcTransport::new(), cfg)
 }
 
-/// Says on stderr that a shadow master answered the command's last read (the leader
-/// did not): what it showed may lag the leader's state, by as much as it says.
+/// `tessera ls`: a directory's entries, page by page, or a file's own line.
+async fn ls(
+    c: &Client<TokioRuntime, GrpcTransport>,
+    path: &str,
+    deleted: bool,
+) -> Result<(), String> {
+    let st = c.stat(path).await.map_err(|e| say(e, path))?;
+    let print = |entries: Vec<tessera_core::pb::FileInfo>| {
+        let mut out = std::io::stdout().lock();
+        for e in entries {
+            let kind = if e.is_dir { "d" } else { "-" };
+            let _ = writeln!(
+                out,
+                "{kind} {:>3} {:>14} {:>6} {}",
+                e.replication, e.length, e.chunk_count, e.path
+            );
+        }
+    };
+    if st.is_dir {
+        // Each page printed as it arrives.
+        c.list_pages(path, deleted, print)
+            .await
+            .map_err(|e| say(e, path))?;
+    } else {
+        print(vec![st]);
+    }
+    Ok(())
+}
+
+/// Says on stderr that a shadow master answered a read of the command (the leader did
+/// not): what it showed may lag the leader's state, by as much as it says.
 fn note_shadow(c: &Client<TokioRuntime, GrpcTransport>) {
     if let Some(s) = c.last_shadow_answer() {
         let lag = if s.lag_ms == u64::MAX {
@@ -474,28 +503,9 @@ async fn run(cmd: Cmd) -> Result<(), String> {
         } => tessera::dev::run(dir, chunkservers, masters, port, &knobs).await,
         Cmd::Ls { path, deleted, m } => {
             let c = client(&m);
-            let st = c.stat(&path).await.map_err(|e| say(e, &path))?;
-            let print = |entries: Vec<tessera_core::pb::FileInfo>| {
-                let mut out = std::io::stdout().lock();
-                for e in entries {
-                    let kind = if e.is_dir { "d" } else { "-" };
-                    let _ = writeln!(
-                        out,
-                        "{kind} {:>3} {:>14} {:>6} {}",
-                        e.replication, e.length, e.chunk_count, e.path
-                    );
-                }
-            };
-            if st.is_dir {
-                // Each page printed as it arrives.
-                c.list_pages(&path, deleted, print)
-                    .await
-                    .map_err(|e| say(e, &path))?;
-            } else {
-                print(vec![st]);
-            }
+            let done = ls(&c, &path, deleted).await;
             note_shadow(&c);
-            Ok(())
+            done
         }
         Cmd::Mkdir { path, parents, m } => client(&m)
             .mkdir(&path, parents)
@@ -511,8 +521,9 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             .map_err(|e| say(e, &src)),
         Cmd::Stat { path, m } => {
             let c = client(&m);
-            let s = c.stat(&path).await.map_err(|e| say(e, &path))?;
+            let s = c.stat(&path).await.map_err(|e| say(e, &path));
             note_shadow(&c);
+            let s = s?;
             println!(
                 "path: {}\ntype: {}\nlength: {}\nreplication: {}\nchunks: {}\nmodified_ms: {}",
                 s.path,
@@ -559,9 +570,9 @@ async fn run(cmd: Cmd) -> Result<(), String> {
         }
         Cmd::Get { path, local, m } => {
             let c = client(&m);
-            copy_out(&c, &path, &local).await?;
+            let done = copy_out(&c, &path, &local).await;
             note_shadow(&c);
-            Ok(())
+            done
         }
         Cmd::Trace { .. } | Cmd::Replay { .. } => unreachable!("handled before the runtime"),
         Cmd::Bench {
@@ -578,8 +589,9 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             m,
         } => {
             let c = client(&m);
-            let r = c.report().await.map_err(|e| say(e, "report"))?;
+            let r = c.report().await.map_err(|e| say(e, "report"));
             note_shadow(&c);
+            let r = r?;
             print!("{}", tessera::admin::report_text(&r));
             Ok(())
         }
@@ -618,9 +630,9 @@ async fn run(cmd: Cmd) -> Result<(), String> {
         }
         Cmd::Cat { path, m } => {
             let c = client(&m);
-            copy_out(&c, &path, "-").await?;
+            let done = copy_out(&c, &path, "-").await;
             note_shadow(&c);
-            Ok(())
+            done
         }
     }
 }

@@ -1511,7 +1511,14 @@ async fn verify_ns(client: &C, run: &mut ClientRun, checks: &Shared, start: mads
     let verdict = {
         let mut c = checks.lock().expect("checks");
         let verdict = c.namespace.check();
-        c.ns_ops_checked = c.namespace.definite() as u64;
+        // A search that gave up checked nothing (the run then says so, and fails as
+        // one that did not exercise its subject).
+        if verdict == Ok(true) {
+            c.ns_ops_checked = c.namespace.definite() as u64;
+        } else {
+            c.ns_ops_checked = 0;
+            c.shadow_reads = 0;
+        }
         verdict
     };
     match verdict {

@@ -89,7 +89,19 @@ pub async fn load<M: MetaStore>(
             group.id
         )));
     }
-    LogStore::load(values).map_err(DriverError::Recovery)
+    let log = LogStore::load(values).map_err(DriverError::Recovery)?;
+    let named: Vec<u64> = group.members.keys().copied().collect();
+    if log.voters() != named {
+        return Err(DriverError::Recovery(format!(
+            "replica {}'s store holds a group of replicas {:?}, but --peers names {:?}: \
+             give every replica the list the group was formed with (a group's members do \
+             not yet change)",
+            group.id,
+            log.voters(),
+            named
+        )));
+    }
+    Ok(log)
 }
 
 /// Runs the replica until its store fails or its transport stops serving it.
@@ -150,7 +162,11 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                     next_request += 1;
                     replies.insert(id, inc.reply);
                     match pb::MasterRequest::decode(PartsReader::from(inc.body)) {
-                        Ok(req) => Input::Request { id, req },
+                        Ok(req) => Input::Request {
+                            id,
+                            req,
+                            arrived: inc.arrived,
+                        },
                         Err(e) => Input::Malformed {
                             id,
                             error: e.to_string(),
@@ -322,6 +338,12 @@ mod tests {
             let e = load(&mut store, &g, true).await.unwrap_err();
             assert!(e.to_string().contains("already holds group state"), "{e}");
             load(&mut store, &g, false).await.unwrap();
+            let five = GroupConfig::new(1, (1..=5).map(|i| (i, format!("m{i}"))).collect());
+            let e = load(&mut store, &five, false).await.unwrap_err();
+            assert!(
+                e.to_string().contains("--peers names [1, 2, 3, 4, 5]"),
+                "{e}"
+            );
             let e = crate::driver::master::load(&mut store)
                 .await
                 .err()

@@ -16,6 +16,10 @@ use crate::types::{ChunkHandle, HashMap, Time, Version};
 /// A report older than this many liveness timeouts is forgotten.
 const FORGET_AFTER: u32 = 10;
 
+/// Servers reported at most: reports from more addresses are refused (a flood of
+/// forged ones must not grow a replica without bound).
+const MAX_SERVERS: usize = 10_000;
+
 #[derive(Debug, Default)]
 pub struct Locations {
     servers: BTreeMap<String, Report>,
@@ -32,8 +36,10 @@ struct Report {
 }
 
 impl Locations {
-    /// Takes in a heartbeat (a copy or not). A report of another cluster's server, or
-    /// without an address, is refused (returns false).
+    /// Takes in a heartbeat (a copy or not). Refused (returns false): a report without
+    /// an address, of another cluster's server, of no cluster once this one has its id,
+    /// of an address another server holds (heard from within `timeout`), or of one
+    /// address too many.
     pub fn record(
         &mut self,
         now: Time,
@@ -41,11 +47,16 @@ impl Locations {
         cluster_id: u64,
         timeout: Duration,
     ) -> bool {
-        if r.address.is_empty() || (r.cluster_id != 0 && r.cluster_id != cluster_id) {
+        if r.address.is_empty() || r.cluster_id != cluster_id {
             return false;
         }
         self.servers
             .retain(|_, s| now < s.at + timeout * FORGET_AFTER);
+        match self.servers.get(&r.address) {
+            Some(s) if s.id != r.server_id && now < s.at + timeout => return false,
+            None if self.servers.len() >= MAX_SERVERS => return false,
+            _ => {}
+        }
         self.servers.insert(
             r.address.clone(),
             Report {
@@ -72,23 +83,13 @@ impl Locations {
         h: ChunkHandle,
         c: &Chunk,
     ) -> Vec<String> {
-        let ceiling = meta
-            .reserved
-            .get(&h)
-            .map_or(c.version, |&r| r.max(c.version));
         let held: Vec<(&String, Version)> = self
             .servers
             .iter()
             .filter(|(_, s)| now < s.at + timeout)
             .filter_map(|(a, s)| s.chunks.get(&h).map(|&v| (a, v)))
-            .filter(|&(_, v)| v >= c.version && v <= ceiling)
-            .filter(|&(a, v)| meta.retired.get(&(h, a.clone())) != Some(&v))
             .collect();
-        let newest = held.iter().map(|&(_, v)| v).max().unwrap_or(0);
-        held.into_iter()
-            .filter(|&(_, v)| v == newest)
-            .map(|(a, _)| a.clone())
-            .collect()
+        newest(meta, h, c, &held)
     }
 
     /// The cluster as this replica knows it: the namespace's counts and the servers'
@@ -100,6 +101,14 @@ impl Locations {
         meta: &Meta,
         chunk_size: u64,
     ) -> pb::ClusterReport {
+        // Each chunk's reported copies, gathered once (not a pass over every server per
+        // chunk): (server, version).
+        let mut copies: HashMap<ChunkHandle, Vec<(&String, Version)>> = HashMap::default();
+        for (a, s) in self.servers.iter().filter(|(_, s)| now < s.at + timeout) {
+            for (&h, &v) in &s.chunks {
+                copies.entry(h).or_default().push((a, v));
+            }
+        }
         let mut r = pb::ClusterReport {
             files: meta.ns.file_count(),
             chunks: meta.chunks.len() as u64,
@@ -113,7 +122,7 @@ impl Locations {
             if c.version == 0 {
                 continue;
             }
-            let live = self.replicas(now, timeout, meta, h, c).len();
+            let live = newest(meta, h, c, copies.get(&h).map_or(&[][..], |v| &v[..])).len();
             if live == 0 {
                 r.missing += 1;
                 missing.push(h);
@@ -146,6 +155,26 @@ impl Locations {
     }
 }
 
+/// Of the copies `held` of chunk `h`, the servers that hold its newest the log allows
+/// (see `Locations::replicas`).
+fn newest(meta: &Meta, h: ChunkHandle, c: &Chunk, held: &[(&String, Version)]) -> Vec<String> {
+    let ceiling = meta
+        .reserved
+        .get(&h)
+        .map_or(c.version, |&r| r.max(c.version));
+    let ok: Vec<(&String, Version)> = held
+        .iter()
+        .copied()
+        .filter(|&(_, v)| v >= c.version && v <= ceiling)
+        .filter(|&(a, v)| meta.retired.get(&(h, a.clone())) != Some(&v))
+        .collect();
+    let top = ok.iter().map(|&(_, v)| v).max().unwrap_or(0);
+    ok.into_iter()
+        .filter(|&(_, v)| v == top)
+        .map(|(a, _)| a.clone())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,6 +198,8 @@ mod tests {
                     length: 0,
                 })
                 .collect(),
+            cluster_id: 9,
+            server_id: addr.len() as u64,
             ..Default::default()
         }
     }
@@ -217,6 +248,14 @@ mod tests {
         let mut other = heartbeat("x", &[(1, 2)]);
         other.cluster_id = 8;
         assert!(!l.record(t, &other, 9, timeout), "another cluster's server");
+        other.cluster_id = 0;
+        assert!(!l.record(t, &other, 9, timeout), "a server of no cluster");
+        let mut usurper = heartbeat("a", &[(1, 3)]);
+        usurper.server_id = 77;
+        assert!(
+            !l.record(t, &usurper, 9, timeout),
+            "an address another server holds"
+        );
         let c = meta.chunks.get(1).unwrap().clone();
         assert_eq!(l.replicas(t, timeout, &meta, 1, &c), ["a", "b"]);
         // A copy at the reserved version was granted after this state: it is the

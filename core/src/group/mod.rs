@@ -86,10 +86,12 @@ impl GroupConfig {
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum Input {
-    /// A request from a client, a chunkserver or another replica.
+    /// A request from a client, a chunkserver or another replica, and when it arrived
+    /// (it may have waited behind a slow sync since).
     Request {
         id: RequestId,
         req: pb::MasterRequest,
+        arrived: Time,
     },
     CallResult {
         id: CallId,
@@ -335,9 +337,9 @@ impl Replica {
         self.now = self.now.max(now);
         self.stopped = None;
         match input {
-            Input::Request { id, req } => match req.req {
+            Input::Request { id, req, arrived } => match req.req {
                 Some(Req::Raft(m)) => {
-                    self.on_peer(m);
+                    self.on_peer(m, arrived);
                     self.out
                         .replies
                         .push((id, master::ok(Resp::Empty(pb::Empty {}))));
@@ -549,7 +551,7 @@ impl Replica {
     }
 
     /// A message from another replica, checked before raft-rs takes it.
-    fn on_peer(&mut self, m: pb::RaftMessage) {
+    fn on_peer(&mut self, m: pb::RaftMessage, arrived: Time) {
         let leader_commit = m.leader_commit;
         let m = match wire::message_from_pb(m) {
             Ok(m) => m,
@@ -589,7 +591,8 @@ impl Replica {
         }
         let raft = &self.node.raft;
         if from_leader && from == raft.leader_id && term == raft.term && leader_commit > 0 {
-            self.heard = Some((self.now, leader_commit));
+            // As of when it arrived, not when it was taken: it may have waited.
+            self.heard = Some((arrived.min(self.now), leader_commit));
         }
     }
 
@@ -774,10 +777,12 @@ impl Replica {
                 m.msg_type,
                 rp::MessageType::MsgAppend | rp::MessageType::MsgHeartbeat
             ) && self.node.raft.commit_to_current_term()
+                && self.now < self.authority_until()
             {
                 // Only once it has committed an entry of its own term does a new leader
                 // know all that is committed: before, an earlier leader's entries it
-                // holds may be committed without its knowing.
+                // holds may be committed without its knowing. And only within its
+                // authority: past it, another leader may be committing more.
                 pm.leader_commit = self.node.raft.raft_log.committed;
             }
             self.out.send.push((

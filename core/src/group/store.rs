@@ -59,6 +59,13 @@ impl LogStore {
         }
     }
 
+    /// The voting members the store holds, in order.
+    pub fn voters(&self) -> Vec<u64> {
+        let mut v = self.conf.voters.clone();
+        v.sort_unstable();
+        v
+    }
+
     /// The writes that make the store hold `self` from scratch (a new group's first).
     pub fn format(&self) -> Vec<Write> {
         vec![

@@ -141,7 +141,15 @@ impl World {
             }
             let id = self.next_id;
             self.next_id += 1;
-            self.step(to, Input::Request { id, req: m });
+            let arrived = self.now;
+            self.step(
+                to,
+                Input::Request {
+                    id,
+                    req: m,
+                    arrived,
+                },
+            );
             self.replies.remove(&id);
         }
         for &i in &ids {
@@ -190,6 +198,7 @@ impl World {
     fn ask(&mut self, to: u64, req: MReq, token: u64) -> RequestId {
         let id = self.next_id;
         self.next_id += 1;
+        let arrived = self.now;
         self.step(
             to,
             Input::Request {
@@ -199,6 +208,7 @@ impl World {
                     req: Some(req),
                     ..Default::default()
                 },
+                arrived,
             },
         );
         id
@@ -545,6 +555,7 @@ fn acknowledged_records_survive_crashes_that_lose_unsynced_writes() {
 fn ask_stale(w: &mut World, to: u64, req: MReq) -> pb::MasterResponse {
     let id = w.next_id;
     w.next_id += 1;
+    let arrived = w.now;
     w.step(
         to,
         Input::Request {
@@ -554,6 +565,7 @@ fn ask_stale(w: &mut World, to: u64, req: MReq) -> pb::MasterResponse {
                 stale_ok: true,
                 ..Default::default()
             },
+            arrived,
         },
     );
     w.replies.get(&id).expect("answered at once").1.clone()

@@ -242,21 +242,41 @@ impl NsHistory {
         let mut deepest: (usize, Vec<u64>) = (0, vec![0; words]);
         let mut steps = 0;
         let placed = |done: &[u64], i: usize| done[i / 64] & (1 << (i % 64)) != 0;
-        while let Some((done, state, depth)) = stack.pop() {
+        let is_read = |op: NsOp| matches!(op, NsOp::Stat(_) | NsOp::StatIn(_) | NsOp::List);
+        while let Some((mut done, state, mut depth)) = stack.pop() {
             steps += 1;
             if steps > MAX_STEPS {
                 return Ok(false);
             }
+            // The earliest end of a definite operation not yet placed: whatever goes
+            // next began before it.
+            let frontier = |done: &[u64]| {
+                (0..ev.len())
+                    .filter(|&i| !placed(done, i) && ev[i].outcome != Outcome::Unknown)
+                    .map(|i| ev[i].end)
+                    .min()
+            };
+            // A read that may go now and fits the state goes at once: it changes
+            // nothing, and placed it only moves the frontier later, so no order that
+            // explains the history is lost (and stale reads, which may go almost
+            // anywhere, do not multiply the orders tried).
+            while let Some(f) = frontier(&done) {
+                let fits = (0..ev.len()).find(|&i| {
+                    !placed(&done, i)
+                        && ev[i].start <= f
+                        && is_read(ev[i].op)
+                        && step(state, ev[i].op, ev[i].outcome) == Some(state)
+                });
+                let Some(i) = fits else {
+                    break;
+                };
+                done[i / 64] |= 1 << (i % 64);
+                depth += 1;
+            }
             if depth > deepest.0 {
                 deepest = (depth, done.clone());
             }
-            // The earliest end of a definite operation not yet placed: whatever goes
-            // next began before it.
-            let frontier = (0..ev.len())
-                .filter(|&i| !placed(&done, i) && ev[i].outcome != Outcome::Unknown)
-                .map(|i| ev[i].end)
-                .min();
-            let Some(frontier) = frontier else {
+            let Some(frontier) = frontier(&done) else {
                 return Ok(true);
             };
             for i in 0..ev.len() {

@@ -30,7 +30,7 @@ pub fn replica_step(
     {
         use tessera_core::group::Input as G;
         match input {
-            G::Request { id, req } => {
+            G::Request { id, req, .. } => {
                 tr.add_u64(*id);
                 tr.add(&req.encode_to_vec());
             }
