@@ -421,6 +421,19 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         }
     }
 
+    /// Adds or removes one master group replica (`tessera admin masters add|remove`).
+    /// The leader answers once the change is committed, with its status; asked again
+    /// after a lost answer, a change made already is answered as done.
+    pub async fn change_members(
+        &self,
+        req: pb::ChangeMembersRequest,
+    ) -> Result<pb::ReplicaStatus, FsError> {
+        match self.master(Req::ChangeMembers(req)).await? {
+            Resp::ReplicaStatus(s) => Ok(s),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// The cluster report: servers, space, chunk health (`tessera admin report`).
     pub async fn report(&self) -> Result<pb::ClusterReport, FsError> {
         match self.master(Req::Report(pb::ReportRequest {})).await? {

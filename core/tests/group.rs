@@ -46,6 +46,7 @@ fn start_replica(
         tick: Duration::from_millis(500),
         call_timeout: Duration::from_secs(2),
         bootstrap,
+        join: false,
     };
     let (handle, reg) = AbortHandle::new_pair();
     let fut = group::run(rt.clone(), net.clone(), store.clone(), opts, Quiet);

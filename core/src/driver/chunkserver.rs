@@ -32,7 +32,8 @@ pub struct ChunkserverOptions {
 
 enum Event {
     Request(Incoming),
-    CallResult(u64, Result<Reply, RpcError>),
+    // Boxed: a master's reply is far larger than the other events.
+    CallResult(u64, Box<Result<Reply, RpcError>>),
     Tick,
 }
 
@@ -228,7 +229,10 @@ pub async fn run<R: Runtime, T: Transport, S: ChunkStore + Clone, O: Observer>(
                     },
                 }
             }
-            Some(Step::Event(Event::CallResult(id, result))) => Input::CallResult { id, result },
+            Some(Step::Event(Event::CallResult(id, result))) => Input::CallResult {
+                id,
+                result: *result,
+            },
             Some(Step::Event(Event::Tick)) => {
                 let free = store.available_bytes();
                 if free != disk_free {
@@ -330,6 +334,6 @@ fn spawn_call<R: Runtime, T: Transport>(
                         .map_err(|e| RpcError::Decode(e.to_string()))
                 }),
         };
-        let _ = tx.unbounded_send(Event::CallResult(call.id, result));
+        let _ = tx.unbounded_send(Event::CallResult(call.id, Box::new(result)));
     });
 }

@@ -39,6 +39,11 @@ pub struct GroupOptions {
     /// a replica whose data was lost must not come back under its old id with an empty
     /// log (it may have voted, or acknowledged entries, that it no longer remembers).
     pub bootstrap: bool,
+    /// Join a running group: this replica's store must be empty, and is formatted with
+    /// no members. The replica takes the group's log from its leader once an admin has
+    /// added it (`tessera admin masters add`), and votes only once the leader has made
+    /// it a voter.
+    pub join: bool,
 }
 
 enum Event {
@@ -48,12 +53,18 @@ enum Event {
 }
 
 /// Reads the replica's store: its log, or, with `bootstrap` and an empty store, a new
-/// group's.
+/// group's, or, with `join`, a joining replica's.
 pub async fn load<M: MetaStore>(
     store: &mut M,
     group: &GroupConfig,
     bootstrap: bool,
+    join: bool,
 ) -> Result<LogStore, DriverError> {
+    if bootstrap && join {
+        return Err(DriverError::Recovery(
+            "--bootstrap forms a new group and --join joins a running one: give one".into(),
+        ));
+    }
     let single = !store.scan(super::master::LOG_PREFIX).await?.is_empty()
         || !store.scan(super::master::CHECKPOINT_KEY).await?.is_empty();
     if single {
@@ -66,36 +77,62 @@ pub async fn load<M: MetaStore>(
     }
     let values = store.scan(group::store::PREFIX).await?;
     if values.is_empty() {
+        if join {
+            let joining = LogStore::joining();
+            store.write(joining.format()).await?;
+            store.sync().await?;
+            tracing::info!(
+                id = group.id,
+                "master replica formatted its store to join a group"
+            );
+            return Ok(joining);
+        }
         if !bootstrap {
             return Err(DriverError::Recovery(format!(
                 "replica {}'s data directory holds no group state: give --bootstrap on \
-                 every replica's first start to form a new group. A replica whose data \
-                 was lost must not rejoin under its old id (it may have voted or \
-                 acknowledged entries it no longer holds): restore its data directory \
-                 from a copy",
+                 every replica's first start to form a new group, or --join to join a \
+                 running group under a new id. A replica whose data was lost must not \
+                 rejoin under its old id (it may have voted or acknowledged entries it \
+                 no longer holds): restore its data directory from a copy, or remove it \
+                 from the group and add a new replica",
                 group.id
             )));
         }
-        let fresh = LogStore::fresh(group.members.keys().copied().collect());
+        let fresh = LogStore::fresh(group.members.clone());
         store.write(fresh.format()).await?;
         store.sync().await?;
         tracing::info!(id = group.id, members = ?group.members, "master replica formatted its store");
         return Ok(fresh);
     }
-    if bootstrap {
+    if bootstrap || join {
         return Err(DriverError::Recovery(format!(
-            "replica {} already holds group state: --bootstrap forms a new group and is \
-             only for a replica's first start; start it without --bootstrap",
+            "replica {} already holds group state: --bootstrap and --join are only for a \
+             replica's first start; start it without them",
             group.id
         )));
     }
     let log = LogStore::load(values).map_err(DriverError::Recovery)?;
     let named: Vec<u64> = group.members.keys().copied().collect();
+    if !log.members().addresses.is_empty() {
+        // The log says who the members are now; --peers may be the list the group was
+        // formed with, or one from before a change.
+        if log.members().addresses.keys().copied().collect::<Vec<_>>() != named {
+            tracing::info!(
+                id = group.id,
+                members = ?log.members().addresses,
+                "the group's members, as its log holds them, differ from --peers; the log's are used"
+            );
+        }
+        return Ok(log);
+    }
+    if log.voters().is_empty() {
+        // Joined, and not yet reached by the group.
+        return Ok(log);
+    }
     if log.voters() != named {
         return Err(DriverError::Recovery(format!(
             "replica {}'s store holds a group of replicas {:?}, but --peers names {:?}: \
-             give every replica the list the group was formed with (a group's members do \
-             not yet change)",
+             give every replica the list the group was formed with",
             group.id,
             log.voters(),
             named
@@ -114,7 +151,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
 ) -> Result<(), DriverError> {
     let mut opts = opts;
     opts.master.call_timeout = opts.master.call_timeout.max(opts.call_timeout);
-    let log = load(&mut store, &opts.group, opts.bootstrap).await?;
+    let log = load(&mut store, &opts.group, opts.bootstrap, opts.join).await?;
     let listen = opts.group.members[&opts.group.id].clone();
     let mut replica = Replica::start(opts.group.clone(), opts.master.clone(), rt.now(), log)
         .map_err(DriverError::Recovery)?;
@@ -332,18 +369,46 @@ mod tests {
         rt.block_on(async move {
             let g = GroupConfig::new(1, (1..=3).map(|i| (i, format!("m{i}"))).collect());
             let mut store = MemMetaStore::default();
-            let e = load(&mut store, &g, false).await.unwrap_err();
+            let e = load(&mut store, &g, false, false).await.unwrap_err();
             assert!(e.to_string().contains("--bootstrap"), "{e}");
-            load(&mut store, &g, true).await.unwrap();
-            let e = load(&mut store, &g, true).await.unwrap_err();
-            assert!(e.to_string().contains("already holds group state"), "{e}");
-            load(&mut store, &g, false).await.unwrap();
+            let e = load(&mut store, &g, true, true).await.unwrap_err();
+            assert!(e.to_string().contains("give one"), "{e}");
+            load(&mut store, &g, true, false).await.unwrap();
+            for (bootstrap, join) in [(true, false), (false, true)] {
+                let e = load(&mut store, &g, bootstrap, join).await.unwrap_err();
+                assert!(e.to_string().contains("already holds group state"), "{e}");
+            }
+            let log = load(&mut store, &g, false, false).await.unwrap();
+            assert_eq!(log.members().addresses, g.members);
+            // The store's members win over --peers (they change with the log).
             let five = GroupConfig::new(1, (1..=5).map(|i| (i, format!("m{i}"))).collect());
-            let e = load(&mut store, &five, false).await.unwrap_err();
+            let log = load(&mut store, &five, false, false).await.unwrap();
+            assert_eq!(log.voters(), vec![1, 2, 3]);
+            // A store from before the members' addresses were kept must match --peers.
+            let mut old = MemMetaStore::default();
+            let mut conf = crate::group::wire::conf_to_pb(&raft::eraftpb::ConfState::from((
+                vec![1, 2, 3],
+                vec![],
+            )));
+            conf.addresses.clear();
+            old.write(vec![(
+                crate::group::store::CONF_KEY.to_vec(),
+                Some(crate::driver::master::seal(&conf)),
+            )])
+            .await
+            .unwrap();
+            let e = load(&mut old, &five, false, false).await.unwrap_err();
             assert!(
                 e.to_string().contains("--peers names [1, 2, 3, 4, 5]"),
                 "{e}"
             );
+            load(&mut old, &g, false, false).await.unwrap();
+            // A joining replica formats a store with no members, once.
+            let mut joining = MemMetaStore::default();
+            let log = load(&mut joining, &g, false, true).await.unwrap();
+            assert!(log.voters().is_empty());
+            let log = load(&mut joining, &g, false, false).await.unwrap();
+            assert!(log.voters().is_empty() && log.members().addresses.is_empty());
             let e = crate::driver::master::load(&mut store)
                 .await
                 .err()
@@ -366,7 +431,9 @@ mod tests {
             assert!(!batch.is_empty(), "a new master logs its cluster id");
             single.write(batch).await.unwrap();
             for bootstrap in [false, true] {
-                let e = load(&mut single, &g, bootstrap).await.unwrap_err();
+                let e = load(&mut single, &g, bootstrap, !bootstrap)
+                    .await
+                    .unwrap_err();
                 assert!(e.to_string().contains("single master's log"), "{e}");
             }
         });

@@ -16,9 +16,12 @@
 //!   mutation whose record did commit is answered, not done twice (`retries.rs`).
 //! - Snapshots are checkpoints of the shadow state, taken on every replica; the log
 //!   behind them is dropped.
+//! - Members join and leave one at a time, through the log (`members.rs`): a new
+//!   replica joins as a learner, and the leader makes it a voter once it holds the log.
 
 pub mod lease;
 pub mod locations;
+pub mod members;
 pub mod shadow;
 pub mod store;
 pub mod wire;
@@ -40,13 +43,17 @@ use crate::pb::{self, master_request::Req, master_response::Resp};
 use crate::rng::Rng;
 use crate::types::{LogSeq, Time};
 
+pub use members::{Change, Members};
 pub use store::{LogStore, Write};
 
 #[derive(Clone, Debug)]
 pub struct GroupConfig {
     /// This replica's id in the group (1 and up).
     pub id: u64,
-    /// Every voting replica's id and address, this one's included.
+    /// Every member's id and address, this one's included: the replica's address book.
+    /// Given, it is the group a replica forms (or, for one that joins, where the group
+    /// is); once the store knows the members from the log, the store's are used, and
+    /// they change with the membership.
     pub members: BTreeMap<u64, String>,
     /// One consensus tick (`Input::RaftTick` comes this often).
     pub tick: Duration,
@@ -151,6 +158,9 @@ pub struct Status {
     pub seq: LogSeq,
     /// Leading, caught up, and running its master.
     pub serving: bool,
+    /// The voters and learners this replica has applied.
+    pub voters: Vec<u64>,
+    pub learners: Vec<u64>,
 }
 
 pub struct Replica {
@@ -197,6 +207,16 @@ pub struct Replica {
     stopped: Option<(u64, Master)>,
     /// Chunk locations from the chunkservers' heartbeats (every replica gets a copy).
     locations: locations::Locations,
+    /// Membership changes proposed for an admin's request, by their entry's index: the
+    /// request is answered once the entry is applied.
+    conf_asked: BTreeMap<u64, RequestId>,
+    /// Take a snapshot at the next applied entry whatever the count (a learner was added:
+    /// it must start from a snapshot, which names the members, not from the log's first
+    /// entry, which comes after the group's first members were set).
+    compact_now: bool,
+    /// When a message from each other replica last arrived (for the leader: which
+    /// followers answer).
+    last_heard: BTreeMap<u64, Time>,
     /// When a message from the leader of the current term last arrived, and what that
     /// leader had committed when it sent it.
     heard: Option<(Time, u64)>,
@@ -215,9 +235,34 @@ impl Replica {
         now: Time,
         store: LogStore,
     ) -> Result<Replica, String> {
-        if !cfg.members.contains_key(&cfg.id) {
+        let mut cfg = cfg;
+        let mut store = store;
+        let Some(own) = cfg.members.get(&cfg.id).cloned() else {
             return Err(format!("replica {} is not among the members", cfg.id));
+        };
+        if let Some(known) = store.members().addresses.get(&cfg.id)
+            && *known != own
+        {
+            return Err(format!(
+                "replica {} is at {known} in the group's log, not at {own}",
+                cfg.id
+            ));
         }
+        if store.members().addresses.is_empty() && !store.conf().voters.is_empty() {
+            // A store from before membership could change: its voters' addresses are
+            // the ones given (the driver checked they name the same replicas).
+            let given = store
+                .conf()
+                .voters
+                .iter()
+                .filter_map(|id| Some((*id, cfg.members.get(id)?.clone())))
+                .collect();
+            store.adopt(Members::of(given));
+        }
+        if !store.members().addresses.is_empty() {
+            cfg.members = store.members().addresses.clone();
+        }
+        cfg.members.insert(cfg.id, own);
         if cfg.election_ticks < 2 || cfg.heartbeat_ticks == 0 {
             return Err("the election timeout must be at least two ticks".into());
         }
@@ -263,6 +308,9 @@ impl Replica {
             snapshots_out: BTreeMap::new(),
             stopped: None,
             locations: locations::Locations::default(),
+            conf_asked: BTreeMap::new(),
+            compact_now: false,
+            last_heard: BTreeMap::new(),
             heard: None,
             current_at: None,
             now,
@@ -279,12 +327,21 @@ impl Replica {
 
     pub fn status(&self) -> Status {
         let raft = &self.node.raft;
+        let mut conf = raft.prs().conf().to_conf_state();
+        conf.voters.sort_unstable();
+        conf.learners.sort_unstable();
+        let me = self.cfg.id;
         Status {
-            id: self.cfg.id,
+            id: me,
             role: match raft.state {
                 StateRole::Leader => "leader",
                 StateRole::Candidate | StateRole::PreCandidate => "candidate",
-                StateRole::Follower => "shadow",
+                StateRole::Follower if conf.voters.contains(&me) => "shadow",
+                StateRole::Follower if conf.learners.contains(&me) => "learner",
+                StateRole::Follower if self.node.store().members().retired.contains(&me) => {
+                    "removed"
+                }
+                StateRole::Follower => "joining",
             },
             term: raft.term,
             leader: raft.leader_id,
@@ -293,6 +350,28 @@ impl Replica {
             last_index: raft.raft_log.last_index(),
             seq: self.shadow.seq,
             serving: self.master.is_some(),
+            voters: conf.voters,
+            learners: conf.learners,
+        }
+    }
+
+    /// What `tessera admin masters` is told.
+    fn status_pb(&self) -> pb::ReplicaStatus {
+        let s = self.status();
+        pb::ReplicaStatus {
+            id: s.id,
+            role: s.role.into(),
+            term: s.term,
+            leader: s.leader,
+            commit: s.commit,
+            applied: s.applied,
+            last_index: s.last_index,
+            seq: s.seq,
+            serving: s.serving,
+            members: self.cfg.members.clone().into_iter().collect(),
+            lag_ms: self.lag_ms(),
+            voters: s.voters,
+            learners: s.learners,
         }
     }
 
@@ -345,24 +424,12 @@ impl Replica {
                         .push((id, master::ok(Resp::Empty(pb::Empty {}))));
                 }
                 Some(Req::ReplicaStatus(_)) => {
-                    let s = self.status();
-                    let status = pb::ReplicaStatus {
-                        id: s.id,
-                        role: s.role.into(),
-                        term: s.term,
-                        leader: s.leader,
-                        commit: s.commit,
-                        applied: s.applied,
-                        last_index: s.last_index,
-                        seq: s.seq,
-                        serving: s.serving,
-                        members: self.cfg.members.clone().into_iter().collect(),
-                        lag_ms: self.lag_ms(),
-                    };
+                    let status = self.status_pb();
                     self.out
                         .replies
                         .push((id, master::ok(Resp::ReplicaStatus(status))));
                 }
+                Some(Req::ChangeMembers(c)) => self.on_change_members(id, c),
                 Some(Req::Heartbeat(ref hb)) if hb.copy => {
                     // For this replica's chunk locations only: the leader's master hears
                     // the server's own heartbeat, and answers it.
@@ -397,6 +464,7 @@ impl Replica {
                 }
                 self.ticks += 1;
                 self.retry_snapshots();
+                self.promote_learners();
                 if self.node.raft.state == StateRole::Leader
                     && self.ticks.is_multiple_of(self.cfg.heartbeat_ticks as u64)
                 {
@@ -572,7 +640,18 @@ impl Replica {
             tracing::warn!(from = m.from, error = %e, "refused a replica message");
             return;
         }
+        self.last_heard.insert(m.from, arrived.min(self.now));
         use rp::MessageType::*;
+        if m.msg_type == MsgAppend
+            && !m.entries.is_empty()
+            && self.node.store().conf().voters.is_empty()
+        {
+            // A replica that joins knows no members until a snapshot names them: the
+            // log's entries change a membership it would not know (the leader sends the
+            // snapshot, having compacted its log when it added this replica).
+            tracing::debug!(from = m.from, "a joining replica waits for a snapshot");
+            return;
+        }
         if matches!(m.msg_type, MsgRequestVote | MsgRequestPreVote) && !m.context.is_empty() {
             // A leader transfer's forced campaign, which skips the refusal that keeps a
             // leader's authority (`lease.rs`); Tessera never transfers leadership.
@@ -606,9 +685,14 @@ impl Replica {
                     pb::RaftRecords::decode(e.data.clone())
                         .map_err(|err| format!("entry {} does not decode: {err}", e.index))?;
                 }
-                _ => {
+                rp::EntryType::EntryConfChange => {
+                    Change::decode(&e.data).map_err(|err| format!("entry {}: {err}", e.index))?;
+                }
+                rp::EntryType::EntryConfChangeV2 => {
+                    // Tessera changes one member at a time, never through a joint
+                    // configuration.
                     return Err(format!(
-                        "entry {} changes the membership, which this version cannot apply",
+                        "entry {} is a joint membership change, which Tessera never makes",
                         e.index
                     ));
                 }
@@ -617,17 +701,8 @@ impl Replica {
         if let Some(s) = m.snapshot.as_ref()
             && m.msg_type == rp::MessageType::MsgSnapshot
         {
-            let voters: Vec<u64> = self.cfg.members.keys().copied().collect();
-            let cs = s.get_metadata().get_conf_state();
-            let mut got = cs.voters.clone();
-            got.sort_unstable();
-            if got != voters
-                || !cs.learners.is_empty()
-                || !cs.voters_outgoing.is_empty()
-                || !cs.learners_next.is_empty()
-            {
-                return Err(format!("snapshot names other members: {cs:?}"));
-            }
+            store::members_of(s)
+                .map_err(|e| format!("snapshot {}: {e}", s.get_metadata().index))?;
             shadow::Shadow::from_snapshot(s, &self.mcfg)
                 .map_err(|e| format!("snapshot {}: {e}", s.get_metadata().index))?;
         }
@@ -809,8 +884,13 @@ impl Replica {
                 let snap = rd.snapshot().clone();
                 self.shadow = shadow::Shadow::from_snapshot(&snap, &self.mcfg)
                     .expect("a snapshot is checked before raft-rs takes it");
+                let members = store::members_of(&snap)
+                    .expect("a snapshot is checked before raft-rs takes it");
                 self.last_snapshot_seq = self.shadow.seq;
-                self.node.mut_store().apply_snapshot(snap, &mut writes);
+                self.node
+                    .mut_store()
+                    .apply_snapshot(snap, members, &mut writes);
+                self.update_book();
             }
             let committed = rd.take_committed_entries();
             self.apply(committed, &mut writes);
@@ -872,9 +952,25 @@ impl Replica {
                     );
                     self.pass_to_master(master::Input::LogSynced { through });
                 }
+            } else if e.entry_type == rp::EntryType::EntryConfChange {
+                self.apply_change(&e, writes);
+                self.shadow.applied = e.index;
             } else {
                 self.shadow.applied = e.index;
             }
+        }
+        // A change asked for whose entry was not the change (a leader before lost it):
+        // the admin asks again.
+        let applied = self.shadow.applied;
+        let lost: Vec<u64> = self.conf_asked.range(..=applied).map(|(&i, _)| i).collect();
+        for i in lost {
+            let id = self.conf_asked.remove(&i).expect("listed");
+            self.out.replies.push((
+                id,
+                master::err(FsError::Unavailable(
+                    "the membership change was not committed; ask again".into(),
+                )),
+            ));
         }
         // A leader keeps the entries a follower it hears from still lacks, so a follower
         // a little behind catches up from the log, not from a whole snapshot.
@@ -891,11 +987,14 @@ impl Replica {
         } else {
             u64::MAX
         };
-        if self.shadow.seq - self.last_snapshot_seq >= self.cfg.snapshot_every
-            && self.shadow.applied > self.node.store().snapshot_index()
-            && floor >= self.shadow.applied
-        {
-            let cp = self.shadow.meta.checkpoint(self.shadow.seq);
+        let due = self.shadow.seq - self.last_snapshot_seq >= self.cfg.snapshot_every
+            && floor >= self.shadow.applied;
+        if (due || self.compact_now) && self.shadow.applied > self.node.store().snapshot_index() {
+            self.compact_now = false;
+            let mut cp = self.shadow.meta.checkpoint(self.shadow.seq);
+            let members = self.node.store().members();
+            cp.group_members = members.addresses.clone().into_iter().collect();
+            cp.group_retired = members.retired.iter().copied().collect();
             let applied = self.shadow.applied;
             self.node.mut_store().compact(applied, seal(&cp), writes);
             self.last_snapshot_seq = self.shadow.seq;
@@ -964,7 +1063,11 @@ impl Replica {
                 self.cfg.members.get(&l).cloned().unwrap_or_default()
             }
         };
-        for id in std::mem::take(&mut self.asked) {
+        let conf_asked = std::mem::take(&mut self.conf_asked).into_values();
+        for id in std::mem::take(&mut self.asked)
+            .into_iter()
+            .chain(conf_asked)
+        {
             self.out
                 .replies
                 .push((id, master::err(FsError::NotLeader(leader.clone()))));

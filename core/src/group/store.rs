@@ -1,7 +1,8 @@
 //! A replica's copy of the replicated log, as raft-rs reads it (`raft::Storage`), and how
 //! it lies in the replica's `MetaStore`.
 //!
-//! In the store: `group/hard` (term, vote, commit), `group/conf` (the voters),
+//! In the store: `group/hard` (term, vote, commit), `group/conf` (the voters and
+//! learners, with every member's address and the ids retired: `members.rs`),
 //! `group/snap` (the latest snapshot: a sealed checkpoint of the master's state as of a
 //! log index) and `group/log/<index, 8 bytes big-endian>` (the entries after it). Every
 //! value is sealed like the single master's log (`driver::master::seal`), so damage is
@@ -15,6 +16,7 @@ use bytes::Bytes;
 use raft::eraftpb as rp;
 use raft::{GetEntriesContext, RaftState, StorageError};
 
+use super::members::Members;
 use super::wire;
 use crate::driver::master::{seal, unseal};
 use crate::pb;
@@ -38,6 +40,9 @@ pub type Write = (Vec<u8>, Option<Bytes>);
 pub struct LogStore {
     hard: rp::HardState,
     conf: rp::ConfState,
+    /// Addresses of the members `conf` names, and the ids retired (empty in a store a
+    /// replica that is joining formatted, or one written before membership changed).
+    members: Members,
     snap: rp::Snapshot,
     /// The entries after the snapshot, consecutive.
     entries: Vec<rp::Entry>,
@@ -45,18 +50,60 @@ pub struct LogStore {
 
 impl LogStore {
     /// A new group's first state: no entries, the given voters.
-    pub fn fresh(voters: Vec<u64>) -> LogStore {
+    pub fn fresh(members: std::collections::BTreeMap<u64, String>) -> LogStore {
         let conf = rp::ConfState {
-            voters,
+            voters: members.keys().copied().collect(),
             ..Default::default()
         };
         let mut snap = rp::Snapshot::default();
         snap.mut_metadata().set_conf_state(conf.clone());
         LogStore {
             conf,
+            members: Members::of(members),
             snap,
             ..Default::default()
         }
+    }
+
+    /// A replica's that joins a running group: it knows no members until the group's
+    /// log (or a snapshot of it) reaches it, and is no voter until the leader makes it
+    /// one.
+    pub fn joining() -> LogStore {
+        LogStore::default()
+    }
+
+    /// The members' addresses and retired ids, as far as this store knows them.
+    pub fn members(&self) -> &Members {
+        &self.members
+    }
+
+    pub fn conf(&self) -> &rp::ConfState {
+        &self.conf
+    }
+
+    fn conf_record(&self) -> Bytes {
+        let mut c = wire::conf_to_pb(&self.conf);
+        c.addresses = self.members.addresses.clone().into_iter().collect();
+        c.retired = self.members.retired.iter().copied().collect();
+        seal(&c)
+    }
+
+    /// Takes the addresses of a store written before membership could change (its
+    /// conf has voters but no addresses); they are written with the next change.
+    pub fn adopt(&mut self, members: Members) {
+        assert!(
+            self.members.addresses.is_empty(),
+            "the store knows its members already"
+        );
+        self.members = members;
+    }
+
+    /// Takes a membership change raft-rs applied: its new voters and learners, and the
+    /// addresses and retired ids that go with them.
+    pub fn set_conf(&mut self, conf: rp::ConfState, members: Members, out: &mut Vec<Write>) {
+        self.conf = conf;
+        self.members = members;
+        out.push((CONF_KEY.to_vec(), Some(self.conf_record())));
     }
 
     /// The voting members the store holds, in order.
@@ -69,7 +116,7 @@ impl LogStore {
     /// The writes that make the store hold `self` from scratch (a new group's first).
     pub fn format(&self) -> Vec<Write> {
         vec![
-            (CONF_KEY.to_vec(), Some(seal(&wire::conf_to_pb(&self.conf)))),
+            (CONF_KEY.to_vec(), Some(self.conf_record())),
             (HARD_KEY.to_vec(), Some(seal(&wire::hard_to_pb(&self.hard)))),
         ]
     }
@@ -88,7 +135,12 @@ impl LogStore {
             if k == HARD_KEY {
                 s.hard = wire::hard_from_pb(unseal(&v).map_err(|e| damaged("hard state", e))?);
             } else if k == CONF_KEY {
-                s.conf = wire::conf_from_pb(unseal(&v).map_err(|e| damaged("voters", e))?);
+                let c: pb::RaftConfState = unseal(&v).map_err(|e| damaged("voters", e))?;
+                s.members = Members {
+                    addresses: c.addresses.clone().into_iter().collect(),
+                    retired: c.retired.iter().copied().collect(),
+                };
+                s.conf = wire::conf_from_pb(c);
                 have_conf = true;
             } else if k == SNAP_KEY {
                 s.snap = wire::snapshot_from_pb(unseal(&v).map_err(|e| damaged("snapshot", e))?);
@@ -188,16 +240,18 @@ impl LogStore {
         self.hard = hs;
     }
 
-    /// Takes a snapshot from the leader: the entries it covers (all, here) go.
-    pub fn apply_snapshot(&mut self, snap: rp::Snapshot, out: &mut Vec<Write>) {
+    /// Takes a snapshot from the leader, with the members it names: the entries it
+    /// covers (all, here) go.
+    pub fn apply_snapshot(&mut self, snap: rp::Snapshot, members: Members, out: &mut Vec<Write>) {
         // The snapshot first: a batch cut short (were a store's not atomic) then leaves
         // entries it covers, which loading drops, never a gap.
         let meta = snap.get_metadata();
         self.hard.term = self.hard.term.max(meta.term);
         self.hard.commit = self.hard.commit.max(meta.index);
         self.conf = meta.get_conf_state().clone();
+        self.members = members;
         out.push((SNAP_KEY.to_vec(), Some(seal(&wire::snapshot_to_pb(&snap)))));
-        out.push((CONF_KEY.to_vec(), Some(seal(&wire::conf_to_pb(&self.conf)))));
+        out.push((CONF_KEY.to_vec(), Some(self.conf_record())));
         out.push((HARD_KEY.to_vec(), Some(seal(&wire::hard_to_pb(&self.hard)))));
         for gone in self.entries.drain(..) {
             out.push((entry_key(gone.index), None));
@@ -298,6 +352,22 @@ pub fn checkpoint_of(snap: &rp::Snapshot) -> Result<Option<pb::Checkpoint>, Stri
     unseal(&snap.data).map(Some)
 }
 
+/// The members a snapshot's checkpoint names (`group_members`), checked to cover its
+/// configuration.
+pub fn members_of(snap: &rp::Snapshot) -> Result<Members, String> {
+    let cp = checkpoint_of(snap)?.ok_or("a snapshot with no checkpoint")?;
+    let m = Members {
+        addresses: cp.group_members.into_iter().collect(),
+        retired: cp.group_retired.into_iter().collect(),
+    };
+    let conf = snap.get_metadata().get_conf_state();
+    if conf.voters.is_empty() {
+        return Err("a snapshot of a group with no voters".into());
+    }
+    m.covers(conf)?;
+    Ok(m)
+}
+
 #[cfg(test)]
 #[allow(clippy::field_reassign_with_default)]
 mod tests {
@@ -327,7 +397,7 @@ mod tests {
     /// conflicting tail is replaced and after compaction.
     #[test]
     fn the_writes_rebuild_the_store() {
-        let mut s = LogStore::fresh(vec![1, 2, 3]);
+        let mut s = LogStore::fresh((1..=3).map(|i| (i, format!("m{i}"))).collect());
         let mut w = s.format();
         s.append(&[entry(1, 1), entry(2, 1), entry(3, 1)], &mut w);
         s.append(&[entry(3, 2), entry(4, 2)], &mut w);
@@ -337,6 +407,8 @@ mod tests {
         s.set_hard_state(hs, &mut w);
         let back = LogStore::load(as_values(w.clone())).unwrap();
         assert_eq!(back.entries, s.entries);
+        assert_eq!(back.members(), s.members());
+        assert_eq!(back.members().addresses[&2], "m2");
         assert_eq!(back.term(3).unwrap(), 2);
         assert_eq!(back.hard_state().commit, 3);
 

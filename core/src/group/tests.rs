@@ -37,11 +37,11 @@ struct World {
 }
 
 fn addr(id: u64) -> String {
-    format!("m{id}")
+    format!("m{id}:7070")
 }
 
 fn id_of(a: &str) -> u64 {
-    a[1..].parse().unwrap()
+    a[1..a.find(':').unwrap()].parse().unwrap()
 }
 
 impl World {
@@ -75,7 +75,7 @@ impl World {
             slow_sync: None,
         };
         for i in 1..=n {
-            let store = LogStore::fresh((1..=n).collect());
+            let store = LogStore::fresh((1..=n).map(|i| (i, addr(i))).collect());
             let disk = store
                 .format()
                 .into_iter()
@@ -260,6 +260,41 @@ impl World {
             "no answer for {req:?}: {st:#?} unsynced {:?}",
             self.unsynced.values().map(|q| q.len()).collect::<Vec<_>>()
         );
+    }
+
+    /// Starts replica `id` to join the group (`--join`): an empty store, and the
+    /// group's addresses given.
+    fn join(&mut self, id: u64) {
+        let disk = LogStore::joining()
+            .format()
+            .into_iter()
+            .map(|(k, v)| (k, v.unwrap()))
+            .collect();
+        self.disks.insert(id, disk);
+        self.gcfg.members.insert(id, addr(id));
+        self.start(id);
+    }
+
+    /// Runs until every live replica has applied `voters` as the group's voters.
+    fn until_voters(&mut self, voters: &[u64]) {
+        for _ in 0..100 {
+            if self
+                .replicas
+                .values()
+                .flatten()
+                .all(|r| r.status().voters == voters)
+            {
+                return;
+            }
+            self.run(100);
+        }
+        let st: Vec<_> = self
+            .replicas
+            .values()
+            .flatten()
+            .map(|r| r.status())
+            .collect();
+        panic!("the voters never became {voters:?}: {st:#?}");
     }
 
     fn has_dir(&self, id: u64, p: &str) -> bool {
@@ -685,4 +720,91 @@ fn shadows_answer_reads_from_their_committed_state_with_their_lag() {
 fn a_replica_that_never_heard_a_leader_says_so() {
     let w = World::new(3);
     assert_eq!(w.live(1).lag_ms(), u64::MAX);
+}
+
+fn add(id: u64, address: String) -> MReq {
+    MReq::ChangeMembers(pb::ChangeMembersRequest {
+        add: id,
+        address,
+        remove: 0,
+    })
+}
+
+fn remove(id: u64) -> MReq {
+    MReq::ChangeMembers(pb::ChangeMembersRequest {
+        add: 0,
+        address: String::new(),
+        remove: id,
+    })
+}
+
+/// A replica joins as a learner, takes the log, and becomes a voter once it holds it;
+/// then a member leaves, the leader crashes, and the group goes on with what it
+/// acknowledged. Every replica restarts on the membership its store holds, and a
+/// member that left never joins again.
+#[test]
+fn a_replica_joins_a_member_leaves_and_the_group_goes_on() {
+    let mut w = World::new(3);
+    w.run(4000);
+    assert_eq!(w.call(mkdir("/a"), 1), Ok(()));
+    w.join(4);
+    w.run(1000);
+    assert_eq!(w.live(4).status().role, "joining");
+    assert!(!w.has_dir(4, "/a"), "a replica not yet added took the log");
+
+    assert_eq!(w.call(add(4, addr(4)), 0), Ok(()));
+    w.until_voters(&[1, 2, 3, 4]);
+    assert!(w.has_dir(4, "/a"));
+    assert_eq!(w.live(4).status().role, "shadow");
+    // Asked again (an answer lost), the change is done already.
+    assert_eq!(w.call(add(4, addr(4)), 0), Ok(()));
+    let e = w.call(add(5, addr(4)), 0).unwrap_err();
+    assert!(e.to_string().contains("already has address"), "{e}");
+
+    let l = w.leader().unwrap();
+    let e = w.call(remove(l), 0).unwrap_err();
+    assert!(e.to_string().contains("leads the group"), "{e}");
+    let gone = (1..=3).find(|&i| i != l).unwrap();
+    assert_eq!(w.call(remove(gone), 0), Ok(()));
+    let voters: Vec<u64> = (1..=4).filter(|&i| i != gone).collect();
+    w.until_voters(&voters);
+    assert_eq!(w.live(gone).status().role, "removed");
+    w.crash(gone);
+    assert_eq!(w.call(mkdir("/b"), 2), Ok(()));
+
+    // Two of the three voters left carry the group once the leader is gone.
+    w.crash(l);
+    assert_eq!(w.call(mkdir("/c"), 3), Ok(()));
+    w.run(1000);
+    w.start(l);
+    w.until_voters(&voters);
+    w.run(1000);
+    for &i in &voters {
+        for d in ["/a", "/b", "/c"] {
+            assert!(w.has_dir(i, d), "replica {i} lacks {d}");
+        }
+    }
+    let e = w.call(add(gone, addr(gone)), 0).unwrap_err();
+    assert!(e.to_string().contains("never joins again"), "{e}");
+}
+
+/// A removal that would leave fewer live voters than a majority of those left is
+/// refused: the group would stop.
+#[test]
+fn a_removal_that_would_stop_the_group_is_refused() {
+    let mut w = World::new(3);
+    w.run(4000);
+    let l = w.leader().unwrap();
+    let mut others = (1..=3).filter(|&i| i != l);
+    let (dead, other) = (others.next().unwrap(), others.next().unwrap());
+    w.crash(dead);
+    w.run(3000);
+    let e = w.call(remove(other), 0).unwrap_err();
+    assert!(e.to_string().contains("would stop"), "{e}");
+    // The dead one may go: the two left both answer.
+    assert_eq!(w.call(remove(dead), 0), Ok(()));
+    let mut voters = vec![l, other];
+    voters.sort_unstable();
+    w.until_voters(&voters);
+    assert_eq!(w.call(mkdir("/after"), 9), Ok(()));
 }

@@ -42,6 +42,9 @@ pub fn conf_to_pb(c: &rp::ConfState) -> pb::RaftConfState {
         voters_outgoing: c.voters_outgoing.clone(),
         learners_next: c.learners_next.clone(),
         auto_leave: c.auto_leave,
+        // Tessera's own (the store fills them in: `store.rs`).
+        addresses: Default::default(),
+        retired: Vec::new(),
     }
 }
 

@@ -415,6 +415,9 @@ impl Meta {
                     append: c.append.is_some(),
                 })
                 .collect(),
+            // A group's snapshot adds its members (`group::members`).
+            group_members: Default::default(),
+            group_retired: Vec::new(),
         }
     }
 

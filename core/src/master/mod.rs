@@ -554,6 +554,11 @@ impl Master {
             Req::Raft(_) | Req::ReplicaStatus(_) => Err(FsError::InvalidArgument(
                 "a master group message reached a master that runs alone".into(),
             )),
+            Req::ChangeMembers(_) => Err(FsError::InvalidArgument(
+                "this master runs alone, not in a group of replicas: it has no members to \
+                 change"
+                    .into(),
+            )),
         }
     }
 

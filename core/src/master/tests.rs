@@ -1606,6 +1606,7 @@ fn recovery_rejects_gaps_and_bad_records() {
         cluster_id: 1,
         completed: vec![],
         fallbacks: vec![],
+        ..Default::default()
     };
     assert!(Master::recover(cfg(), Time(0), Some(&cp), vec![]).is_err());
     // A completed request without a token, or an append region past the largest offset.
