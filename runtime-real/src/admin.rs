@@ -270,9 +270,42 @@ pub fn masters_text(rows: &[(String, Result<pb::ReplicaStatus, String>)]) -> Str
                 );
             }
             Err(e) => {
-                let _ = writeln!(out, "{:>3}  {addr:<22} unreachable: {e}", "-");
+                // An address the caller listed that no replica names as a member (one
+                // removed from the group, say).
+                let known = rows.iter().any(|(_, r)| {
+                    r.as_ref()
+                        .is_ok_and(|s| s.members.values().any(|a| a == addr))
+                });
+                let none = rows.iter().all(|(_, r)| r.is_err());
+                let note = if known || none {
+                    ""
+                } else {
+                    " (not a member of the group)"
+                };
+                let _ = writeln!(out, "{:>3}  {addr:<22} unreachable{note}: {e}", "-");
             }
         }
+    }
+    if let Some(l) = rows
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().ok())
+        .filter(|s| s.role == "leader")
+        .max_by_key(|s| s.term)
+    {
+        let ids = |v: &[u64]| {
+            let v: Vec<String> = v.iter().map(u64::to_string).collect();
+            if v.is_empty() {
+                "none".to_string()
+            } else {
+                v.join(",")
+            }
+        };
+        let _ = writeln!(
+            out,
+            "voters: {}; learners (catching up, not yet voting): {}",
+            ids(&l.voters),
+            ids(&l.learners)
+        );
     }
     if rows
         .iter()

@@ -60,7 +60,7 @@ pub async fn run(
                 knobs.clone(),
                 members.clone(),
             );
-            tasks.spawn(async move { server::run_replica(d, id, m, bootstrap, &k).await });
+            tasks.spawn(async move { server::run_replica(d, id, m, bootstrap, false, &k).await });
         }
     }
     for i in 0..chunkservers {

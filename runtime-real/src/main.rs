@@ -13,6 +13,7 @@ use tessera::server::{self, Knobs};
 use tessera::transport::GrpcTransport;
 use tessera_core::client::{Client, ClientConfig, PutError};
 use tessera_core::error::FsError;
+use tessera_core::pb;
 
 /// Servers and the client move data in buffers of several MiB. glibc's malloc serves
 /// those from fresh mappings that are faulted in and zeroed page by page on every use;
@@ -79,6 +80,12 @@ enum Cmd {
         /// with it on one that holds group state).
         #[arg(long, requires = "peers")]
         bootstrap: bool,
+        /// Join a running master group as a new replica: give it on the replica's first
+        /// start only, with a new --id and --peers naming the group's replicas and this
+        /// one; then `tessera admin masters add ID ADDRESS` lets it in. It copies the
+        /// group's state, and votes once the leader makes it a voter.
+        #[arg(long, requires = "peers", conflicts_with = "bootstrap")]
+        join: bool,
         #[command(flatten)]
         knobs: Knobs,
     },
@@ -273,13 +280,27 @@ enum ReplayCmd {
 }
 
 #[derive(Subcommand)]
+enum MastersCmd {
+    /// Add replica ID, serving at ADDRESS and started with `tessera master --join`: it
+    /// copies the group's state as a learner, and the leader makes it a voter once it
+    /// holds everything committed. An id that was ever removed is refused.
+    Add { id: u64, address: String },
+    /// Remove replica ID from the group (to replace a lost one: remove it, then add a
+    /// new replica under a new id). Not the leader: stop it first, so another leads.
+    Remove { id: u64 },
+}
+
+#[derive(Subcommand)]
 enum AdminCmd {
     /// Chunkservers (live or dead, rack, capacity and use, chunks held) and the health
     /// of all chunks: under-replicated, missing, copies awaiting deletion.
     Report,
     /// Each master replica's role, term, log position and lag behind the leader
-    /// (asked of every address in --master).
-    Masters,
+    /// (asked of every address in --master); or a change of the group's members.
+    Masters {
+        #[command(subcommand)]
+        change: Option<MastersCmd>,
+    },
     /// Check a file or everything below a directory: each file's chunks, their versions,
     /// replica locations, and problems found. Exits 1 if any chunk is missing.
     Fsck {
@@ -474,6 +495,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             peers,
             id,
             bootstrap,
+            join,
             knobs,
         } => {
             let members = server::parse_peers(peers.as_deref().unwrap_or(&listen))?;
@@ -485,7 +507,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
                     .map(|(&i, _)| i)
                     .ok_or_else(|| format!("--listen {listen} is not in --peers; give --id"))?,
             };
-            server::run_replica(data_dir, id, members, bootstrap, &knobs).await
+            server::run_replica(data_dir, id, members, bootstrap, join, &knobs).await
         }
         Cmd::Chunkserver {
             master,
@@ -596,7 +618,31 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             Ok(())
         }
         Cmd::Admin {
-            cmd: AdminCmd::Masters,
+            cmd: AdminCmd::Masters { change: Some(c) },
+            m,
+        } => {
+            let req = match c {
+                MastersCmd::Add { id, address } => pb::ChangeMembersRequest {
+                    add: id,
+                    address,
+                    remove: 0,
+                },
+                MastersCmd::Remove { id } => pb::ChangeMembersRequest {
+                    add: 0,
+                    address: String::new(),
+                    remove: id,
+                },
+            };
+            client(&m)
+                .change_members(req)
+                .await
+                .map_err(|e| say(e, "the master group"))?;
+            let rows = tessera::admin::masters(&m.master).await;
+            print!("{}", tessera::admin::masters_text(&rows));
+            Ok(())
+        }
+        Cmd::Admin {
+            cmd: AdminCmd::Masters { change: None },
             m,
         } => {
             let rows = tessera::admin::masters(&m.master).await;

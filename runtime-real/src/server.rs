@@ -343,12 +343,14 @@ pub fn parse_peers(list: &str) -> Result<std::collections::BTreeMap<u64, String>
     Ok(members)
 }
 
-/// Runs replica `id` of the master group `members`.
+/// Runs replica `id` of the master group `members` (forming it with `bootstrap`, or
+/// joining it with `join`).
 pub async fn run_replica(
     data_dir: PathBuf,
     id: u64,
     members: std::collections::BTreeMap<u64, String>,
     bootstrap: bool,
+    join: bool,
     knobs: &Knobs,
 ) -> Result<(), String> {
     let r = knobs.resolve()?;
@@ -375,6 +377,7 @@ pub async fn run_replica(
         tick: r.tick,
         call_timeout: r.rpc_timeout,
         bootstrap,
+        join,
     };
     let transport = GrpcTransport::with_limits(r.limits);
     tessera_core::driver::group::run(TokioRuntime, transport, store, opts, Quiet)

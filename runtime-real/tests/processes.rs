@@ -1345,3 +1345,162 @@ fn a_master_group_of_processes_survives_its_leaders_kills() {
         let _ = p.wait();
     }
 }
+
+/// A master replica's machine is lost (kill -9, its data directory gone): an admin
+/// removes it, starts a new replica with `--join` under a new id, and adds it. The new
+/// replica copies the group's state and becomes a voter; the group then survives its
+/// old leader's kill with the new replica in the majority, and everything acknowledged
+/// before and after is there. The lost id is refused if added again.
+#[test]
+fn a_lost_master_replica_is_replaced_by_a_new_one() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let root = root.path();
+    let masters: Vec<String> = (0..4)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    let first = masters[..3].join(",");
+    let start_master = |i: usize, flags: &[&str], peers: &str| -> Child {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(root.join(format!("master{}.log", i + 1)))
+            .expect("log file");
+        Command::new(BIN)
+            .args(["master", "--data-dir"])
+            .arg(root.join(format!("master{}", i + 1)))
+            .args(["--listen", &masters[i], "--peers", peers])
+            .args(flags)
+            .args(CHUNK_SIZE)
+            .args(KNOBS)
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("start master replica")
+    };
+    let mut procs: Vec<Option<Child>> = (0..3)
+        .map(|i| Some(start_master(i, &["--bootstrap"], &first)))
+        .collect();
+    let mut servers = Vec::new();
+    for i in 0..3 {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let log = std::fs::File::create(root.join(format!("cs{i}.log"))).expect("log");
+        servers.push(
+            Command::new(BIN)
+                .args(["chunkserver", "--master", &first, "--data-dir"])
+                .arg(root.join(format!("cs{i}")))
+                .args(["--listen", &addr, "--rack", &format!("rack{}", i % 2)])
+                .args(KNOBS)
+                .stdout(Stdio::null())
+                .stderr(Stdio::from(log))
+                .spawn()
+                .expect("start chunkserver"),
+        );
+    }
+    let cli = |args: &[&str]| -> Output {
+        Command::new(BIN)
+            .args(args)
+            .env("TESSERA_MASTER", &first)
+            .output()
+            .expect("run tessera")
+    };
+    let ok = |args: &[&str]| -> String {
+        let out = cli(args);
+        assert!(
+            out.status.success(),
+            "tessera {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            log_tails(root)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let table = || String::from_utf8_lossy(&cli(&["admin", "masters"]).stdout).to_string();
+    let leader = || -> Option<usize> {
+        table()
+            .lines()
+            .find(|l| l.split_whitespace().nth(2) == Some("leader"))
+            .and_then(|l| masters.iter().position(|m| l.contains(m.as_str())))
+    };
+    ok(&["mkdir", "-p", "/r"]);
+    let local = root.join("in");
+    let want = random_file(&local, 3 * MIB + 77, 9);
+    ok(&["put", local.to_str().unwrap(), "/r/f"]);
+    let mut l = None;
+    wait_for(Duration::from_secs(20), "a leader", || {
+        l = leader();
+        l.is_some()
+    });
+    let l = l.unwrap();
+    let lost = (0..3).find(|&i| i != l).unwrap();
+    let mut c = procs[lost].take().unwrap();
+    let _ = c.kill();
+    let _ = c.wait();
+    std::fs::remove_dir_all(root.join(format!("master{}", lost + 1))).expect("lose its disk");
+
+    let out = ok(&["admin", "masters", "remove", &(lost + 1).to_string()]);
+    assert!(!out.contains(&format!("voters: {}", "1,2,3")), "{out}");
+    let peers4 = format!(
+        "{},4={}",
+        (0..3)
+            .map(|i| format!("{}={}", i + 1, masters[i]))
+            .collect::<Vec<_>>()
+            .join(","),
+        masters[3]
+    );
+    procs.push(Some(start_master(3, &["--join", "--id", "4"], &peers4)));
+    ok(&["admin", "masters", "add", "4", &masters[3]]);
+    wait_for(Duration::from_secs(30), "the new replica to vote", || {
+        let t = table();
+        t.lines()
+            .any(|l| l.contains(&masters[3]) && l.contains(" shadow "))
+            && t.lines()
+                .any(|l| l.starts_with("voters:") && l.contains('4'))
+    });
+    let out = cli(&[
+        "admin",
+        "masters",
+        "add",
+        &(lost + 1).to_string(),
+        &masters[lost],
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("never joins again"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The old leader goes: the other original replica and the new one carry on.
+    let mut c = procs[l].take().unwrap();
+    let _ = c.kill();
+    let _ = c.wait();
+    ok(&["mkdir", "/r/after"]);
+    procs[l] = Some(start_master(l, &[], &first));
+    let got = root.join("got");
+    ok(&["get", "/r/f", got.to_str().unwrap()]);
+    assert!(same(&got, &want), "/r/f came back different");
+    ok(&["stat", "/r/after"]);
+    // The old leader, restarted on its disk, is a voter again beside the new replica.
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let t = table();
+        // The lost replica's address (still in the list given) is no member.
+        let lost_row = t.lines().find(|l| l.contains(&masters[lost])).unwrap_or("");
+        if t.matches(" shadow ").count() == 2
+            && t.matches(" leader ").count() == 1
+            && lost_row.contains("not a member")
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "not every replica answers as a voter:\n{t}\n{}",
+            log_tails(root)
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    eprintln!("{}", table());
+    for mut p in procs.into_iter().flatten().chain(servers) {
+        let _ = p.kill();
+        let _ = p.wait();
+    }
+}
