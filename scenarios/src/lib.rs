@@ -45,6 +45,7 @@ const NO_FAULTS: FaultMix = FaultMix {
     misdirected_writes: false,
     client_crashes: false,
     group_faults: false,
+    replacements: false,
     beyond_claim: false,
 };
 
@@ -236,6 +237,29 @@ pub fn all() -> Vec<Scenario> {
                     slow_disks: true,
                     lossy_net: true,
                     net_trouble: true,
+                    clock_jumps: true,
+                    ..NO_FAULTS
+                },
+            )
+        },
+        // A master group whose members change: a shadow is lost, removed by an admin,
+        // and joins again on a new disk under a new id (the leader makes it a voter once
+        // it holds the log), among leader crashes and cuts, under the same shared
+        // clients. After healing every replica must be a voter of one agreed group.
+        Scenario {
+            shape: Shape { masters: 3, ..MANY },
+            workload: Workload {
+                kind: Kind::Shared { files: 2 },
+                ops: 40,
+                ..WORKLOAD
+            },
+            ..scenario(
+                "master-replace",
+                FaultMix {
+                    group_faults: true,
+                    replacements: true,
+                    server_crashes: true,
+                    lossy_net: true,
                     clock_jumps: true,
                     ..NO_FAULTS
                 },

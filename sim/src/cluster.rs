@@ -2,9 +2,10 @@
 //! madsim node with its own clock error. Disks and the master's store live outside the
 //! nodes, so a killed node restarts onto what it had made durable.
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use madsim::net::NetSim;
@@ -135,6 +136,11 @@ pub struct ReplicaNode {
     pub node: String,
     pub store: SimMetaStore,
     pub alive: bool,
+    /// Its id in the group: a replica replaced (its disk wiped, `Cluster::rejoin_replica`)
+    /// joins again under a new one.
+    pub group_id: Arc<AtomicU64>,
+    /// Start with `join` on an empty store (a replaced replica's first start).
+    pub joining: Arc<AtomicBool>,
 }
 
 pub struct Cluster {
@@ -147,6 +153,8 @@ pub struct Cluster {
     pub master_addr: String,
     /// The master group's replicas (empty: one master, `master_id`).
     pub replicas: Vec<ReplicaNode>,
+    /// The group's members by id, as a joining replica is told (`--peers`).
+    pub group_members: Arc<Mutex<BTreeMap<u64, String>>>,
     pub master_store: SimMetaStore,
     pub master_alive: bool,
     /// The chunk size the master node starts with (read at each restart).
@@ -207,12 +215,13 @@ fn start_group(
     checks: &Shared,
     net: &NetFaults,
     jumps: Vec<Jump>,
+    book: &Arc<Mutex<BTreeMap<u64, String>>>,
 ) -> Vec<ReplicaNode> {
     let n = jumps.len();
     let addrs: Vec<String> = (0..n)
         .map(|i| format!("{}:{PORT}", ip(0, i as u8 + 1)))
         .collect();
-    let members: std::collections::BTreeMap<u64, String> = addrs
+    *book.lock().expect("members") = addrs
         .iter()
         .enumerate()
         .map(|(i, a)| (i as u64 + 1, a.clone()))
@@ -222,13 +231,18 @@ fn start_group(
         let store = SimMetaStore::default();
         let c = clock(knobs);
         let node = format!("master{}", i + 1);
-        let (store2, checks, knobs, net, members, node2) = (
+        let group_id = Arc::new(AtomicU64::new(i as u64 + 1));
+        let joining = Arc::new(AtomicBool::new(false));
+        let (store2, checks, knobs, net, book, node2, group_id2, joining2, addr2) = (
             store.clone(),
             checks.clone(),
             knobs.clone(),
             net.clone(),
-            members.clone(),
+            book.clone(),
             node.clone(),
+            group_id.clone(),
+            joining.clone(),
+            addr.clone(),
         );
         let id = handle
             .create_node()
@@ -236,8 +250,10 @@ fn start_group(
             .ip(ip(0, i as u8 + 1))
             .init(move || {
                 let rt = SimRuntime::with_jump(start, c, jump.clone());
-                let mut group =
-                    tessera_core::group::GroupConfig::new(i as u64 + 1, members.clone());
+                let gid = group_id2.load(Ordering::Relaxed);
+                let mut members = book.lock().expect("members").clone();
+                members.insert(gid, addr2.clone());
+                let mut group = tessera_core::group::GroupConfig::new(gid, members);
                 group.seed = madsim::rand::random();
                 group.snapshot_every = knobs.checkpoint_every;
                 let opts = group::GroupOptions {
@@ -257,8 +273,10 @@ fn start_group(
                     tick: knobs.master_tick,
                     call_timeout: knobs.rpc_timeout,
                     // The group forms on first start; a replica that restarts has kept
-                    // at least the formatting (it is synced before anything else).
-                    bootstrap: store2.is_empty(),
+                    // at least the formatting (it is synced before anything else). A
+                    // replaced one joins on its new disk's first start.
+                    bootstrap: store2.is_empty() && !joining2.load(Ordering::Relaxed),
+                    join: store2.is_empty() && joining2.load(Ordering::Relaxed),
                 };
                 let obs = SimObserver {
                     node: node2.clone(),
@@ -287,6 +305,8 @@ fn start_group(
             node,
             store,
             alive: true,
+            group_id,
+            joining,
         });
     }
     out
@@ -340,6 +360,23 @@ impl Cluster {
         c.serving.insert(r.node.clone(), false);
     }
 
+    /// Replica `i`, dead and removed from the group, comes back on a new disk under
+    /// group id `new` and joins (`--join`); an admin then adds it.
+    pub fn rejoin_replica(&mut self, i: usize, new: u64) {
+        let r = &mut self.replicas[i];
+        assert!(!r.alive, "master{} is replaced while it runs", i + 1);
+        r.store.wipe();
+        r.group_id.store(new, Ordering::Relaxed);
+        r.joining.store(true, Ordering::Relaxed);
+        {
+            let mut book = self.group_members.lock().expect("members");
+            book.retain(|_, a| *a != r.addr);
+            book.insert(new, r.addr.clone());
+        }
+        self.handle.restart(r.id);
+        r.alive = true;
+    }
+
     pub fn restart_replica(&mut self, i: usize) {
         let r = &mut self.replicas[i];
         if !r.alive {
@@ -390,6 +427,7 @@ impl Cluster {
         let jumps: Vec<Jump> = (0..1 + shape.chunkservers + shape.clients + extra)
             .map(|_| Jump::default())
             .collect();
+        let group_members = Arc::new(Mutex::new(BTreeMap::new()));
         let replicas = if shape.masters > 1 {
             let mine = std::iter::once(jumps[0].clone())
                 .chain(
@@ -398,7 +436,7 @@ impl Cluster {
                         .cloned(),
                 )
                 .collect();
-            start_group(&handle, start, &knobs, &checks, &net, mine)
+            start_group(&handle, start, &knobs, &checks, &net, mine, &group_members)
         } else {
             Vec::new()
         };
@@ -577,6 +615,7 @@ impl Cluster {
             master_id,
             master_addr,
             replicas,
+            group_members,
             master_store,
             master_alive: true,
             master_chunk_size,

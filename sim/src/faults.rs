@@ -10,6 +10,7 @@ use std::time::Duration;
 use madsim::net::NetSim;
 
 use crate::cluster::Cluster;
+use crate::replace::{Replacement, Step};
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FaultMix {
@@ -48,6 +49,9 @@ pub struct FaultMix {
     /// A master group: the leader killed, a shadow killed, the leader cut off from the
     /// other replicas while it still reaches chunkservers and clients.
     pub group_faults: bool,
+    /// A master group: a shadow dies, is removed from the group by an admin, and comes
+    /// back on a new disk under a new id to join again (`replace.rs`).
+    pub replacements: bool,
     pub beyond_claim: bool,
 }
 
@@ -71,6 +75,7 @@ impl FaultMix {
         misdirected_writes: true,
         client_crashes: true,
         group_faults: false,
+        replacements: false,
         beyond_claim: false,
     };
 }
@@ -79,7 +84,12 @@ impl FaultMix {
     /// The fault kinds (as counted in `faults=`) each kind of fault in the mix shows up
     /// as: a sweep in which one of them never happened did not test what it claims.
     pub fn kinds(&self) -> Vec<(&'static str, &'static [&'static str])> {
-        let all: [(bool, &'static str, &'static [&'static str]); 21] = [
+        let all: [(bool, &'static str, &'static [&'static str]); 22] = [
+            (
+                self.replacements,
+                "replica replacements",
+                &["replica_replaced"],
+            ),
             (self.group_faults, "leader crashes", &["leader_crash"]),
             (self.group_faults, "shadow crashes", &["replica_crash"]),
             (self.group_faults, "leaders cut off", &["leader_cut"]),
@@ -203,6 +213,10 @@ pub struct Scheduler {
     replica: Option<(usize, bool, i64)>,
     /// The chunkservers a cut-off replica is also cut from.
     replica_cut_servers: Vec<usize>,
+    /// A replica being replaced (it is `replica` meanwhile, dead or joining).
+    replacing: Option<Replacement>,
+    /// The group id the next replaced replica joins under.
+    next_group_id: u64,
 }
 
 fn rand() -> u64 {
@@ -253,6 +267,8 @@ impl Scheduler {
             links: Vec::new(),
             replica: None,
             replica_cut_servers: Vec::new(),
+            replacing: None,
+            next_group_id: 0,
         }
     }
 
@@ -370,6 +386,7 @@ impl Scheduler {
                 self.restarted_on_damage = Some(now);
             }
         }
+        self.replace_step(cluster);
         if let Some((i, dead, until)) = self.replica
             && until <= now
         {
@@ -503,6 +520,9 @@ impl Scheduler {
         }
         if m.group_faults && !cluster.replicas.is_empty() && self.replica.is_none() {
             options.push(18);
+        }
+        if m.replacements && cluster.replicas.len() >= 3 && self.replica.is_none() {
+            options.push(19);
         }
         // Rarer than the others: every copy of every chunk goes down with it.
         if m.power_cuts && self.impaired.iter().all(Option::is_none) && rand().is_multiple_of(6) {
@@ -809,8 +829,80 @@ impl Scheduler {
                     }
                 }
             }
+            19 => {
+                let Some(l) = cluster.leader() else { return };
+                let n = cluster.replicas.len();
+                let i = (l + 1 + (rand() % (n as u64 - 1)) as usize) % n;
+                if self.next_group_id == 0 {
+                    self.next_group_id = n as u64 + 1;
+                }
+                let new = self.next_group_id;
+                self.next_group_id += 1;
+                cluster.kill_replica(i);
+                let r = Replacement::new(cluster, i, new);
+                self.note(
+                    cluster,
+                    format!(
+                        "master{} (id {}) is lost: remove it, and join it again on a new disk as id {new}",
+                        i + 1,
+                        r.old
+                    ),
+                );
+                self.replica = Some((i, true, i64::MAX));
+                self.replacing = Some(r);
+            }
             _ => unreachable!(),
         }
+    }
+
+    /// Moves a replacement on: its next admin request, or its end.
+    fn replace_step(&mut self, cluster: &mut Cluster) {
+        let Some(r) = self.replacing.as_mut() else {
+            return;
+        };
+        let (i, new) = (r.i, r.new);
+        match r.step(cluster) {
+            Step::Waiting => {}
+            Step::Failed(e) => {
+                self.note(cluster, format!("master{}: asked again after: {e}", i + 1))
+            }
+            Step::Rejoined => self.note(
+                cluster,
+                format!(
+                    "master{} removed; back on a new disk, joining as id {new}",
+                    i + 1
+                ),
+            ),
+            Step::Done => {
+                self.replacing = None;
+                self.replica = None;
+                cluster.count_fault("replica_replaced", 1);
+                self.note(cluster, format!("master{} added as id {new}", i + 1));
+            }
+        }
+    }
+
+    /// After `heal`: the replacement under way, if one is, finished within `within`.
+    pub async fn settle(&mut self, cluster: &mut Cluster, within: Duration) -> Result<(), String> {
+        let deadline = cluster.true_ms() + within.as_millis() as i64;
+        while self.replacing.is_some() {
+            self.replace_step(cluster);
+            if self.replacing.is_none() {
+                break;
+            }
+            if cluster.true_ms() > deadline {
+                let r = self.replacing.as_ref().expect("checked");
+                return Err(format!(
+                    "replacing master{} (id {} by id {}) did not finish {} s after healing",
+                    r.i + 1,
+                    r.old,
+                    r.new,
+                    within.as_secs()
+                ));
+            }
+            madsim::time::sleep(Duration::from_millis(500)).await;
+        }
+        Ok(())
     }
 
     /// Ends every fault: all nodes up and connected, disks whole and fast, network clean.
@@ -855,7 +947,9 @@ impl Scheduler {
         cluster.restart_master();
         cluster.reconnect(cluster.master_id);
         self.master_down_until = None;
-        if let Some((i, _, _)) = self.replica.take() {
+        if self.replacing.is_some() {
+            // Finished by `settle`: the replica is dead, or joining, on purpose.
+        } else if let Some((i, _, _)) = self.replica.take() {
             cluster.restart_replica(i);
             let servers = std::mem::take(&mut self.replica_cut_servers);
             cluster.mend_replica(i, &servers);

@@ -22,6 +22,8 @@ pub mod metastore;
 #[cfg(madsim)]
 pub mod net;
 #[cfg(madsim)]
+pub mod replace;
+#[cfg(madsim)]
 pub mod run;
 #[cfg(madsim)]
 pub mod runtime;

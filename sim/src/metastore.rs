@@ -44,6 +44,14 @@ impl SimMetaStore {
         self.0.lock().expect("meta lock").written.is_empty()
     }
 
+    /// The disk replaced: nothing written is left.
+    pub fn wipe(&self) {
+        let mut s = self.0.lock().expect("meta lock");
+        s.durable.clear();
+        s.unsynced.clear();
+        s.written.clear();
+    }
+
     /// Power loss: `keep` of the unsynced batches survive (the caller picks, by seed).
     /// Returns how many batches were lost.
     pub fn crash(&self, keep: impl FnOnce(usize) -> usize) -> usize {

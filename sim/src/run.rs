@@ -216,6 +216,9 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         silent_corruption(&cluster, &checks).await;
     }
     sched.heal(&mut cluster);
+    if let Err(e) = sched.settle(&mut cluster, sc.heal_within).await {
+        fail(&checks, &cluster, e);
+    }
     let healed = liveness(
         &cluster,
         &checks,
@@ -270,6 +273,9 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         }
         if matches!(sc.workload.kind, workload::Kind::Shared { .. }) && c.ns_ops_checked == 0 {
             missing.push("no namespace operation on the shared directory checked".into());
+        }
+        if sc.faults.replacements && c.faults.get("replica_replaced").copied().unwrap_or(0) == 0 {
+            missing.push("no master replica replaced".into());
         }
         if matches!(sc.workload.kind, workload::Kind::Shared { .. })
             && sc.shape.masters > 1
@@ -358,8 +364,16 @@ async fn liveness(
             (c.replication.clone(), stale)
         };
         let fresh = r.at_true_ms > healed_at;
-        if fresh && r.under_replicated == 0 && (r.missing == 0 || beyond_claim) && stale.is_empty()
-        {
+        let chunks = fresh
+            && r.under_replicated == 0
+            && (r.missing == 0 || beyond_claim)
+            && stale.is_empty();
+        let group = if chunks {
+            crate::replace::group_whole(cluster).await
+        } else {
+            Err("not asked".into())
+        };
+        if chunks && group.is_ok() {
             return true;
         }
         if cluster.true_ms() > deadline {
@@ -367,7 +381,8 @@ async fn liveness(
                 checks,
                 cluster,
                 format!(
-                    "not healed {} s after faults stopped: {r:?}; stale copies left: {stale:?}",
+                    "not healed {} s after faults stopped: {r:?}; stale copies left: {stale:?}; \
+                     master group: {group:?}",
                     within.as_secs()
                 ),
             );

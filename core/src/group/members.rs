@@ -362,12 +362,19 @@ impl super::Replica {
                 .is_some_and(|&t| self.now.saturating_sub(t) <= self.cfg.election_floor())
     }
 
-    /// The address book follows the members the store knows, and keeps this replica's.
+    /// The address book follows the members the store knows (and keeps this replica's,
+    /// and those of members being added whose entries arrived but are not applied yet).
     pub(super) fn update_book(&mut self) {
         let own = self.cfg.members[&self.cfg.id].clone();
-        let known = &self.node.store().members().addresses;
-        if !known.is_empty() {
-            self.cfg.members = known.clone();
+        let m = self.node.store().members();
+        if !m.addresses.is_empty() {
+            let mut book = m.addresses.clone();
+            for (id, a) in &self.cfg.members {
+                if !m.retired.contains(id) {
+                    book.entry(*id).or_insert_with(|| a.clone());
+                }
+            }
+            self.cfg.members = book;
         }
         self.cfg.members.insert(self.cfg.id, own);
     }

@@ -237,6 +237,7 @@ impl Replica {
     ) -> Result<Replica, String> {
         let mut cfg = cfg;
         let mut store = store;
+        let mut adopted = false;
         let Some(own) = cfg.members.get(&cfg.id).cloned() else {
             return Err(format!("replica {} is not among the members", cfg.id));
         };
@@ -258,6 +259,9 @@ impl Replica {
                 .filter_map(|id| Some((*id, cfg.members.get(id)?.clone())))
                 .collect();
             store.adopt(Members::of(given));
+            // Its snapshot, written before snapshots named the members, would be refused
+            // by a follower that needs it: the next applied entry takes a new one.
+            adopted = true;
         }
         if !store.members().addresses.is_empty() {
             cfg.members = store.members().addresses.clone();
@@ -309,7 +313,7 @@ impl Replica {
             stopped: None,
             locations: locations::Locations::default(),
             conf_asked: BTreeMap::new(),
-            compact_now: false,
+            compact_now: adopted,
             last_heard: BTreeMap::new(),
             heard: None,
             current_at: None,
@@ -642,15 +646,40 @@ impl Replica {
         }
         self.last_heard.insert(m.from, arrived.min(self.now));
         use rp::MessageType::*;
+        let mut m = m;
         if m.msg_type == MsgAppend
             && !m.entries.is_empty()
             && self.node.store().conf().voters.is_empty()
         {
             // A replica that joins knows no members until a snapshot names them: the
-            // log's entries change a membership it would not know (the leader sends the
-            // snapshot, having compacted its log when it added this replica).
+            // log's entries change a membership it would not know. Without them the
+            // append is a probe this replica rejects (it lacks the entry named), so the
+            // leader steps back to the start of its log, which it compacted when it
+            // added this replica, and sends the snapshot.
             tracing::debug!(from = m.from, "a joining replica waits for a snapshot");
+            m.entries = Vec::new().into();
+        }
+        if matches!(m.msg_type, MsgRequestVote | MsgRequestPreVote)
+            && !self.node.store().conf().voters.contains(&self.cfg.id)
+        {
+            // Only a voter votes (raft-rs would grant a vote whatever its own
+            // membership): a replica still joining, a learner catching up, or one that
+            // left holds no log a vote may rely on.
             return;
+        }
+        if m.msg_type == MsgAppend {
+            // Addresses of members being added, as soon as their entries arrive: a
+            // replica may have to hear from (or elect) a new member before it has
+            // applied the entry that added it.
+            for e in m.entries.iter() {
+                if e.entry_type == rp::EntryType::EntryConfChange
+                    && let Ok(Change::AddLearner(id, a) | Change::Promote(id, a)) =
+                        Change::decode(&e.data)
+                    && !self.node.store().members().retired.contains(&id)
+                {
+                    self.cfg.members.entry(id).or_insert(a);
+                }
+            }
         }
         if matches!(m.msg_type, MsgRequestVote | MsgRequestPreVote) && !m.context.is_empty() {
             // A leader transfer's forced campaign, which skips the refusal that keeps a
@@ -701,8 +730,32 @@ impl Replica {
         if let Some(s) = m.snapshot.as_ref()
             && m.msg_type == rp::MessageType::MsgSnapshot
         {
-            store::members_of(s)
-                .map_err(|e| format!("snapshot {}: {e}", s.get_metadata().index))?;
+            let index = s.get_metadata().index;
+            let members = store::members_of(s).map_err(|e| format!("snapshot {index}: {e}"))?;
+            let me = self.cfg.id;
+            let own = &self.cfg.members[&me];
+            if let Some(a) = members.addresses.get(&me)
+                && a != own
+            {
+                return Err(format!(
+                    "snapshot {index} names this replica {me} at {a}, but it serves at {own}: \
+                     it was added under another address (remove it, and add it again)"
+                ));
+            }
+            let conf = self.node.store().conf();
+            if conf.voters.is_empty()
+                && conf.learners.is_empty()
+                && s.get_metadata().get_conf_state().voters.contains(&me)
+            {
+                // Joined with an empty store, yet the group counts this id a voter: it
+                // lost its disk while a member, and would vote with a log that lacks
+                // what it acknowledged.
+                return Err(format!(
+                    "snapshot {index} counts replica {me} a voter, but it joined with an empty \
+                     store: it lost its data while a member. Remove it from the group and add \
+                     it under a new id"
+                ));
+            }
             shadow::Shadow::from_snapshot(s, &self.mcfg)
                 .map_err(|e| format!("snapshot {}: {e}", s.get_metadata().index))?;
         }

@@ -808,3 +808,29 @@ fn a_removal_that_would_stop_the_group_is_refused() {
     w.until_voters(&voters);
     assert_eq!(w.call(mkdir("/after"), 9), Ok(()));
 }
+
+/// A replica that lost its disk while a voter and comes back with `--join` under its old
+/// id never votes: it would vote with a log that lacks what it acknowledged. With the
+/// leader then gone, the one replica left cannot be elected with its vote.
+#[test]
+fn a_voter_back_on_an_empty_disk_under_its_old_id_never_votes() {
+    let mut w = World::new(3);
+    w.run(4000);
+    assert_eq!(w.call(mkdir("/a"), 1), Ok(()));
+    let l = w.leader().unwrap();
+    let wiped = (1..=3).find(|&i| i != l).unwrap();
+    w.crash(wiped);
+    w.join(wiped);
+    w.run(3000);
+    assert_eq!(w.live(wiped).status().role, "joining");
+    w.crash(l);
+    w.run(10_000);
+    let leading: Vec<u64> = w
+        .replicas
+        .values()
+        .flatten()
+        .filter(|r| r.status().role == "leader")
+        .map(|r| r.status().id)
+        .collect();
+    assert_eq!(leading, Vec::<u64>::new(), "elected with a wiped replica's vote");
+}
