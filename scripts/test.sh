@@ -33,8 +33,8 @@ RUNNER="$SIM_TARGET/release/tessera-scenarios"
 # repeats, and fresh seeds derived from the commit, so each CI run also explores ground
 # no run before it did. A failing seed is replayed at once (the runner says whether its
 # trace repeats) and prints its replay command; once fixed, it goes into
-# scripts/regressions.txt. Two scenarios run at a time (two cores). 15 scenarios x 150
-# seeds: 2,250 seed-runs.
+# scripts/regressions.txt. Two scenarios run at a time (two cores). 16 scenarios x 150
+# seeds: 2,400 seed-runs.
 SEEDS="${TESSERA_SEEDS:-100}"
 FRESH="${TESSERA_FRESH_SEEDS:-50}"
 SCENARIOS="${TESSERA_SCENARIOS:-steady chunkserver-crash partition master-restart disk-corruption gc beyond-claim concurrent-writers record-append stale-replica scrub stuck-disk all-faults steady-large master-failover master-replace}"

@@ -217,6 +217,8 @@ pub struct Scheduler {
     replacing: Option<Replacement>,
     /// The group id the next replaced replica joins under.
     next_group_id: u64,
+    /// Replacements finished.
+    replaced: u32,
 }
 
 fn rand() -> u64 {
@@ -269,6 +271,7 @@ impl Scheduler {
             replica_cut_servers: Vec::new(),
             replacing: None,
             next_group_id: 0,
+            replaced: 0,
         }
     }
 
@@ -830,29 +833,37 @@ impl Scheduler {
                 }
             }
             19 => {
-                let Some(l) = cluster.leader() else { return };
-                let n = cluster.replicas.len();
-                let i = (l + 1 + (rand() % (n as u64 - 1)) as usize) % n;
-                if self.next_group_id == 0 {
-                    self.next_group_id = n as u64 + 1;
-                }
-                let new = self.next_group_id;
-                self.next_group_id += 1;
-                cluster.kill_replica(i);
-                let r = Replacement::new(cluster, i, new);
-                self.note(
-                    cluster,
-                    format!(
-                        "master{} (id {}) is lost: remove it, and join it again on a new disk as id {new}",
-                        i + 1,
-                        r.old
-                    ),
-                );
-                self.replica = Some((i, true, i64::MAX));
-                self.replacing = Some(r);
+                self.start_replacement(cluster);
             }
             _ => unreachable!(),
         }
+    }
+
+    /// Loses a shadow, to be replaced (`replace.rs`); false if no replica leads now.
+    fn start_replacement(&mut self, cluster: &mut Cluster) -> bool {
+        let Some(l) = cluster.leader() else {
+            return false;
+        };
+        let n = cluster.replicas.len();
+        let i = (l + 1 + (rand() % (n as u64 - 1)) as usize) % n;
+        if self.next_group_id == 0 {
+            self.next_group_id = n as u64 + 1;
+        }
+        let new = self.next_group_id;
+        self.next_group_id += 1;
+        cluster.kill_replica(i);
+        let r = Replacement::new(cluster, i, new);
+        self.note(
+            cluster,
+            format!(
+                "master{} (id {}) is lost: remove it, and join it again on a new disk as id {new}",
+                i + 1,
+                r.old
+            ),
+        );
+        self.replica = Some((i, true, i64::MAX));
+        self.replacing = Some(r);
+        true
     }
 
     /// Moves a replacement on: its next admin request, or its end.
@@ -862,7 +873,7 @@ impl Scheduler {
         };
         let (i, new) = (r.i, r.new);
         match r.step(cluster) {
-            Step::Waiting => {}
+            Step::Waiting | Step::Learning => {}
             Step::Failed(e) => {
                 self.note(cluster, format!("master{}: asked again after: {e}", i + 1))
             }
@@ -874,6 +885,7 @@ impl Scheduler {
                 ),
             ),
             Step::Done => {
+                self.replaced += 1;
                 self.replacing = None;
                 self.replica = None;
                 cluster.count_fault("replica_replaced", 1);
@@ -882,10 +894,20 @@ impl Scheduler {
         }
     }
 
-    /// After `heal`: the replacement under way, if one is, finished within `within`.
+    /// After `heal`: the replacement under way, if one is, finished within `within`; in
+    /// a mix with replacements and a run that made none, one made now, in a calm
+    /// cluster.
     pub async fn settle(&mut self, cluster: &mut Cluster, within: Duration) -> Result<(), String> {
         let deadline = cluster.true_ms() + within.as_millis() as i64;
-        while self.replacing.is_some() {
+        let owed = |s: &Scheduler| s.mix.replacements && s.replaced == 0;
+        while self.replacing.is_some() || owed(self) {
+            if self.replacing.is_none() && !self.start_replacement(cluster) {
+                if cluster.true_ms() > deadline {
+                    return Err("no master replica led to start a replacement".into());
+                }
+                madsim::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
             self.replace_step(cluster);
             if self.replacing.is_none() {
                 break;

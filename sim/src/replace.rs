@@ -11,8 +11,8 @@ use tessera_core::pb;
 
 use crate::cluster::Cluster;
 
-/// What one admin request came to, once it did.
-type Outcome = Arc<Mutex<Option<Result<(), String>>>>;
+/// What one admin request came to, once it did: the leader's status.
+type Outcome = Arc<Mutex<Option<Result<pb::ReplicaStatus, String>>>>;
 
 pub struct Replacement {
     /// The replica's place in `Cluster::replicas`.
@@ -31,6 +31,9 @@ pub enum Step {
     Waiting,
     /// Removed, and the replica started again on a new disk to join.
     Rejoined,
+    /// Added as a learner; it is asked again until the leader has made it a voter.
+    Learning,
+    /// A voter: the group has its three voters up again.
     Done,
     /// A request failed (it is asked again at the next step).
     Failed(String),
@@ -61,8 +64,9 @@ impl Replacement {
             self.asked = None;
             match r {
                 Err(e) => step = Step::Failed(e),
-                Ok(()) if self.adding => return Step::Done,
-                Ok(()) => {
+                Ok(s) if self.adding && s.voters.contains(&self.new) => return Step::Done,
+                Ok(_) if self.adding => step = Step::Learning,
+                Ok(_) => {
                     cluster.rejoin_replica(self.i, self.new);
                     self.adding = true;
                     step = Step::Rejoined;
@@ -86,7 +90,7 @@ impl Replacement {
         let (o, client) = (outcome.clone(), cluster.client(0));
         cluster.clients[0].0.spawn(async move {
             let r = client.change_members(req).await;
-            *o.lock().expect("outcome") = Some(r.map(|_| ()).map_err(|e| e.to_string()));
+            *o.lock().expect("outcome") = Some(r.map_err(|e| e.to_string()));
         });
         self.asked = Some(outcome);
         step
