@@ -147,7 +147,8 @@ impl Masters {
             .skip(1)
             .filter_map(|l| {
                 let w: Vec<&str> = l.split_whitespace().collect();
-                if w.len() < 3 || w[2] == "unreachable:" || w[0] == "-" {
+                // Rows only: not the voters line or a footnote.
+                if w.len() < 3 || w[0].parse::<u64>().is_err() {
                     return None;
                 }
                 let lag = l

@@ -832,5 +832,9 @@ fn a_voter_back_on_an_empty_disk_under_its_old_id_never_votes() {
         .filter(|r| r.status().role == "leader")
         .map(|r| r.status().id)
         .collect();
-    assert_eq!(leading, Vec::<u64>::new(), "elected with a wiped replica's vote");
+    assert_eq!(
+        leading,
+        Vec::<u64>::new(),
+        "elected with a wiped replica's vote"
+    );
 }
