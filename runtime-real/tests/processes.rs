@@ -1224,6 +1224,47 @@ fn a_recorded_master_replays_and_an_altered_trace_is_reported() {
     assert!(text.contains("by type (GFS Table 6"), "{text}");
 }
 
+/// Starts master replica `i` (its data in `root/master{i+1}`, its log appended to
+/// `root/master{i+1}.log`) at `addr`, in the group `peers`, with `flags` added.
+fn start_replica(root: &Path, i: usize, addr: &str, peers: &str, flags: &[&str]) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(root.join(format!("master{}.log", i + 1)))
+        .expect("log file");
+    Command::new(BIN)
+        .args(["master", "--data-dir"])
+        .arg(root.join(format!("master{}", i + 1)))
+        .args(["--listen", addr, "--peers", peers])
+        .args(flags)
+        .args(CHUNK_SIZE)
+        .args(KNOBS)
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .expect("start master replica")
+}
+
+/// Starts `n` chunkservers (in `root/cs{i}`, two racks) that find the master at
+/// `masters`.
+fn start_chunkservers(root: &Path, n: usize, masters: &str) -> Vec<Child> {
+    (0..n)
+        .map(|i| {
+            let addr = format!("127.0.0.1:{}", free_port());
+            let log = std::fs::File::create(root.join(format!("cs{i}.log"))).expect("log");
+            Command::new(BIN)
+                .args(["chunkserver", "--master", masters, "--data-dir"])
+                .arg(root.join(format!("cs{i}")))
+                .args(["--listen", &addr, "--rack", &format!("rack{}", i % 2)])
+                .args(KNOBS)
+                .stdout(Stdio::null())
+                .stderr(Stdio::from(log))
+                .spawn()
+                .expect("start chunkserver")
+        })
+        .collect()
+}
+
 /// Three master replicas (`tessera master --peers`) and four chunkservers as separate
 /// processes, the clients given every replica's address. The leader is killed (SIGKILL)
 /// again and again while files are put and directories made and renamed; each kill
@@ -1240,40 +1281,11 @@ fn a_master_group_of_processes_survives_its_leaders_kills() {
     let peers = masters.join(",");
     // Each replica's first start forms the group (--bootstrap); restarts recover.
     let start_master = |i: usize, first: bool| -> Child {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(root.join(format!("master{}.log", i + 1)))
-            .expect("log file");
-        Command::new(BIN)
-            .args(["master", "--data-dir"])
-            .arg(root.join(format!("master{}", i + 1)))
-            .args(["--listen", &masters[i], "--peers", &peers])
-            .args(if first { &["--bootstrap"][..] } else { &[][..] })
-            .args(CHUNK_SIZE)
-            .args(KNOBS)
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("start master replica")
+        let flags: &[&str] = if first { &["--bootstrap"] } else { &[] };
+        start_replica(root, i, &masters[i], &peers, flags)
     };
     let mut procs: Vec<Option<Child>> = (0..3).map(|i| Some(start_master(i, true))).collect();
-    let mut servers = Vec::new();
-    for i in 0..4 {
-        let addr = format!("127.0.0.1:{}", free_port());
-        let log = std::fs::File::create(root.join(format!("cs{i}.log"))).expect("log");
-        servers.push(
-            Command::new(BIN)
-                .args(["chunkserver", "--master", &peers, "--data-dir"])
-                .arg(root.join(format!("cs{i}")))
-                .args(["--listen", &addr, "--rack", &format!("rack{}", i % 2)])
-                .args(KNOBS)
-                .stdout(Stdio::null())
-                .stderr(Stdio::from(log))
-                .spawn()
-                .expect("start chunkserver"),
-        );
-    }
+    let servers = start_chunkservers(root, 4, &peers);
     let cli = |args: &[&str]| -> Output {
         Command::new(BIN)
             .args(args)
@@ -1359,43 +1371,12 @@ fn a_lost_master_replica_is_replaced_by_a_new_one() {
         .map(|_| format!("127.0.0.1:{}", free_port()))
         .collect();
     let first = masters[..3].join(",");
-    let start_master = |i: usize, flags: &[&str], peers: &str| -> Child {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(root.join(format!("master{}.log", i + 1)))
-            .expect("log file");
-        Command::new(BIN)
-            .args(["master", "--data-dir"])
-            .arg(root.join(format!("master{}", i + 1)))
-            .args(["--listen", &masters[i], "--peers", peers])
-            .args(flags)
-            .args(CHUNK_SIZE)
-            .args(KNOBS)
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("start master replica")
-    };
+    let start_master =
+        |i: usize, flags: &[&str], peers: &str| start_replica(root, i, &masters[i], peers, flags);
     let mut procs: Vec<Option<Child>> = (0..3)
         .map(|i| Some(start_master(i, &["--bootstrap"], &first)))
         .collect();
-    let mut servers = Vec::new();
-    for i in 0..3 {
-        let addr = format!("127.0.0.1:{}", free_port());
-        let log = std::fs::File::create(root.join(format!("cs{i}.log"))).expect("log");
-        servers.push(
-            Command::new(BIN)
-                .args(["chunkserver", "--master", &first, "--data-dir"])
-                .arg(root.join(format!("cs{i}")))
-                .args(["--listen", &addr, "--rack", &format!("rack{}", i % 2)])
-                .args(KNOBS)
-                .stdout(Stdio::null())
-                .stderr(Stdio::from(log))
-                .spawn()
-                .expect("start chunkserver"),
-        );
-    }
+    let servers = start_chunkservers(root, 3, &first);
     let cli = |args: &[&str]| -> Output {
         Command::new(BIN)
             .args(args)

@@ -60,6 +60,20 @@ fn eager_scrub(k: &mut Knobs) {
     k.scrub_idle = Duration::from_secs(1);
 }
 
+/// A master group of three under shared clients racing namespace operations and
+/// writes on one directory (a linearizability check).
+fn group_scenario(sc: Scenario) -> Scenario {
+    Scenario {
+        shape: Shape { masters: 3, ..MANY },
+        workload: Workload {
+            kind: Kind::Shared { files: 2 },
+            ops: 40,
+            ..WORKLOAD
+        },
+        ..sc
+    }
+}
+
 const fn scenario(name: &'static str, faults: FaultMix) -> Scenario {
     Scenario {
         name,
@@ -222,49 +236,33 @@ pub fn all() -> Vec<Scenario> {
         // (still reaching chunkservers and clients), shadows killed, while shared
         // clients race namespace operations and writes on one directory (a
         // linearizability check) and chunkservers crash.
-        Scenario {
-            shape: Shape { masters: 3, ..MANY },
-            workload: Workload {
-                kind: Kind::Shared { files: 2 },
-                ops: 40,
-                ..WORKLOAD
+        group_scenario(scenario(
+            "master-failover",
+            FaultMix {
+                group_faults: true,
+                server_crashes: true,
+                slow_disks: true,
+                lossy_net: true,
+                net_trouble: true,
+                clock_jumps: true,
+                ..NO_FAULTS
             },
-            ..scenario(
-                "master-failover",
-                FaultMix {
-                    group_faults: true,
-                    server_crashes: true,
-                    slow_disks: true,
-                    lossy_net: true,
-                    net_trouble: true,
-                    clock_jumps: true,
-                    ..NO_FAULTS
-                },
-            )
-        },
+        )),
         // A master group whose members change: a shadow is lost, removed by an admin,
         // and joins again on a new disk under a new id (the leader makes it a voter once
         // it holds the log), among leader crashes and cuts, under the same shared
         // clients. After healing every replica must be a voter of one agreed group.
-        Scenario {
-            shape: Shape { masters: 3, ..MANY },
-            workload: Workload {
-                kind: Kind::Shared { files: 2 },
-                ops: 40,
-                ..WORKLOAD
+        group_scenario(scenario(
+            "master-replace",
+            FaultMix {
+                group_faults: true,
+                replacements: true,
+                server_crashes: true,
+                lossy_net: true,
+                clock_jumps: true,
+                ..NO_FAULTS
             },
-            ..scenario(
-                "master-replace",
-                FaultMix {
-                    group_faults: true,
-                    replacements: true,
-                    server_crashes: true,
-                    lossy_net: true,
-                    clock_jumps: true,
-                    ..NO_FAULTS
-                },
-            )
-        },
+        )),
         // Every fault kind the design claims to survive, the seed keeping some (swarm
         // testing), on a cluster shape, replication and workload the seed picks.
         Scenario {
