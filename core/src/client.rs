@@ -284,8 +284,10 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         // other (a stale view during an election) cannot keep the client spinning.
         let mut named = 0;
         loop {
-            // Once the leader failed to answer, a shadow may.
-            let stale_ok = read && retry.waited > 0;
+            // Once every replica was asked and none led to an answer, a shadow may: an
+            // address that does not answer is not the leader failing, and the next one
+            // may lead (or name the leader).
+            let stale_ok = read && retry.waited as usize >= self.masters.len();
             match self.master_once(&req, token, stale_ok).await {
                 Err(FsError::NotLeader(l)) if l == NAMED && named < 3 => named += 1,
                 Err(e @ (FsError::Unavailable(_) | FsError::NotLeader(_))) => {

@@ -235,3 +235,42 @@ fn a_shadow_answers_reads_while_no_leader_can_be_elected() {
         assert!(client.mkdir("/never", false).await.is_err());
     });
 }
+
+/// A read whose first listed replica is down goes on to the others and is answered by
+/// the leader, not by a shadow that happens to be next: a shadow answers a read only
+/// once every replica was asked and none led to an answer.
+#[test]
+fn a_read_past_a_dead_first_replica_is_answered_by_the_leader() {
+    let rt = TestRuntime::new(6);
+    let net = MemNet::new(rt.clone());
+    let rt2 = rt.clone();
+    rt.block_on(async move {
+        let rt = rt2;
+        let stores: Vec<MemMetaStore> = (0..3).map(|_| MemMetaStore::default()).collect();
+        let handles: Vec<AbortHandle> = (0..3)
+            .map(|i| start_replica(&rt, &net, &stores[i], i as u64 + 1, true))
+            .collect();
+        let mut cfg = ClientConfig::new(MASTERS);
+        cfg.retry_for = Duration::from_secs(20);
+        let client = Client::new(rt.clone(), net.clone(), cfg);
+        client.mkdir("/d", false).await.unwrap();
+        let leader = client.current_master();
+        let l: usize = leader[1..].parse::<usize>().unwrap() - 1;
+        // The dead one first, then the other shadow, then the leader.
+        let dead = (l + 1) % 3;
+        let other = (l + 2) % 3;
+        handles[dead].abort();
+        net.kill(&format!("m{}", dead + 1));
+        let list = format!("m{},m{},m{}", dead + 1, other + 1, l + 1);
+        let mut cfg = ClientConfig::new(list.as_str());
+        cfg.retry_for = Duration::from_secs(20);
+        let reader = Client::new(rt.clone(), net.clone(), cfg);
+        reader.stat("/d").await.unwrap();
+        assert_eq!(
+            reader.last_shadow_answer(),
+            None,
+            "a shadow answered (list {list})"
+        );
+        assert_eq!(reader.current_master(), leader);
+    });
+}

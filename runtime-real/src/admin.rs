@@ -269,6 +269,13 @@ pub fn masters_text(rows: &[(String, Result<pb::ReplicaStatus, String>)]) -> Str
                     s.id, addr, role, s.term, s.commit, s.applied, s.seq
                 );
             }
+            Err(e) if e.contains("runs alone") => {
+                let _ = writeln!(
+                    out,
+                    "{:>3}  {addr:<22} a single master, not a group of replicas",
+                    "-"
+                );
+            }
             Err(e) => {
                 // An address the caller listed that no replica names as a member (one
                 // removed from the group, say).

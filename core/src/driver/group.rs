@@ -92,9 +92,10 @@ pub async fn load<M: MetaStore>(
                 "replica {}'s data directory holds no group state: give --bootstrap on \
                  every replica's first start to form a new group, or --join to join a \
                  running group under a new id. A replica whose data was lost must not \
-                 rejoin under its old id (it may have voted or acknowledged entries it \
-                 no longer holds): restore its data directory from a copy, or remove it \
-                 from the group and add a new replica",
+                 rejoin under its old id, nor on an older copy of its data (it may have \
+                 voted for, or acknowledged, entries that it would no longer hold): remove \
+                 it from the group (`tessera admin masters remove ID`) and add a new \
+                 replica under a new id (`--join`, then `tessera admin masters add`)",
                 group.id
             )));
         }

@@ -212,9 +212,14 @@ impl super::Replica {
     /// already (an admin asking again after a lost answer).
     fn propose_change(&mut self, c: &pb::ChangeMembersRequest) -> Result<Option<u64>, FsError> {
         let change = match (c.add, c.remove) {
-            (0, 0) | (1.., 1..) => {
+            (0, 0) => {
                 return Err(FsError::InvalidArgument(
-                    "a membership change adds one replica or removes one".into(),
+                    "give the id (1 and up) of the replica to add or to remove".into(),
+                ));
+            }
+            (1.., 1..) => {
+                return Err(FsError::InvalidArgument(
+                    "a membership change adds one replica or removes one, not both".into(),
                 ));
             }
             (add, 0) => Change::AddLearner(add, c.address.trim().to_string()),
@@ -280,6 +285,10 @@ impl super::Replica {
     /// is applied by no replica (each checks the same entry against the same state).
     pub(super) fn apply_change(&mut self, e: &rp::Entry, writes: &mut Vec<super::Write>) {
         let asked = self.conf_asked.remove(&e.index);
+        if e.index <= self.node.store().changed_at() {
+            // Applied before a restart: the store's configuration holds it.
+            return;
+        }
         let change = Change::decode(&e.data)
             .expect("membership entries are checked before raft-rs takes them");
         let conf = self.node.raft.prs().conf().to_conf_state();
@@ -306,7 +315,7 @@ impl super::Replica {
             .covers(&cs)
             .unwrap_or_else(|err| panic!("after {change:?}: {err}"));
         tracing::info!(index = e.index, ?change, voters = ?cs.voters, learners = ?cs.learners, "membership changed");
-        self.node.mut_store().set_conf(cs, members, writes);
+        self.node.mut_store().set_conf(e.index, cs, members, writes);
         self.update_book();
         if change == Change::Remove(self.cfg.id) && self.node.raft.state == StateRole::Leader {
             // A leader that left stops leading (raft-rs would lead on); the others

@@ -636,7 +636,8 @@ impl Replica {
             tracing::warn!(
                 from = m.from,
                 to = m.to,
-                "refused a replica message not for this group member"
+                "refused a replica message: the sender is no member this replica knows \
+                 (removed from the group, or not yet added), or it is meant for another"
             );
             return;
         }

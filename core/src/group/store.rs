@@ -43,6 +43,8 @@ pub struct LogStore {
     /// Addresses of the members `conf` names, and the ids retired (empty in a store a
     /// replica that is joining formatted, or one written before membership changed).
     members: Members,
+    /// The log index of the last membership change `conf` holds (`changed_at`).
+    changed_at: u64,
     snap: rp::Snapshot,
     /// The entries after the snapshot, consecutive.
     entries: Vec<rp::Entry>,
@@ -85,6 +87,7 @@ impl LogStore {
         let mut c = wire::conf_to_pb(&self.conf);
         c.addresses = self.members.addresses.clone().into_iter().collect();
         c.retired = self.members.retired.iter().copied().collect();
+        c.changed_at = self.changed_at;
         seal(&c)
     }
 
@@ -98,11 +101,24 @@ impl LogStore {
         self.members = members;
     }
 
-    /// Takes a membership change raft-rs applied: its new voters and learners, and the
-    /// addresses and retired ids that go with them.
-    pub fn set_conf(&mut self, conf: rp::ConfState, members: Members, out: &mut Vec<Write>) {
+    /// The log index of the last membership change the store holds: a committed change
+    /// at or below it is applied already.
+    pub fn changed_at(&self) -> u64 {
+        self.changed_at
+    }
+
+    /// Takes the membership change of entry `index` raft-rs applied: its new voters and
+    /// learners, and the addresses and retired ids that go with them.
+    pub fn set_conf(
+        &mut self,
+        index: u64,
+        conf: rp::ConfState,
+        members: Members,
+        out: &mut Vec<Write>,
+    ) {
         self.conf = conf;
         self.members = members;
+        self.changed_at = index;
         out.push((CONF_KEY.to_vec(), Some(self.conf_record())));
     }
 
@@ -125,8 +141,10 @@ impl LogStore {
     pub fn load(values: impl IntoIterator<Item = (Vec<u8>, Bytes)>) -> Result<LogStore, String> {
         let damaged = |what: &str, e: String| {
             format!(
-                "the master replica's log is damaged: {what}: {e}; refusing to start on it \
-                 (restore the data directory from a copy, or replace the replica)"
+                "the master replica's log is damaged: {what}: {e}; refusing to start on it. \
+                 Replace the replica: remove it from the group (`tessera admin masters \
+                 remove ID`) and add a new one under a new id. Do not start it on an older \
+                 copy of its data: it may have acknowledged entries the copy lacks"
             )
         };
         let mut s = LogStore::default();
@@ -140,6 +158,7 @@ impl LogStore {
                     addresses: c.addresses.clone().into_iter().collect(),
                     retired: c.retired.iter().copied().collect(),
                 };
+                s.changed_at = c.changed_at;
                 s.conf = wire::conf_from_pb(c);
                 have_conf = true;
             } else if k == SNAP_KEY {
@@ -250,6 +269,7 @@ impl LogStore {
         self.hard.commit = self.hard.commit.max(meta.index);
         self.conf = meta.get_conf_state().clone();
         self.members = members;
+        self.changed_at = meta.index;
         out.push((SNAP_KEY.to_vec(), Some(seal(&wire::snapshot_to_pb(&snap)))));
         out.push((CONF_KEY.to_vec(), Some(self.conf_record())));
         out.push((HARD_KEY.to_vec(), Some(seal(&wire::hard_to_pb(&self.hard)))));

@@ -45,6 +45,7 @@ pub fn conf_to_pb(c: &rp::ConfState) -> pb::RaftConfState {
         // Tessera's own (the store fills them in: `store.rs`).
         addresses: Default::default(),
         retired: Vec::new(),
+        changed_at: 0,
     }
 }
 
