@@ -78,6 +78,22 @@ fn start_chunkserver(rt: &TestRuntime, net: &MemNet, store: &MemChunkStore, i: u
     });
 }
 
+/// Three replicas forming a new group, each on a store of its own.
+fn start_group(rt: &TestRuntime, net: &MemNet) -> (Vec<MemMetaStore>, Vec<AbortHandle>) {
+    let stores: Vec<MemMetaStore> = (0..3).map(|_| MemMetaStore::default()).collect();
+    let handles = (0..3)
+        .map(|i| start_replica(rt, net, &stores[i], i as u64 + 1, true))
+        .collect();
+    (stores, handles)
+}
+
+/// A client of the replicas `list`, patient for 20 s.
+fn client_of(rt: &TestRuntime, net: &MemNet, list: &str) -> Client<TestRuntime, MemNet> {
+    let mut cfg = ClientConfig::new(list);
+    cfg.retry_for = Duration::from_secs(20);
+    Client::new(rt.clone(), net.clone(), cfg)
+}
+
 fn data(len: usize, seed: u8) -> Bytes {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
@@ -92,10 +108,7 @@ fn the_client_follows_the_group_across_the_leaders_death() {
     let rt2 = rt.clone();
     rt.block_on(async move {
         let rt = rt2;
-        let stores: Vec<MemMetaStore> = (0..3).map(|_| MemMetaStore::default()).collect();
-        let mut handles: Vec<AbortHandle> = (0..3)
-            .map(|i| start_replica(&rt, &net, &stores[i], i as u64 + 1, true))
-            .collect();
+        let (stores, mut handles) = start_group(&rt, &net);
         let disks: Vec<MemChunkStore> = (0..3).map(|_| MemChunkStore::default()).collect();
         for (i, d) in disks.iter().enumerate() {
             start_chunkserver(&rt, &net, d, i);
@@ -163,17 +176,12 @@ fn a_shadow_answers_reads_while_no_leader_can_be_elected() {
     let rt2 = rt.clone();
     rt.block_on(async move {
         let rt = rt2;
-        let stores: Vec<MemMetaStore> = (0..3).map(|_| MemMetaStore::default()).collect();
-        let handles: Vec<AbortHandle> = (0..3)
-            .map(|i| start_replica(&rt, &net, &stores[i], i as u64 + 1, true))
-            .collect();
+        let (_stores, handles) = start_group(&rt, &net);
         let disks: Vec<MemChunkStore> = (0..3).map(|_| MemChunkStore::default()).collect();
         for (i, d) in disks.iter().enumerate() {
             start_chunkserver(&rt, &net, d, i);
         }
-        let mut cfg = ClientConfig::new(MASTERS);
-        cfg.retry_for = Duration::from_secs(20);
-        let client = Client::new(rt.clone(), net.clone(), cfg);
+        let client = client_of(&rt, &net, MASTERS);
         client.mkdir("/d", false).await.unwrap();
         let data = data(150_000, 3);
         client.put("/d/f", 3, data.clone()).await.unwrap();
@@ -246,13 +254,8 @@ fn a_read_past_a_dead_first_replica_is_answered_by_the_leader() {
     let rt2 = rt.clone();
     rt.block_on(async move {
         let rt = rt2;
-        let stores: Vec<MemMetaStore> = (0..3).map(|_| MemMetaStore::default()).collect();
-        let handles: Vec<AbortHandle> = (0..3)
-            .map(|i| start_replica(&rt, &net, &stores[i], i as u64 + 1, true))
-            .collect();
-        let mut cfg = ClientConfig::new(MASTERS);
-        cfg.retry_for = Duration::from_secs(20);
-        let client = Client::new(rt.clone(), net.clone(), cfg);
+        let (_stores, handles) = start_group(&rt, &net);
+        let client = client_of(&rt, &net, MASTERS);
         client.mkdir("/d", false).await.unwrap();
         let leader = client.current_master();
         let l: usize = leader[1..].parse::<usize>().unwrap() - 1;
@@ -262,9 +265,7 @@ fn a_read_past_a_dead_first_replica_is_answered_by_the_leader() {
         handles[dead].abort();
         net.kill(&format!("m{}", dead + 1));
         let list = format!("m{},m{},m{}", dead + 1, other + 1, l + 1);
-        let mut cfg = ClientConfig::new(list.as_str());
-        cfg.retry_for = Duration::from_secs(20);
-        let reader = Client::new(rt.clone(), net.clone(), cfg);
+        let reader = client_of(&rt, &net, &list);
         reader.stat("/d").await.unwrap();
         assert_eq!(
             reader.last_shadow_answer(),
