@@ -246,6 +246,17 @@ pub trait MetaStore: Send + 'static {
         batch: Vec<(Vec<u8>, Option<Bytes>)>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     fn sync(&mut self) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// `write` then `sync`: the batch, and every write before it, durable. A store may do
+    /// both in one step.
+    fn write_synced(
+        &mut self,
+        batch: Vec<(Vec<u8>, Option<Bytes>)>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        async move {
+            self.write(batch).await?;
+            self.sync().await
+        }
+    }
     /// Every key with `prefix`, in key order.
     fn scan(
         &mut self,

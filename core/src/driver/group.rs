@@ -11,6 +11,8 @@
 //! A replica whose transport stops serving it stops: it can no longer take part.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -20,7 +22,7 @@ use futures::{SinkExt, StreamExt};
 use prost::Message;
 
 use super::{DriverError, Observer};
-use crate::error::RpcError;
+use crate::error::{RpcError, StoreError};
 use crate::group::{self, GroupConfig, Input, LogStore, Replica};
 use crate::master::{MasterConfig, RequestId};
 use crate::pb;
@@ -180,19 +182,59 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
     }
     let mut replies: HashMap<RequestId, oneshot::Sender<Parts>> = HashMap::new();
     let mut next_request: RequestId = 1;
+    // Writes for the next sync, and the last Persist among them the replica waits for.
     let mut writes = Vec::new();
     let mut persisted = None;
+    // The sync under way, which holds the store until it is done. The replica goes on
+    // meanwhile: a leader proposes what arrives and counts its followers' answers while
+    // its own write is on its way to disk, and the writes made meanwhile go to disk
+    // together in the next sync (group commit).
+    let mut store = Some(store);
+    let mut syncing: Option<Syncing<M>> = None;
+    // Messages for other replicas from every step of this batch of events: sent as one
+    // call per replica at the batch's end, so followers write while this one does.
+    let mut outbox = Vec::new();
     loop {
-        let first = if persisted.is_none() {
-            match next_event(&mut events, &mut inbound).await {
-                Some(e) => Some(e),
-                None => break,
+        if syncing.is_none()
+            && let Some(number) = persisted.take()
+        {
+            let mut s = store.take().expect("the store is back once its sync is done");
+            let batch = std::mem::take(&mut writes);
+            syncing = Some(Box::pin(async move {
+                let done = s.write_synced(batch).await;
+                (s, done.map(|()| number))
+            }));
+        }
+        let mut ev = match next_event(&mut events, &mut inbound, &mut syncing).await {
+            Some(Next::Synced(s, done)) => {
+                syncing = None;
+                store = Some(s);
+                let number = done?;
+                let effects = step(
+                    &rt,
+                    &mut replica,
+                    &mut observer,
+                    Input::Persisted { number },
+                );
+                dispatch(
+                    &rt,
+                    &transport,
+                    &tx,
+                    &opts,
+                    &mut replies,
+                    &mut writes,
+                    &mut persisted,
+                    &mut outbox,
+                    effects,
+                );
+                None
             }
-        } else {
-            try_event(&mut events, &mut inbound)
+            Some(Next::Step(e)) => Some(e),
+            None => break,
         };
-        let mut ev = first;
-        // Every event ready now, so one sync covers the writes of all of them.
+        // Every event ready now (up to a bound, so a flood cannot hold back the sync
+        // and the messages of those taken), so one sync covers the writes of all of them.
+        let mut taken = 0;
         while let Some(e) = ev.take() {
             let input = match e {
                 Step::Request(inc) => {
@@ -224,36 +266,47 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                 &mut replies,
                 &mut writes,
                 &mut persisted,
+                &mut outbox,
                 effects,
             );
-            ev = try_event(&mut events, &mut inbound);
+            taken += 1;
+            if taken < BATCH_LIMIT {
+                ev = try_event(&mut events, &mut inbound);
+            }
         }
-        if let Some(number) = persisted.take() {
-            store.write(std::mem::take(&mut writes)).await?;
-            store.sync().await?;
-            let effects = step(
-                &rt,
-                &mut replica,
-                &mut observer,
-                Input::Persisted { number },
-            );
-            dispatch(
-                &rt,
-                &transport,
-                &tx,
-                &opts,
-                &mut replies,
-                &mut writes,
-                &mut persisted,
-                effects,
-            );
-        }
+        send(&rt, &transport, &opts, &mut outbox);
         if inbound.is_terminated() {
             tracing::warn!(addr = %listen, "master replica no longer served; stopping");
             break;
         }
     }
     Ok(())
+}
+
+/// The most events taken into one batch before its messages go out and its sync starts.
+const BATCH_LIMIT: usize = 1024;
+
+/// A sync under way: it gives the store back, and the number of the last `Persist` it
+/// made durable.
+type Syncing<M> = Pin<Box<dyn Future<Output = (M, Result<u64, StoreError>)> + Send>>;
+
+/// Sends what `outbox` holds, one call per replica.
+fn send<R: Runtime, T: Transport>(
+    rt: &R,
+    transport: &T,
+    opts: &GroupOptions,
+    outbox: &mut Vec<(String, pb::RaftMessage)>,
+) {
+    for (to, msg) in group::wire::batches(std::mem::take(outbox)) {
+        let transport = transport.clone();
+        let deadline = rt.now() + opts.call_timeout;
+        rt.spawn(async move {
+            // Lost or refused: raft-rs sends again.
+            let _ = transport
+                .call(&to, msg.encode_to_vec().into(), deadline)
+                .await;
+        });
+    }
 }
 
 /// One step of the replica, shown to the observer: its master's steps first.
@@ -281,19 +334,32 @@ enum Step {
     Event(Event),
 }
 
-async fn next_event(
+enum Next<M> {
+    Step(Step),
+    Synced(M, Result<u64, StoreError>),
+}
+
+/// The next thing to do: the end of the sync under way first, then the replica's own
+/// events, then requests.
+async fn next_event<M>(
     events: &mut mpsc::UnboundedReceiver<Event>,
     inbound: &mut mpsc::Receiver<Incoming>,
-) -> Option<Step> {
+    syncing: &mut Option<Syncing<M>>,
+) -> Option<Next<M>> {
     futures::future::poll_fn(|cx| {
+        if let Some(s) = syncing.as_mut()
+            && let Poll::Ready((store, done)) = s.as_mut().poll(cx)
+        {
+            return Poll::Ready(Some(Next::Synced(store, done)));
+        }
         if let Poll::Ready(e) = events.poll_next_unpin(cx) {
-            return Poll::Ready(e.map(Step::Event));
+            return Poll::Ready(e.map(|e| Next::Step(Step::Event(e))));
         }
         if inbound.is_terminated() {
             return Poll::Ready(None);
         }
         match inbound.poll_next_unpin(cx) {
-            Poll::Ready(Some(req)) => Poll::Ready(Some(Step::Request(req))),
+            Poll::Ready(Some(req)) => Poll::Ready(Some(Next::Step(Step::Request(req)))),
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => Poll::Pending,
         }
@@ -321,27 +387,21 @@ fn dispatch<R: Runtime, T: Transport>(
     replies: &mut HashMap<RequestId, oneshot::Sender<Parts>>,
     writes: &mut Vec<group::Write>,
     persisted: &mut Option<u64>,
+    outbox: &mut Vec<(String, pb::RaftMessage)>,
     effects: group::Effects,
 ) {
     for p in effects.persist {
         writes.extend(p.writes);
-        *persisted = Some(p.number);
+        if p.wait {
+            *persisted = Some(p.number);
+        }
     }
     for (id, resp) in effects.replies {
         if let Some(reply) = replies.remove(&id) {
             let _ = reply.send(resp.encode_to_vec().into());
         }
     }
-    for (to, msg) in effects.send {
-        let transport = transport.clone();
-        let deadline = rt.now() + opts.call_timeout;
-        rt.spawn(async move {
-            // Lost or refused: raft-rs sends again.
-            let _ = transport
-                .call(&to, msg.encode_to_vec().into(), deadline)
-                .await;
-        });
-    }
+    outbox.extend(effects.send);
     for call in effects.calls {
         super::master::spawn_call(
             rt,

@@ -288,8 +288,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
         }
         if !batch.is_empty() {
             let commit = std::mem::take(&mut batch).commit(&mut low_seq);
-            store.write(commit.writes).await?;
-            store.sync().await?;
+            store.write_synced(commit.writes).await?;
             if let Some(through) = commit.through {
                 let mut effects = step(
                     &rt,

@@ -118,12 +118,17 @@ pub enum Input {
     },
 }
 
-/// Writes for the replica's store, synced before the driver answers `Persisted`.
-/// Persists are carried out in the order given.
+/// Writes for the replica's store. Persists are carried out in the order given.
 #[derive(Debug)]
 pub struct Persist {
     pub number: u64,
     pub writes: Vec<Write>,
+    /// The replica waits for these writes: the driver syncs them and then answers
+    /// `Persisted`. Without it nothing waits for them (they only move the commit index
+    /// on, which a replica that lost it learns again from the group): they are written
+    /// before any later Persist's and are durable with its sync, and a crash before
+    /// that may lose them.
+    pub wait: bool,
 }
 
 #[derive(Debug, Default)]
@@ -131,8 +136,10 @@ pub struct Effects {
     pub replies: Vec<(RequestId, pb::MasterResponse)>,
     /// The master's calls to chunkservers.
     pub calls: Vec<Call>,
-    /// Messages to other replicas, by address (each a `MasterRequest::raft`).
-    pub send: Vec<(String, pb::MasterRequest)>,
+    /// Messages to other replicas, by address, in the order made: a driver may send
+    /// those for one address together, as one `MasterRequest::raft_batch`
+    /// ([`wire::batches`]).
+    pub send: Vec<(String, pb::RaftMessage)>,
     pub persist: Vec<Persist>,
     /// With `Replica::observe`: each step the master took, its input and effects, for
     /// the checks and recorders that watch a master.
@@ -280,6 +287,10 @@ impl Replica {
             max_inflight_msgs: 256,
             check_quorum: true,
             pre_vote: true,
+            // A leader's commit reaches followers with its next append or heartbeat, not
+            // in a message of its own after every commit: half the messages under load,
+            // and a shadow waits for its next append, which under load comes at once.
+            skip_bcast_commit: true,
             ..Default::default()
         };
         let logger = slog::Logger::root(slog::Discard, slog::o!());
@@ -423,6 +434,14 @@ impl Replica {
             Input::Request { id, req, arrived } => match req.req {
                 Some(Req::Raft(m)) => {
                     self.on_peer(m, arrived);
+                    self.out
+                        .replies
+                        .push((id, master::ok(Resp::Empty(pb::Empty {}))));
+                }
+                Some(Req::RaftBatch(b)) => {
+                    for m in b.messages {
+                        self.on_peer(m, arrived);
+                    }
                     self.out
                         .replies
                         .push((id, master::ok(Resp::Empty(pb::Empty {}))));
@@ -914,13 +933,7 @@ impl Replica {
                 // authority: past it, another leader may be committing more.
                 pm.leader_commit = self.node.raft.raft_log.committed;
             }
-            self.out.send.push((
-                addr.clone(),
-                pb::MasterRequest {
-                    req: Some(Req::Raft(pm)),
-                    ..Default::default()
-                },
-            ));
+            self.out.send.push((addr.clone(), pm));
         }
     }
 
@@ -952,6 +965,15 @@ impl Replica {
                 let ents = rd.take_entries();
                 self.node.mut_store().append(&ents, &mut writes);
             }
+            // Whether this Ready writes nothing but a later commit index (no entries, no
+            // snapshot, no term or vote, no membership or compaction): a leader's every
+            // commit is one, and waiting for its sync would hold the next proposal
+            // behind it. Nothing that is sent depends on it being durable.
+            let commit_only = writes.is_empty()
+                && rd.hs().is_some_and(|hs| {
+                    let was = self.node.store().hard_state();
+                    hs.term == was.term && hs.vote == was.vote
+                });
             if let Some(hs) = rd.hs() {
                 let hs = hs.clone();
                 self.node.mut_store().set_hard_state(hs, &mut writes);
@@ -963,13 +985,25 @@ impl Replica {
             if writes.is_empty() && self.unpersisted.is_none() {
                 self.node.on_persist_ready(number);
                 self.send(persisted);
+            } else if commit_only && self.unpersisted.is_none() {
+                self.node.on_persist_ready(number);
+                self.send(persisted);
+                self.out.persist.push(Persist {
+                    number,
+                    writes,
+                    wait: false,
+                });
             } else {
                 if took_snapshot {
                     self.snapshot_unpersisted = Some(number);
                 }
                 self.unpersisted = Some(number);
                 self.held.push_back((number, persisted));
-                self.out.persist.push(Persist { number, writes });
+                self.out.persist.push(Persist {
+                    number,
+                    writes,
+                    wait: true,
+                });
             }
             self.propose();
         }

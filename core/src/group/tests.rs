@@ -117,7 +117,7 @@ impl World {
         for (rid, resp) in e.replies {
             self.replies.insert(rid, (id, resp));
         }
-        for (to, m) in e.send {
+        for (to, m) in super::wire::batches(e.send) {
             self.wire.push_back((id, id_of(&to), m));
         }
         self.unsynced.get_mut(&id).unwrap().extend(e.persist);
@@ -166,7 +166,9 @@ impl World {
                         None => disk.remove(&k),
                     };
                 }
-                self.step(i, Input::Persisted { number: p.number });
+                if p.wait {
+                    self.step(i, Input::Persisted { number: p.number });
+                }
             }
         }
     }

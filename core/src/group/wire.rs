@@ -176,6 +176,29 @@ pub fn message_from_pb(m: pb::RaftMessage) -> Result<rp::Message, String> {
     Ok(out)
 }
 
+/// Messages for other replicas as calls: one per address, carrying that address's
+/// messages in the order they were made, addresses in the order first named.
+pub fn batches(send: Vec<(String, pb::RaftMessage)>) -> Vec<(String, pb::MasterRequest)> {
+    let mut out: Vec<(String, pb::RaftBatch)> = Vec::new();
+    for (to, m) in send {
+        match out.iter_mut().find(|(a, _)| *a == to) {
+            Some((_, b)) => b.messages.push(m),
+            None => out.push((to, pb::RaftBatch { messages: vec![m] })),
+        }
+    }
+    out.into_iter()
+        .map(|(to, b)| {
+            (
+                to,
+                pb::MasterRequest {
+                    req: Some(pb::master_request::Req::RaftBatch(b)),
+                    ..Default::default()
+                },
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 #[allow(clippy::field_reassign_with_default)]
 mod tests {
@@ -228,4 +251,36 @@ mod tests {
         p.entries[0].entry_type = 3;
         assert!(message_from_pb(p).unwrap_err().contains("entry type 3"));
     }
+
+    /// Each address gets one call with its messages in the order made.
+    #[test]
+    fn messages_go_one_call_per_replica_in_order() {
+        let m = |to: u64, index: u64| pb::RaftMessage {
+            to,
+            index,
+            ..Default::default()
+        };
+        let send = vec![
+            ("b".to_string(), m(2, 1)),
+            ("c".to_string(), m(3, 1)),
+            ("b".to_string(), m(2, 2)),
+            ("b".to_string(), m(2, 3)),
+            ("c".to_string(), m(3, 2)),
+        ];
+        let calls = batches(send);
+        let got: Vec<(String, Vec<u64>)> = calls
+            .into_iter()
+            .map(|(to, r)| match r.req {
+                Some(pb::master_request::Req::RaftBatch(b)) => {
+                    (to, b.messages.iter().map(|m| m.index).collect())
+                }
+                other => panic!("not a batch: {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![("b".into(), vec![1, 2, 3]), ("c".into(), vec![1, 2])]
+        );
+    }
 }
+

@@ -302,6 +302,7 @@ pub fn master_method(r: &pb::master_request::Req) -> &'static str {
         pb::master_request::Req::Fsck(_) => "fsck",
         pb::master_request::Req::ReserveAppend(_) => "reserve_append",
         pb::master_request::Req::Raft(_) => "raft",
+        pb::master_request::Req::RaftBatch(_) => "raft_batch",
         pb::master_request::Req::ReplicaStatus(_) => "replica_status",
         pb::master_request::Req::ChangeMembers(_) => "change_members",
     }
