@@ -244,7 +244,7 @@ mod madsim_main {
             let mut sim_ms = 0i64;
             let (mut records, mut reads, mut stale_runs, mut scrubbed) = (0, 0, 0, 0);
             let (mut listings, mut ns_ops, mut ns_writes, mut ns_files) = (0, 0, 0, 0);
-            let mut shadow_reads = 0;
+            let (mut shadow_reads, mut group_checkpoints) = (0, 0);
             let mut faults = std::collections::BTreeMap::<&str, u64>::new();
             for &seed in &seeds {
                 let trace = trace_dir.as_ref().map(|d| {
@@ -263,6 +263,7 @@ mod madsim_main {
                 ns_writes += o.ns_writes_checked;
                 ns_files += o.ns_files_checked;
                 shadow_reads += o.shadow_reads_checked;
+                group_checkpoints += o.group_checkpoints;
                 stale_runs += usize::from(o.stale_seen > 0);
                 scrubbed += o.scrub_found;
                 for (k, n) in &o.fault_counts {
@@ -324,7 +325,8 @@ mod madsim_main {
                 "scenario={} seeds={} wall={wall:.1}s seeds_per_min={:.1} sim_per_wall={:.0}x \
                  reads_checked={reads} records_checked={records} listings_checked={listings} \
                  ns_ops_checked={ns_ops} ns_writes_checked={ns_writes} ns_files_checked={ns_files} \
-                 shadow_reads_checked={shadow_reads} runs_with_stale_copies={stale_runs} \
+                 shadow_reads_checked={shadow_reads} group_checkpoints={group_checkpoints} \
+                 runs_with_stale_copies={stale_runs} \
                  scrubber_finds={scrubbed} faults={}",
                 sc.name,
                 seeds.len(),

@@ -76,6 +76,8 @@ pub struct Outcome {
     pub ns_files_checked: u64,
     /// Reads of the shared directory a shadow master answered, judged as stale reads.
     pub shadow_reads_checked: u64,
+    /// Checkpoints master replicas built beside their event loops and took back.
+    pub group_checkpoints: u64,
     pub ops_ok: u64,
     pub ops_failed: u64,
     pub records_checked: u64,
@@ -320,6 +322,7 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         ns_writes_checked: c.ns_writes_checked,
         ns_files_checked: c.ns_files_checked,
         shadow_reads_checked: c.shadow_reads,
+        group_checkpoints: c.group_checkpoints,
         ops_ok: runs.iter().map(|r| r.ok).sum(),
         ops_failed: runs.iter().map(|r| r.errors).sum(),
         records_checked: c.records_checked,

@@ -52,6 +52,7 @@ enum Event {
     CallResult(u64, Result<pb::ChunkResponse, RpcError>),
     Tick,
     RaftTick,
+    Checkpointed(group::checkpointer::Taken),
 }
 
 /// Reads the replica's store: its log, or, with `bootstrap` and an empty store, a new
@@ -180,6 +181,21 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
             }
         });
     }
+    // The checkpointer runs on a task of its own, so building a checkpoint never holds
+    // up the replica's event loop (`group::checkpointer`).
+    let (feeds, mut fed) = mpsc::unbounded::<group::checkpointer::Feed>();
+    if let Some(mut checkpointer) = replica.take_checkpointer() {
+        let tx = tx.clone();
+        rt.spawn(async move {
+            while let Some(f) = fed.next().await {
+                if let Some(t) = checkpointer.feed(f)
+                    && tx.unbounded_send(Event::Checkpointed(t)).is_err()
+                {
+                    return;
+                }
+            }
+        });
+    }
     let mut replies: HashMap<RequestId, oneshot::Sender<Parts>> = HashMap::new();
     let mut next_request: RequestId = 1;
     // Writes for the next sync, and the last Persist among them the replica waits for.
@@ -198,7 +214,9 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
         if syncing.is_none()
             && let Some(number) = persisted.take()
         {
-            let mut s = store.take().expect("the store is back once its sync is done");
+            let mut s = store
+                .take()
+                .expect("the store is back once its sync is done");
             let batch = std::mem::take(&mut writes);
             syncing = Some(Box::pin(async move {
                 let done = s.write_synced(batch).await;
@@ -225,6 +243,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                     &mut writes,
                     &mut persisted,
                     &mut outbox,
+                    &feeds,
                     effects,
                 );
                 None
@@ -256,6 +275,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                 Step::Event(Event::CallResult(id, result)) => Input::CallResult { id, result },
                 Step::Event(Event::Tick) => Input::Tick,
                 Step::Event(Event::RaftTick) => Input::RaftTick,
+                Step::Event(Event::Checkpointed(t)) => Input::Checkpointed(t),
             };
             let effects = step(&rt, &mut replica, &mut observer, input);
             dispatch(
@@ -267,6 +287,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                 &mut writes,
                 &mut persisted,
                 &mut outbox,
+                &feeds,
                 effects,
             );
             taken += 1;
@@ -388,8 +409,14 @@ fn dispatch<R: Runtime, T: Transport>(
     writes: &mut Vec<group::Write>,
     persisted: &mut Option<u64>,
     outbox: &mut Vec<(String, pb::RaftMessage)>,
+    feeds: &mpsc::UnboundedSender<group::checkpointer::Feed>,
     effects: group::Effects,
 ) {
+    for f in effects.checkpointer {
+        // Closed only if the checkpointer's task ended, which it does only when this
+        // loop's events are gone.
+        let _ = feeds.unbounded_send(f);
+    }
     for p in effects.persist {
         writes.extend(p.writes);
         if p.wait {

@@ -19,6 +19,7 @@
 //! - Members join and leave one at a time, through the log (`members.rs`): a new
 //!   replica joins as a learner, and the leader makes it a voter once it holds the log.
 
+pub mod checkpointer;
 pub mod lease;
 pub mod locations;
 pub mod members;
@@ -116,6 +117,8 @@ pub enum Input {
         id: RequestId,
         error: String,
     },
+    /// The checkpoint asked of the replica's checkpointer, built (see `checkpointer.rs`).
+    Checkpointed(checkpointer::Taken),
 }
 
 /// Writes for the replica's store. Persists are carried out in the order given.
@@ -124,7 +127,8 @@ pub struct Persist {
     pub number: u64,
     pub writes: Vec<Write>,
     /// The replica waits for these writes: the driver syncs them and then answers
-    /// `Persisted`. Without it nothing waits for them (they only move the commit index
+    /// `Persisted`. (A Persist it does not wait for may come of no `Ready`; its number is
+    /// then 0.) Without it nothing waits for them (they only move the commit index
     /// on, which a replica that lost it learns again from the group): they are written
     /// before any later Persist's and are durable with its sync, and a crash before
     /// that may lose them.
@@ -146,6 +150,9 @@ pub struct Effects {
     /// Each is tagged with the generation of the master that took it
     /// (`Replica::master_of`): a master stopped in this step took some of them.
     pub master_steps: Vec<(u64, master::Input, master::Effects)>,
+    /// For the checkpointer a driver runs on a task of its own
+    /// (`Replica::take_checkpointer`), in order; empty while the replica runs it itself.
+    pub checkpointer: Vec<checkpointer::Feed>,
 }
 
 /// Bits of a chunkserver call's id that are its master's own (`Replica::generation`).
@@ -221,6 +228,11 @@ pub struct Replica {
     /// it must start from a snapshot, which names the members, not from the log's first
     /// entry, which comes after the group's first members were set).
     compact_now: bool,
+    /// The checkpointer, while the replica runs it itself (inside `handle`); a driver
+    /// takes it to run it beside the replica.
+    checkpointer: Option<checkpointer::Checkpointer>,
+    /// The entry a checkpoint was asked as of, until it comes back.
+    checkpoint_asked: Option<u64>,
     /// When a message from each other replica last arrived (for the leader: which
     /// followers answer).
     last_heard: BTreeMap<u64, Time>,
@@ -278,6 +290,7 @@ impl Replica {
             return Err("the election timeout must be at least two ticks".into());
         }
         let shadow = shadow::Shadow::from_snapshot(store.snapshot_ref(), &mcfg)?;
+        let checkpointer = checkpointer::Checkpointer::new(store.snapshot_ref(), &mcfg)?;
         let rcfg = raft::Config {
             id: cfg.id,
             election_tick: cfg.election_ticks,
@@ -325,6 +338,8 @@ impl Replica {
             locations: locations::Locations::default(),
             conf_asked: BTreeMap::new(),
             compact_now: adopted,
+            checkpointer: Some(checkpointer),
+            checkpoint_asked: None,
             last_heard: BTreeMap::new(),
             heard: None,
             current_at: None,
@@ -333,6 +348,13 @@ impl Replica {
         };
         r.seed_timeout();
         Ok(r)
+    }
+
+    /// The checkpointer, for a driver to run beside the replica, fed with
+    /// `Effects::checkpointer`; what it builds comes back as `Input::Checkpointed`.
+    /// Until it is taken the replica runs it itself, inside `handle`.
+    pub fn take_checkpointer(&mut self) -> Option<checkpointer::Checkpointer> {
+        self.checkpointer.take()
     }
 
     /// Reports every step of the master in `Effects::master_steps` from now on.
@@ -481,6 +503,19 @@ impl Replica {
                 }
             }
             Input::Tick => self.pass_to_master(master::Input::Tick),
+            Input::Checkpointed(t) => {
+                let mut writes = Vec::new();
+                self.checkpointed(t, &mut writes);
+                if !writes.is_empty() {
+                    // Nothing waits for a compaction: a crash before it is durable leaves
+                    // the snapshot before it and the entries it would have dropped.
+                    self.out.persist.push(Persist {
+                        number: 0,
+                        writes,
+                        wait: false,
+                    });
+                }
+            }
             Input::RaftTick => {
                 if self.snapshot_unpersisted.is_none() {
                     self.node.tick();
@@ -951,6 +986,7 @@ impl Replica {
                 let snap = rd.snapshot().clone();
                 self.shadow = shadow::Shadow::from_snapshot(&snap, &self.mcfg)
                     .expect("a snapshot is checked before raft-rs takes it");
+                self.feed(checkpointer::Feed::Reset(snap.clone()), &mut writes);
                 let members = store::members_of(&snap)
                     .expect("a snapshot is checked before raft-rs takes it");
                 self.last_snapshot_seq = self.shadow.seq;
@@ -1028,6 +1064,14 @@ impl Replica {
             if e.index <= self.shadow.applied {
                 continue;
             }
+            let data = (e.entry_type == rp::EntryType::EntryNormal).then(|| e.data.clone());
+            self.feed(
+                checkpointer::Feed::Apply {
+                    index: e.index,
+                    data,
+                },
+                writes,
+            );
             if e.entry_type == rp::EntryType::EntryNormal && !e.data.is_empty() {
                 let batch = pb::RaftRecords::decode(e.data.clone())
                     .expect("entries are checked before raft-rs takes them");
@@ -1076,17 +1120,68 @@ impl Replica {
             u64::MAX
         };
         let due = self.shadow.seq - self.last_snapshot_seq >= self.cfg.snapshot_every
-            && floor >= self.shadow.applied;
-        if (due || self.compact_now) && self.shadow.applied > self.node.store().snapshot_index() {
-            self.compact_now = false;
-            let mut cp = self.shadow.meta.checkpoint(self.shadow.seq);
-            let members = self.node.store().members();
-            cp.group_members = members.addresses.clone().into_iter().collect();
-            cp.group_retired = members.retired.iter().copied().collect();
-            let applied = self.shadow.applied;
-            self.node.mut_store().compact(applied, seal(&cp), writes);
-            self.last_snapshot_seq = self.shadow.seq;
+            && floor >= self.shadow.applied
+            && self.checkpoint_asked.is_none();
+        if self.shadow.applied <= self.node.store().snapshot_index() {
+            return;
         }
+        if self.compact_now {
+            // A learner was added: it must start from a snapshot taken here, at once.
+            // Rare (an admin's change), so built inside the step.
+            self.compact_now = false;
+            let ask = self.ask();
+            let mut cp = self.shadow.meta.checkpoint(self.shadow.seq);
+            cp.group_members = ask.members.clone().into_iter().collect();
+            cp.group_retired = ask.retired.clone();
+            self.node
+                .mut_store()
+                .compact(ask.index, seal(&cp), ask.conf, writes);
+            self.last_snapshot_seq = self.shadow.seq;
+        } else if due {
+            let ask = self.ask();
+            self.checkpoint_asked = Some(ask.index);
+            self.last_snapshot_seq = self.shadow.seq;
+            self.feed(checkpointer::Feed::Take(ask), writes);
+        }
+    }
+
+    /// A checkpoint as of the entry last applied, with the membership as of it.
+    fn ask(&self) -> checkpointer::Ask {
+        let store = self.node.store();
+        checkpointer::Ask {
+            index: self.shadow.applied,
+            conf: store.conf().clone(),
+            members: store.members().addresses.clone(),
+            retired: store.members().retired.iter().copied().collect(),
+        }
+    }
+
+    /// Gives the checkpointer what happened: at once if the replica runs it, or through
+    /// `Effects::checkpointer`.
+    fn feed(&mut self, f: checkpointer::Feed, writes: &mut Vec<Write>) {
+        match self.checkpointer.as_mut() {
+            Some(c) => {
+                if let Some(t) = c.feed(f) {
+                    self.checkpointed(t, writes);
+                }
+            }
+            None => self.out.checkpointer.push(f),
+        }
+    }
+
+    /// A checkpoint built: the log behind it goes, unless a snapshot taken from the
+    /// leader meanwhile (or a learner's) already covers it.
+    fn checkpointed(&mut self, t: checkpointer::Taken, writes: &mut Vec<Write>) {
+        if self.checkpoint_asked == Some(t.ask.index) {
+            self.checkpoint_asked = None;
+        }
+        let store = self.node.store();
+        if t.ask.index <= store.snapshot_index() || store.entry(t.ask.index).is_none() {
+            return;
+        }
+        self.node
+            .mut_store()
+            .compact(t.ask.index, t.data, t.ask.conf, writes);
     }
 
     /// Starts or stops the master as leadership comes and goes.

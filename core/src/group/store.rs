@@ -280,8 +280,9 @@ impl LogStore {
     }
 
     /// Makes `data` (a sealed checkpoint of the state through entry `index`, which has
-    /// been applied) the snapshot, and drops the entries it covers, in one batch.
-    pub fn compact(&mut self, index: u64, data: Bytes, out: &mut Vec<Write>) {
+    /// been applied, when the group's configuration was `conf`) the snapshot, and drops
+    /// the entries it covers, in one batch.
+    pub fn compact(&mut self, index: u64, data: Bytes, conf: rp::ConfState, out: &mut Vec<Write>) {
         assert!(
             index > self.snapshot_index() && index <= self.last(),
             "compacting to {index} outside {}..={}",
@@ -295,7 +296,7 @@ impl LogStore {
         };
         snap.mut_metadata().index = index;
         snap.mut_metadata().term = term;
-        snap.mut_metadata().set_conf_state(self.conf.clone());
+        snap.mut_metadata().set_conf_state(conf);
         let n = (index - self.snapshot_index()) as usize;
         out.push((SNAP_KEY.to_vec(), Some(seal(&wire::snapshot_to_pb(&snap)))));
         for gone in self.entries.drain(..n) {
@@ -432,7 +433,8 @@ mod tests {
         assert_eq!(back.term(3).unwrap(), 2);
         assert_eq!(back.hard_state().commit, 3);
 
-        s.compact(2, Bytes::from_static(b"cp"), &mut w);
+        let conf = s.conf().clone();
+        s.compact(2, Bytes::from_static(b"cp"), conf, &mut w);
         let back = LogStore::load(as_values(w.clone())).unwrap();
         assert_eq!(back.first_index().unwrap(), 3);
         assert_eq!(back.last_index().unwrap(), 4);

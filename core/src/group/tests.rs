@@ -34,6 +34,13 @@ struct World {
     /// With a generator: each step syncs a replica's store only now and then, so
     /// crashes lose writes not yet synced.
     slow_sync: Option<crate::rng::Rng>,
+    /// The checkpointers of even-numbered replicas, run beside them as a driver runs
+    /// them, with the feeds each has not yet taken (they take them one world step
+    /// later, so checkpoints come back while entries go on being applied); odd-numbered
+    /// replicas run theirs inside their steps.
+    checkpointers: BTreeMap<u64, (checkpointer::Checkpointer, VecDeque<checkpointer::Feed>)>,
+    /// Checkpoints that came back and compacted a log, by replica.
+    compactions: BTreeMap<u64, u64>,
 }
 
 fn addr(id: u64) -> String {
@@ -73,6 +80,8 @@ impl World {
             replies: BTreeMap::new(),
             served: Vec::new(),
             slow_sync: None,
+            checkpointers: BTreeMap::new(),
+            compactions: BTreeMap::new(),
         };
         for i in 1..=n {
             let store = LogStore::fresh((1..=n).map(|i| (i, addr(i))).collect());
@@ -93,7 +102,12 @@ impl World {
         cfg.id = id;
         let mut mcfg = self.mcfg.clone();
         mcfg.rng_seed = id;
-        let r = Replica::start(cfg, mcfg, self.now, store).expect("starts");
+        let mut r = Replica::start(cfg, mcfg, self.now, store).expect("starts");
+        self.checkpointers.remove(&id);
+        if id.is_multiple_of(2) {
+            let c = r.take_checkpointer().expect("not yet taken");
+            self.checkpointers.insert(id, (c, VecDeque::new()));
+        }
         self.replicas.insert(id, Some(r));
         self.unsynced.insert(id, VecDeque::new());
     }
@@ -101,6 +115,7 @@ impl World {
     /// Kill -9: writes not yet synced are lost, and so are messages to it.
     fn crash(&mut self, id: u64) {
         self.replicas.insert(id, None);
+        self.checkpointers.remove(&id);
         self.unsynced.insert(id, VecDeque::new());
         self.wire.retain(|(_, to, _)| *to != id);
     }
@@ -120,7 +135,42 @@ impl World {
         for (to, m) in super::wire::batches(e.send) {
             self.wire.push_back((id, id_of(&to), m));
         }
+        if let Some((_, q)) = self.checkpointers.get_mut(&id) {
+            q.extend(e.checkpointer);
+        } else {
+            assert!(
+                e.checkpointer.is_empty(),
+                "a replica running its own checkpointer fed it out"
+            );
+        }
         self.unsynced.get_mut(&id).unwrap().extend(e.persist);
+    }
+
+    /// Each checkpointer run beside its replica takes the feeds it has waiting; what it
+    /// builds goes back to the replica.
+    fn run_checkpointers(&mut self) {
+        let ids: Vec<u64> = self.checkpointers.keys().copied().collect();
+        for id in ids {
+            let Some((c, q)) = self.checkpointers.get_mut(&id) else {
+                continue;
+            };
+            let mut taken = Vec::new();
+            for f in std::mem::take(q) {
+                taken.extend(c.feed(f));
+            }
+            for t in taken {
+                let before = self.replicas[&id]
+                    .as_ref()
+                    .map(|r| r.node.store().snapshot_index());
+                self.step(id, Input::Checkpointed(t));
+                let after = self.replicas[&id]
+                    .as_ref()
+                    .map(|r| r.node.store().snapshot_index());
+                if after > before {
+                    *self.compactions.entry(id).or_default() += 1;
+                }
+            }
+        }
     }
 
     /// One step of the world: every message delivered (or dropped if cut), every
@@ -128,6 +178,7 @@ impl World {
     fn advance(&mut self) {
         self.now = self.now + Duration::from_millis(STEP_MS);
         let ids: Vec<u64> = self.replicas.keys().copied().collect();
+        self.run_checkpointers();
         if self.now.as_millis().is_multiple_of(TICK_MS) {
             for &i in &ids {
                 self.step(i, Input::RaftTick);
@@ -542,6 +593,11 @@ fn replicas_restart_and_catch_up_from_snapshots() {
         w.call(mkdir("/s0"), 999),
         Err(FsError::AlreadyExists(_))
     ));
+    // Replica 2's checkpoints were built beside it and came back to compact its log.
+    assert!(
+        w.compactions.get(&2).is_some_and(|&n| n > 0),
+        "no checkpoint built beside replica 2 compacted its log"
+    );
 }
 
 /// Stores that sync late and replicas that crash with writes unsynced: every mkdir the

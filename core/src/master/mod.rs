@@ -551,9 +551,11 @@ impl Master {
             Req::Fsck(r) => self.on_fsck(id, r),
             // A master replica takes these before its master sees a request
             // (`crate::group`); one reaching a master on its own was misaddressed.
-            Req::Raft(_) | Req::RaftBatch(_) | Req::ReplicaStatus(_) => Err(FsError::InvalidArgument(
-                "a master group message reached a master that runs alone".into(),
-            )),
+            Req::Raft(_) | Req::RaftBatch(_) | Req::ReplicaStatus(_) => {
+                Err(FsError::InvalidArgument(
+                    "a master group message reached a master that runs alone".into(),
+                ))
+            }
             Req::ChangeMembers(_) => Err(FsError::InvalidArgument(
                 "this master runs alone, not in a group of replicas: it has no members to \
                  change"

@@ -113,13 +113,16 @@ pub struct Checks {
     pub leaders: HashMap<u64, String>,
     /// A master group: which replicas run a master now, by node.
     pub serving: BTreeMap<String, bool>,
-    /// A master group: the last master log record a leader had applied (committed: a
-    /// leader applies an entry as soon as it commits it, before any other replica hears
-    /// it is), and when each new one was first seen, in true time.
+    /// A master group: the highest commit index a leader has reported; the last master
+    /// log record a replica had applied from entries up to it (committed), and when each
+    /// new one was first seen, in true time.
+    pub leader_commit: u64,
     pub committed_seq: u64,
     pub committed_at: Vec<(i64, u64)>,
     /// Reads of the shared directory a shadow master answered, each judged.
     pub shadow_reads: u64,
+    /// Checkpoints master replicas built beside their event loops and took back.
+    pub group_checkpoints: u64,
     /// How far a replica's own measure of a span may fall short of true time: its
     /// clock's drift (ppm), and a fixed margin for clock jumps and a message held in
     /// flight (`ms`).

@@ -42,11 +42,24 @@ pub fn replica_step(
             G::RaftTick => tr.add(b"raft tick"),
             G::Persisted { number } => tr.add_u64(*number),
             G::Malformed { id, .. } => tr.add_u64(*id),
+            G::Checkpointed(taken) => {
+                tr.add(b"checkpointed");
+                tr.add_u64(taken.ask.index);
+                tr.add_u64(taken.seq);
+                c.group_checkpoints += 1;
+            }
         }
     }
     tr.add_u64(s.term);
     tr.add_u64(s.commit);
-    if s.role == "leader" && s.seq > c.committed_seq {
+    // What the group has committed: a leader's commit index, and the records of every
+    // entry up to it as the first replica to apply them shows them. A leader may count
+    // an entry committed by its followers' copies before its own sync is done, so a
+    // follower can apply it before the leader does.
+    if s.role == "leader" {
+        c.leader_commit = c.leader_commit.max(s.commit);
+    }
+    if s.applied <= c.leader_commit && s.seq > c.committed_seq {
         c.committed_seq = s.seq;
         c.committed_at.push((t, s.seq));
     }
