@@ -326,6 +326,59 @@ pub fn masters_text(rows: &[(String, Result<pb::ReplicaStatus, String>)]) -> Str
     out
 }
 
+/// Why the group, as `rows` show it, takes no mutation now, if it does not: no
+/// replica answers, or none leads (and whether a majority of its voters answers).
+/// `None` when a leader serves, or the address is a single master's.
+pub fn masters_problem(
+    list: &str,
+    rows: &[(String, Result<pb::ReplicaStatus, String>)],
+) -> Option<String> {
+    let alone = rows
+        .iter()
+        .any(|(_, r)| r.as_ref().is_err_and(|e| e.contains("runs alone")));
+    let answers: Vec<&pb::ReplicaStatus> =
+        rows.iter().filter_map(|(_, r)| r.as_ref().ok()).collect();
+    if alone {
+        return None;
+    }
+    if answers.is_empty() {
+        return Some(format!("no master replica answers at {list}"));
+    }
+    if answers.iter().any(|s| s.role == "leader" && s.serving) {
+        return None;
+    }
+    if let Some(l) = answers.iter().find(|s| s.role == "leader") {
+        return Some(format!(
+            "replica {} was elected in term {} and is still applying what earlier leaders \
+             committed: the group takes no change until it serves (ask again shortly)",
+            l.id, l.term
+        ));
+    }
+    // The voters as the replica with the highest term knows them.
+    let voters = &answers
+        .iter()
+        .max_by_key(|s| (s.term, s.applied))
+        .expect("some answered")
+        .voters;
+    let up = answers.iter().filter(|s| voters.contains(&s.id)).count();
+    let need = voters.len() / 2 + 1;
+    Some(if up < need {
+        format!(
+            "no replica leads: {up} of the group's {} voters answer, and electing a leader \
+             takes {need}. The group takes no change (shadows still answer reads, marked \
+             stale) until a majority of its replicas run and reach each other",
+            voters.len()
+        )
+    } else {
+        format!(
+            "no replica leads yet: {up} of the group's {} voters answer, enough to elect \
+             one; an election is under way, or the replicas that answer here cannot reach \
+             each other (ask again shortly)",
+            voters.len()
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -469,5 +522,53 @@ mod tests {
             next_chunk: 0,
         };
         insta::assert_snapshot!(fsck_text("/logs", &r));
+    }
+
+    fn replica(id: u64, role: &str, serving: bool) -> pb::ReplicaStatus {
+        pb::ReplicaStatus {
+            id,
+            role: role.into(),
+            term: 4,
+            serving,
+            voters: vec![1, 2, 3],
+            ..Default::default()
+        }
+    }
+
+    /// `admin masters` fails, saying why, whenever the group takes no change.
+    #[test]
+    fn a_group_without_a_serving_leader_is_a_problem_said_plainly() {
+        let down = |a: &str| (a.to_string(), Err("did not answer".to_string()));
+        let up = |a: &str, s| (a.to_string(), Ok(s));
+        let rows = vec![
+            up("a", replica(1, "leader", true)),
+            up("b", replica(2, "shadow", false)),
+            down("c"),
+        ];
+        assert_eq!(masters_problem("a,b,c", &rows), None);
+        let rows = vec![
+            up("a", replica(1, "candidate", false)),
+            down("b"),
+            down("c"),
+        ];
+        let p = masters_problem("a,b,c", &rows).expect("no leader");
+        assert!(
+            p.contains("1 of the group's 3 voters answer, and electing a leader takes 2"),
+            "{p}"
+        );
+        let rows = vec![
+            up("a", replica(1, "shadow", false)),
+            up("b", replica(2, "candidate", false)),
+            down("c"),
+        ];
+        let p = masters_problem("a,b,c", &rows).expect("no leader");
+        assert!(p.contains("an election is under way"), "{p}");
+        let rows = vec![up("a", replica(1, "leader", false)), down("b")];
+        let p = masters_problem("a,b", &rows).expect("not serving");
+        assert!(p.contains("still applying"), "{p}");
+        let p = masters_problem("a,b", &[down("a"), down("b")]).expect("none answers");
+        assert!(p.contains("no master replica answers at a,b"), "{p}");
+        let alone = vec![("a".to_string(), Err("this master runs alone".to_string()))];
+        assert_eq!(masters_problem("a", &alone), None);
     }
 }

@@ -647,11 +647,10 @@ async fn run(cmd: Cmd) -> Result<(), String> {
         } => {
             let rows = tessera::admin::masters(&m.master).await;
             print!("{}", tessera::admin::masters_text(&rows));
-            let alone = |r: &Result<_, String>| r.as_ref().is_err_and(|e| e.contains("runs alone"));
-            if rows.iter().all(|(_, r)| r.is_err() && !alone(r)) {
-                return Err(format!("no master replica answers at {}", m.master));
+            match tessera::admin::masters_problem(&m.master, &rows) {
+                Some(p) => Err(p),
+                None => Ok(()),
             }
-            Ok(())
         }
         Cmd::Admin {
             cmd: AdminCmd::Fsck { path, list },
