@@ -47,6 +47,7 @@ fn start_replica(
         call_timeout: Duration::from_secs(2),
         bootstrap,
         join: false,
+        checkpoint_delay: Duration::ZERO,
     };
     let (handle, reg) = AbortHandle::new_pair();
     let fut = group::run(rt.clone(), net.clone(), store.clone(), opts, Quiet);

@@ -378,6 +378,7 @@ pub async fn run_replica(
         call_timeout: r.rpc_timeout,
         bootstrap,
         join,
+        checkpoint_delay: Duration::ZERO,
     };
     let transport = GrpcTransport::with_limits(r.limits);
     tessera_core::driver::group::run(TokioRuntime, transport, store, opts, Quiet)

@@ -46,6 +46,7 @@ const NO_FAULTS: FaultMix = FaultMix {
     client_crashes: false,
     group_faults: false,
     replacements: false,
+    minority_faults: false,
     beyond_claim: false,
 };
 
@@ -248,6 +249,24 @@ pub fn all() -> Vec<Scenario> {
                 ..NO_FAULTS
             },
         )),
+        // A master group of five: up to two replicas impaired at once (killed, or cut
+        // off from the others), so the three left must elect and commit, under the same
+        // shared clients and chunkserver crashes.
+        Scenario {
+            shape: Shape { masters: 5, ..MANY },
+            ..group_scenario(scenario(
+                "master-failover-5",
+                FaultMix {
+                    group_faults: true,
+                    minority_faults: true,
+                    server_crashes: true,
+                    slow_disks: true,
+                    lossy_net: true,
+                    clock_jumps: true,
+                    ..NO_FAULTS
+                },
+            ))
+        },
         // A master group whose members change: a shadow is lost, removed by an admin,
         // and joins again on a new disk under a new id (the leader makes it a voter once
         // it holds the log), among leader crashes and cuts, under the same shared

@@ -45,6 +45,10 @@ pub struct Knobs {
     pub master_tick: Duration,
     pub gc_delay: Duration,
     pub checkpoint_every: u64,
+    /// How long a master replica's checkpointer waits before building each checkpoint
+    /// (`GroupOptions::checkpoint_delay`). Not drawn (a draw would change every later
+    /// one for every seed): taken from `checkpoint_every` and `scrub_idle`.
+    pub checkpoint_delay: Duration,
     pub rpc_timeout: Duration,
     pub disk_capacity: u64,
     /// Largest clock offset (±) and drift (± ppm) a node may get.
@@ -79,6 +83,7 @@ impl Knobs {
             master_tick: Duration::from_millis(pick(rng, &[100, 250, 500])),
             gc_delay: Duration::from_millis(pick(rng, &[1_000, 10_000, 60_000])),
             checkpoint_every: pick(rng, &[5, 50, 1_000]),
+            checkpoint_delay: Duration::ZERO,
             rpc_timeout: Duration::from_millis(pick(rng, &[500, 1_000, 3_000])),
             disk_capacity: 1 << 30,
             clock_offset_ms: pick(rng, &[0, 50, 5_000]) as i64,
@@ -89,6 +94,12 @@ impl Knobs {
             clone_timeout: Duration::from_millis(pick(rng, &[5_000, 30_000])),
             trace_dir: None,
         };
+        k.checkpoint_delay = Duration::from_millis(match (k.checkpoint_every, k.scrub_idle) {
+            (_, idle) if idle.as_millis() == 1_000 => 0,
+            (5, _) => 300,
+            (50, _) => 2_000,
+            _ => 0,
+        });
         // Picked last, so the knobs above stay what they were for every seed. Half the
         // seeds change the size across master restarts.
         if rng().is_multiple_of(2) {
@@ -277,6 +288,7 @@ fn start_group(
                     // replaced one joins on its new disk's first start.
                     bootstrap: store2.is_empty() && !joining2.load(Ordering::Relaxed),
                     join: store2.is_empty() && joining2.load(Ordering::Relaxed),
+                    checkpoint_delay: knobs.checkpoint_delay,
                 };
                 let obs = SimObserver {
                     node: node2.clone(),
@@ -401,10 +413,16 @@ impl Cluster {
         }
     }
 
-    pub fn mend_replica(&self, i: usize, servers: &[usize]) {
+    /// Undoes `cut_replica`, but for the links to replicas in `still_cut`, which stay
+    /// cut off.
+    pub fn mend_replica(&self, i: usize, servers: &[usize], still_cut: &[usize]) {
         let net = NetSim::current();
         let me = self.replicas[i].id;
-        let others = self.replicas.iter().enumerate().filter(|&(j, _)| j != i);
+        let others = self
+            .replicas
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| j != i && !still_cut.contains(&j));
         for id in others
             .map(|(_, o)| o.id)
             .chain(servers.iter().map(|&s| self.servers[s].id))

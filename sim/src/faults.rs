@@ -52,6 +52,9 @@ pub struct FaultMix {
     /// A master group: a shadow dies, is removed from the group by an admin, and comes
     /// back on a new disk under a new id to join again (`replace.rs`).
     pub replacements: bool,
+    /// A master group of five: two replicas impaired at once (a minority: the other
+    /// three must elect and commit). Without it, one at a time.
+    pub minority_faults: bool,
     pub beyond_claim: bool,
 }
 
@@ -76,6 +79,7 @@ impl FaultMix {
         client_crashes: true,
         group_faults: false,
         replacements: false,
+        minority_faults: false,
         beyond_claim: false,
     };
 }
@@ -84,7 +88,12 @@ impl FaultMix {
     /// The fault kinds (as counted in `faults=`) each kind of fault in the mix shows up
     /// as: a sweep in which one of them never happened did not test what it claims.
     pub fn kinds(&self) -> Vec<(&'static str, &'static [&'static str])> {
-        let all: [(bool, &'static str, &'static [&'static str]); 22] = [
+        let all: [(bool, &'static str, &'static [&'static str]); 24] = [
+            (
+                self.minority_faults,
+                "two replicas impaired at once",
+                &["two_replicas_down"],
+            ),
             (
                 self.replacements,
                 "replica replacements",
@@ -93,6 +102,11 @@ impl FaultMix {
             (self.group_faults, "leader crashes", &["leader_crash"]),
             (self.group_faults, "shadow crashes", &["replica_crash"]),
             (self.group_faults, "leaders cut off", &["leader_cut"]),
+            (
+                self.group_faults,
+                "checkpoints that come back late",
+                &["slow_checkpoint"],
+            ),
             (self.server_crashes, "server_crashes", &["crash"]),
             (self.partitions, "partitions", &["partition"]),
             (self.master_cut, "master_cut", &["partition", "one_way"]),
@@ -208,17 +222,26 @@ pub struct Scheduler {
     /// Links cut between two nodes (by their places in `Cluster::node_ids`), and until
     /// when.
     links: Vec<(usize, usize, i64)>,
-    /// A master group: the one replica impaired now (dead, or cut off from the others),
-    /// and until when. One at a time, so a majority is always up.
-    replica: Option<(usize, bool, i64)>,
-    /// The chunkservers a cut-off replica is also cut from.
-    replica_cut_servers: Vec<usize>,
-    /// A replica being replaced (it is `replica` meanwhile, dead or joining).
+    /// A master group: the replicas impaired now (dead, or cut off from the others and
+    /// from some chunkservers, listed), and until when. Never more than a minority
+    /// (one of three, two of five), so a majority is always up and connected.
+    replica: Vec<Impaired>,
+    /// A replica being replaced (it is in `replica` meanwhile, dead or joining).
     replacing: Option<Replacement>,
     /// The group id the next replaced replica joins under.
     next_group_id: u64,
     /// Replacements finished.
     replaced: u32,
+}
+
+/// A master replica impaired: which, dead (or cut off from the chunkservers listed,
+/// and from the other replicas), and until when.
+#[derive(Clone, Debug)]
+struct Impaired {
+    i: usize,
+    dead: bool,
+    until: i64,
+    servers: Vec<usize>,
 }
 
 fn rand() -> u64 {
@@ -267,8 +290,7 @@ impl Scheduler {
             wiped: false,
             lost_any: false,
             links: Vec::new(),
-            replica: None,
-            replica_cut_servers: Vec::new(),
+            replica: Vec::new(),
             replacing: None,
             next_group_id: 0,
             replaced: 0,
@@ -390,18 +412,18 @@ impl Scheduler {
             }
         }
         self.replace_step(cluster);
-        if let Some((i, dead, until)) = self.replica
-            && until <= now
-        {
-            self.replica = None;
-            if dead {
-                cluster.restart_replica(i);
+        let (done, left): (Vec<Impaired>, Vec<Impaired>) = std::mem::take(&mut self.replica)
+            .into_iter()
+            .partition(|r| r.until <= now);
+        self.replica = left;
+        for r in done {
+            if r.dead {
+                cluster.restart_replica(r.i);
                 cluster.count_fault("restart", 1);
-                self.note(cluster, format!("restart master{}", i + 1));
+                self.note(cluster, format!("restart master{}", r.i + 1));
             } else {
-                let servers = std::mem::take(&mut self.replica_cut_servers);
-                cluster.mend_replica(i, &servers);
-                self.note(cluster, format!("reconnect master{}", i + 1));
+                cluster.mend_replica(r.i, &r.servers, &self.cut_replicas());
+                self.note(cluster, format!("reconnect master{}", r.i + 1));
             }
         }
         if self.repair_log_at.is_some_and(|at| at <= now) {
@@ -521,10 +543,15 @@ impl Scheduler {
         if m.client_crashes {
             options.push(17);
         }
-        if m.group_faults && !cluster.replicas.is_empty() && self.replica.is_none() {
+        let minority = if m.minority_faults {
+            cluster.replicas.len().saturating_sub(1) / 2
+        } else {
+            1
+        };
+        if m.group_faults && self.replica.len() < minority && self.replacing.is_none() {
             options.push(18);
         }
-        if m.replacements && cluster.replicas.len() >= 3 && self.replica.is_none() {
+        if m.replacements && cluster.replicas.len() >= 3 && self.replica.is_empty() {
             options.push(19);
         }
         // Rarer than the others: every copy of every chunk goes down with it.
@@ -786,12 +813,21 @@ impl Scheduler {
                 );
             }
             18 => {
-                let leader = cluster.leader();
+                // A leader already impaired (cut off, and not yet deposed) is not picked
+                // again.
+                let leader = cluster
+                    .leader()
+                    .filter(|l| self.replica.iter().all(|r| r.i != *l));
                 let down = 300 + (rand() % 8_000) as i64;
                 match (rand() % 3, leader) {
                     (0, Some(l)) => {
                         cluster.kill_replica(l);
-                        self.replica = Some((l, true, now + down));
+                        self.replica.push(Impaired {
+                            i: l,
+                            dead: true,
+                            until: now + down,
+                            servers: Vec::new(),
+                        });
                         self.note(
                             cluster,
                             format!("crash master{} (leader) for {down}ms", l + 1),
@@ -813,7 +849,6 @@ impl Scheduler {
                             .collect();
                         cluster.cut_replica(l, &servers);
                         cluster.count_fault("leader_cut", 1);
-                        self.replica = Some((l, false, now + down));
                         self.note(
                             cluster,
                             format!(
@@ -821,15 +856,31 @@ impl Scheduler {
                                 l + 1
                             ),
                         );
-                        self.replica_cut_servers = servers;
+                        self.replica.push(Impaired {
+                            i: l,
+                            dead: false,
+                            until: now + down,
+                            servers,
+                        });
                     }
                     _ => {
-                        let n = cluster.replicas.len();
-                        let i = (rand() % n as u64) as usize;
+                        // Any replica not impaired already.
+                        let whole: Vec<usize> = (0..cluster.replicas.len())
+                            .filter(|i| self.replica.iter().all(|r| r.i != *i))
+                            .collect();
+                        let i = whole[(rand() % whole.len() as u64) as usize];
                         cluster.kill_replica(i);
-                        self.replica = Some((i, true, now + down));
+                        self.replica.push(Impaired {
+                            i,
+                            dead: true,
+                            until: now + down,
+                            servers: Vec::new(),
+                        });
                         self.note(cluster, format!("crash master{} for {down}ms", i + 1));
                     }
+                }
+                if self.replica.len() >= 2 {
+                    cluster.count_fault("two_replicas_down", 1);
                 }
             }
             19 => {
@@ -837,6 +888,15 @@ impl Scheduler {
             }
             _ => unreachable!(),
         }
+    }
+
+    /// The replicas cut off now (their links to others stay cut when one mends).
+    fn cut_replicas(&self) -> Vec<usize> {
+        self.replica
+            .iter()
+            .filter(|r| !r.dead)
+            .map(|r| r.i)
+            .collect()
     }
 
     /// Loses a shadow, to be replaced (`replace.rs`); false if no replica leads now.
@@ -861,7 +921,12 @@ impl Scheduler {
                 r.old
             ),
         );
-        self.replica = Some((i, true, i64::MAX));
+        self.replica.push(Impaired {
+            i,
+            dead: true,
+            until: i64::MAX,
+            servers: Vec::new(),
+        });
         self.replacing = Some(r);
         true
     }
@@ -887,7 +952,7 @@ impl Scheduler {
             Step::Done => {
                 self.replaced += 1;
                 self.replacing = None;
-                self.replica = None;
+                self.replica.retain(|r| r.i != i);
                 cluster.count_fault("replica_replaced", 1);
                 self.note(cluster, format!("master{} added as id {new}", i + 1));
             }
@@ -971,10 +1036,11 @@ impl Scheduler {
         self.master_down_until = None;
         if self.replacing.is_some() {
             // Finished by `settle`: the replica is dead, or joining, on purpose.
-        } else if let Some((i, _, _)) = self.replica.take() {
-            cluster.restart_replica(i);
-            let servers = std::mem::take(&mut self.replica_cut_servers);
-            cluster.mend_replica(i, &servers);
+        } else {
+            for r in std::mem::take(&mut self.replica) {
+                cluster.restart_replica(r.i);
+                cluster.mend_replica(r.i, &r.servers, &[]);
+            }
         }
         NetSim::current().update_config(|c| *c = madsim::net::Config::default());
         self.publish(cluster);

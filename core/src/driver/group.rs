@@ -46,6 +46,10 @@ pub struct GroupOptions {
     /// added it (`tessera admin masters add`), and votes only once the leader has made
     /// it a voter.
     pub join: bool,
+    /// How long the checkpointer waits before it builds each checkpoint: zero on real
+    /// machines, where building takes what it takes. The simulator, where it takes no
+    /// time, sets it so that checkpoints come back after more entries were applied.
+    pub checkpoint_delay: Duration,
 }
 
 enum Event {
@@ -185,9 +189,12 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
     // up the replica's event loop (`group::checkpointer`).
     let (feeds, mut fed) = mpsc::unbounded::<group::checkpointer::Feed>();
     if let Some(mut checkpointer) = replica.take_checkpointer() {
-        let tx = tx.clone();
+        let (tx, rt2, delay) = (tx.clone(), rt.clone(), opts.checkpoint_delay);
         rt.spawn(async move {
             while let Some(f) = fed.next().await {
+                if matches!(f, group::checkpointer::Feed::Take(_)) && !delay.is_zero() {
+                    rt2.sleep(delay).await;
+                }
                 if let Some(t) = checkpointer.feed(f)
                     && tx.unbounded_send(Event::Checkpointed(t)).is_err()
                 {

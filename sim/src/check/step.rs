@@ -47,6 +47,10 @@ pub fn replica_step(
                 tr.add_u64(taken.ask.index);
                 tr.add_u64(taken.seq);
                 c.group_checkpoints += 1;
+                // Built while the replica went on applying entries.
+                if s.applied > taken.ask.index {
+                    *c.faults.entry("slow_checkpoint").or_default() += 1;
+                }
             }
         }
     }
