@@ -600,6 +600,54 @@ fn replicas_restart_and_catch_up_from_snapshots() {
     );
 }
 
+/// A shadow that lags, under a new leader that does not yet know all that is committed
+/// (its predecessor died before telling anyone of its last commit): the shadow must not
+/// claim its state current from that leader's word while it lacks a record the group
+/// acknowledged before.
+#[test]
+fn a_shadow_claims_no_currency_from_a_new_leader_that_does_not_know_all_committed() {
+    let mut w = World::new(3);
+    w.run(4000);
+    let l = w.leader().unwrap();
+    let mut others = (1..=3).filter(|&i| i != l);
+    let (a, b) = (others.next().unwrap(), others.next().unwrap());
+    // b hears nothing from the leader: the leader and a commit without it.
+    w.cut.insert((l, b));
+    for (i, p) in ["/x1", "/x2", "/x3"].iter().enumerate() {
+        assert_eq!(w.call(mkdir(p), 700 + i as u64), Ok(()));
+    }
+    // The leader dies at once: no one heard that it committed /x3.
+    let acked = w.now;
+    w.crash(l);
+    let mut claimed = false;
+    for _ in 0..1000 {
+        w.advance();
+        let r = w.live(b);
+        let lag = r.lag_ms();
+        let lacks = !w.has_dir(b, "/x3");
+        // As of the replica's own last step (a read it answered then would say so).
+        if lag != u64::MAX && r.now.as_millis().saturating_sub(lag) >= acked.as_millis() {
+            claimed = true;
+            assert!(
+                !lacks,
+                "replica {b} claims its state current {lag} ms ago, after /x3 was \
+                 acknowledged, but lacks it: {:?} heard {:?}; leader {:?}",
+                r.status(),
+                r.heard,
+                w.replicas[&a].as_ref().map(|r| r.status())
+            );
+        }
+        if claimed && w.leader() == Some(a) {
+            break;
+        }
+    }
+    assert!(
+        claimed,
+        "replica {b} never claimed its state current under the new leader"
+    );
+    assert!(w.has_dir(b, "/x3"));
+}
+
 /// Stores that sync late and replicas that crash with writes unsynced: every mkdir the
 /// group acknowledged is there after all replicas crash and restart at once.
 #[test]
