@@ -166,6 +166,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
     if observer.watches_masters() {
         replica.observe();
     }
+    replica.hold_proposals();
     let mut inbound = transport.listen(&listen).await?;
     tracing::info!(id = opts.group.id, addr = %listen, "master replica serving");
     let (tx, mut events) = mpsc::unbounded::<Event>();
@@ -302,6 +303,20 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                 ev = try_event(&mut events, &mut inbound);
             }
         }
+        // The master's records from every step of the batch, as one entry.
+        let effects = step(&rt, &mut replica, &mut observer, Input::Flush);
+        dispatch(
+            &rt,
+            &transport,
+            &tx,
+            &opts,
+            &mut replies,
+            &mut writes,
+            &mut persisted,
+            &mut outbox,
+            &feeds,
+            effects,
+        );
         send(&rt, &transport, &opts, &mut outbox);
         if inbound.is_terminated() {
             tracing::warn!(addr = %listen, "master replica no longer served; stopping");

@@ -119,6 +119,9 @@ pub enum Input {
     },
     /// The checkpoint asked of the replica's checkpointer, built (see `checkpointer.rs`).
     Checkpointed(checkpointer::Taken),
+    /// With `Replica::hold_proposals`: every event ready now has been handled; the
+    /// master's records since the last flush are proposed, as one entry.
+    Flush,
 }
 
 /// Writes for the replica's store. Persists are carried out in the order given.
@@ -209,6 +212,9 @@ pub struct Replica {
     /// handing out a `Ready` and its advance, and a commit applied from one releases
     /// work that logs.
     unproposed: VecDeque<(pb::RaftRecords, LogSeq)>,
+    /// Records wait for `Input::Flush` (`hold_proposals`), and this step is one.
+    hold: bool,
+    flushing: bool,
     /// The `Persist` that stores a snapshot taken from the leader, until it is durable:
     /// the replica does not tick meanwhile (an election would read entries the snapshot
     /// replaced before raft-rs counts it persisted).
@@ -332,6 +338,8 @@ impl Replica {
             observed: false,
             generation: 0,
             unproposed: VecDeque::new(),
+            hold: false,
+            flushing: false,
             snapshot_unpersisted: None,
             snapshots_out: BTreeMap::new(),
             stopped: None,
@@ -355,6 +363,14 @@ impl Replica {
     /// Until it is taken the replica runs it itself, inside `handle`.
     pub fn take_checkpointer(&mut self) -> Option<checkpointer::Checkpointer> {
         self.checkpointer.take()
+    }
+
+    /// From now on the master's records wait for `Input::Flush`, which a driver gives
+    /// once it has handled every event ready at once: they go to the group as one entry
+    /// (one append to each follower, one entry to store and apply) instead of one per
+    /// step. Without it each step's records are proposed at once.
+    pub fn hold_proposals(&mut self) {
+        self.hold = true;
     }
 
     /// Reports every step of the master in `Effects::master_steps` from now on.
@@ -503,6 +519,7 @@ impl Replica {
                 }
             }
             Input::Tick => self.pass_to_master(master::Input::Tick),
+            Input::Flush => self.flushing = true,
             Input::Checkpointed(t) => {
                 let mut writes = Vec::new();
                 self.checkpointed(t, &mut writes);
@@ -551,6 +568,7 @@ impl Replica {
         self.propose();
         self.drain();
         self.note_current();
+        self.flushing = false;
         std::mem::take(&mut self.out)
     }
 
@@ -889,8 +907,25 @@ impl Replica {
         self.unproposed.push_back((batch, last));
     }
 
-    /// Proposes the master's waiting records, each step's as one entry.
+    /// Proposes the master's waiting records: each step's as one entry, or, held for a
+    /// flush, all of them as one.
     fn propose(&mut self) {
+        if self.hold && !self.flushing {
+            return;
+        }
+        if self.hold && self.unproposed.len() > 1 {
+            let (mut batch, mut last) = self.unproposed.pop_front().expect("two or more");
+            for (b, l) in self.unproposed.drain(..) {
+                assert_eq!(
+                    batch.first_seq + batch.records.len() as u64,
+                    b.first_seq,
+                    "the master's records are proposed in order"
+                );
+                batch.records.extend(b.records);
+                last = l;
+            }
+            self.unproposed.push_back((batch, last));
+        }
         while let Some((batch, last)) = self.unproposed.pop_front() {
             if self.master.is_none() {
                 // Stopped meanwhile: the records go with the master that made them.

@@ -34,6 +34,8 @@ struct World {
     /// With a generator: each step syncs a replica's store only now and then, so
     /// crashes lose writes not yet synced.
     slow_sync: Option<crate::rng::Rng>,
+    /// Even-numbered replicas also hold their master's records for a flush (see
+    /// `advance`).
     /// The checkpointers of even-numbered replicas, run beside them as a driver runs
     /// them, with the feeds each has not yet taken (they take them one world step
     /// later, so checkpoints come back while entries go on being applied); odd-numbered
@@ -105,6 +107,7 @@ impl World {
         let mut r = Replica::start(cfg, mcfg, self.now, store).expect("starts");
         self.checkpointers.remove(&id);
         if id.is_multiple_of(2) {
+            r.hold_proposals();
             let c = r.take_checkpointer().expect("not yet taken");
             self.checkpointers.insert(id, (c, VecDeque::new()));
         }
@@ -220,6 +223,13 @@ impl World {
                 if p.wait {
                     self.step(i, Input::Persisted { number: p.number });
                 }
+            }
+        }
+        // Even-numbered replicas hold their master's records for a flush at the end of
+        // each world step, as a driver does at the end of a batch of events.
+        for &i in &ids {
+            if i.is_multiple_of(2) {
+                self.step(i, Input::Flush);
             }
         }
     }

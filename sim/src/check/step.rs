@@ -42,6 +42,7 @@ pub fn replica_step(
             G::RaftTick => tr.add(b"raft tick"),
             G::Persisted { number } => tr.add_u64(*number),
             G::Malformed { id, .. } => tr.add_u64(*id),
+            G::Flush => tr.add(b"flush"),
             G::Checkpointed(taken) => {
                 tr.add(b"checkpointed");
                 tr.add_u64(taken.ask.index);
