@@ -177,9 +177,40 @@ impl Drop for Masters {
     }
 }
 
-/// `tessera bench meta` against `m`: its output, and the creates per second with each
-/// number of clients.
-fn bench(m: &Masters, clients: &str, files: usize) -> (String, Vec<f64>) {
+/// CPU time (user and system) the running masters of `m` have used so far, in ms, read
+/// from /proc (0 where it cannot be read).
+fn cpu_ms(m: &Masters) -> f64 {
+    let tick = Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .unwrap_or(100.0);
+    m.procs
+        .iter()
+        .flatten()
+        .filter_map(|c| std::fs::read_to_string(format!("/proc/{}/stat", c.id())).ok())
+        .filter_map(|stat| {
+            // Fields after the command's closing parenthesis: utime is the 12th, stime
+            // the 13th.
+            let rest = stat.rsplit_once(')')?.1;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some(f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?)
+        })
+        .sum::<f64>()
+        * 1000.0
+        / tick
+}
+
+/// `tessera bench meta` against `m`: its output, the creates per second with each
+/// number of clients, and the masters' CPU time per 1,000 operations (of every kind).
+fn bench(m: &Masters, clients: &str, files: usize) -> (String, Vec<f64>, f64) {
+    let cpu_before = cpu_ms(m);
     let out = tessera(
         &m.bin,
         &m.list(),
@@ -198,6 +229,18 @@ fn bench(m: &Masters, clients: &str, files: usize) -> (String, Vec<f64>) {
         "bench meta failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let cpu = cpu_ms(m) - cpu_before;
+    let ops: f64 = text
+        .lines()
+        .filter_map(|l| {
+            l.split("ops=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse::<f64>()
+                .ok()
+        })
+        .sum();
     let creates = text
         .lines()
         .filter(|l| l.starts_with("create"))
@@ -210,7 +253,7 @@ fn bench(m: &Masters, clients: &str, files: usize) -> (String, Vec<f64>) {
                 .ok()
         })
         .collect();
-    (text, creates)
+    (text, creates, cpu / ops.max(1.0) * 1000.0)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -230,14 +273,14 @@ fn main() {
     let single_dir = a.dir.join("single");
     std::fs::create_dir_all(&single_dir).expect("dir");
     let single = Masters::start(&bin, &single_dir, 1);
-    let (single_text, single_creates) = bench(&single, "1,16", a.files);
+    let (single_text, single_creates, single_cpu) = bench(&single, "1,16", a.files);
     drop(single);
     println!("== one master\n{single_text}");
 
     let group_dir = a.dir.join("group");
     std::fs::create_dir_all(&group_dir).expect("dir");
     let mut group = Masters::start(&bin, &group_dir, 3);
-    let (group_text, group_creates) = bench(&group, "1,16", a.files);
+    let (group_text, group_creates, group_cpu) = bench(&group, "1,16", a.files);
     println!("== a group of three master replicas\n{group_text}");
 
     println!("== creates per second, this run (QFS's metaserver for reference, not measured here)");
@@ -250,6 +293,13 @@ fn main() {
             s / qfs
         );
     }
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!(
+        "== master CPU time per 1,000 operations (all kinds, all replicas): single={single_cpu:.0} ms  \
+         group={group_cpu:.0} ms  group/single={:.2}  ({cores} cores shared by the masters and the \
+         clients)",
+        group_cpu / single_cpu
+    );
 
     // Shadow lag under a steady create load.
     let load = Command::new(&bin)
