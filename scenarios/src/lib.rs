@@ -283,11 +283,18 @@ pub fn all() -> Vec<Scenario> {
             },
         )),
         // Every fault kind the design claims to survive, the seed keeping some (swarm
-        // testing), on a cluster shape, replication and workload the seed picks.
+        // testing), on a cluster shape (a master group of three in about a quarter of
+        // the runs), replication and workload the seed picks.
         Scenario {
             vary: true,
             heal_within: Duration::from_secs(300),
-            ..scenario("all-faults", FaultMix::ALL)
+            ..scenario(
+                "all-faults",
+                FaultMix {
+                    group_faults: true,
+                    ..FaultMix::ALL
+                },
+            )
         },
     ]
 }

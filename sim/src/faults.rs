@@ -548,7 +548,11 @@ impl Scheduler {
         } else {
             1
         };
-        if m.group_faults && self.replica.len() < minority && self.replacing.is_none() {
+        if m.group_faults
+            && !cluster.replicas.is_empty()
+            && self.replica.len() < minority
+            && self.replacing.is_none()
+        {
             options.push(18);
         }
         if m.replacements && cluster.replicas.len() >= 3 && self.replica.is_empty() {

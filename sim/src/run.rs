@@ -34,12 +34,28 @@ pub struct Scenario {
 fn varied(sc: Scenario) -> (Scenario, u32) {
     let mut sc = sc;
     let servers = 3 + (rand() % 7) as usize;
+    let racks = 1 + (rand() % 4) as usize;
+    let clients = 2 + (rand() % 4) as usize;
     sc.shape = Shape {
-        masters: 1,
+        // A master group of three in about a quarter of the runs, taken from the draws
+        // above (a draw of its own would move every later one, for every seed).
+        masters: if (servers + clients).is_multiple_of(4) {
+            3
+        } else {
+            1
+        },
         chunkservers: servers,
-        racks: 1 + (rand() % 4) as usize,
-        clients: 2 + (rand() % 4) as usize,
+        racks,
+        clients,
     };
+    // A group's faults are its own: a single master's crashes, log damage and cuts
+    // from chunkservers are not; a single master has no group.
+    if sc.shape.masters > 1 {
+        sc.faults.master_cut = false;
+        sc.faults.master_restarts = false;
+    } else {
+        sc.faults.group_faults = false;
+    }
     let replication = 1 + (rand() % 5.min(servers as u64)) as u32;
     // A replayed workload stays (the draw is made all the same, so the rest of the run
     // follows the seed as it would).
