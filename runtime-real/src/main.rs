@@ -468,6 +468,20 @@ fn say(e: FsError, what: &str) -> String {
                 )
             }
         }
+        FsError::Unavailable(m)
+            if master.contains(',')
+                && master.split(',').any(|a| {
+                    m.contains(&format!("cannot reach {a}")) || m.contains(&format!("calling {a}"))
+                })
+                || master.contains(',') && m.contains("no leader") =>
+        {
+            format!(
+                "{what}: no replica of the master group at {master} led within {patience} ({m}); `tessera admin masters` shows each replica's role (a group takes changes only while a majority of its replicas run and reach each other; --retry-for waits longer)"
+            )
+        }
+        FsError::NotLeader(l) if l.is_empty() => format!(
+            "{what}: no replica of the master group at {master} led within {patience} (those that answered know no leader); `tessera admin masters` shows each replica's role (a group takes changes only while a majority of its replicas run and reach each other; --retry-for waits longer)"
+        ),
         FsError::Unavailable(m) if m.contains("deadline") || m.contains("cannot reach") => {
             format!(
                 "{what}: a server did not answer for {patience} ({m}); `tessera admin report` shows which servers are down (--retry-for waits longer)"

@@ -1352,6 +1352,26 @@ fn a_master_group_of_processes_survives_its_leaders_kills() {
     }
     pauses.sort();
     eprintln!("pauses after a kill: {pauses:?}");
+    // Two of the three replicas die: no majority, so no change is taken, and both a
+    // command and `admin masters` fail saying so.
+    for p in procs.iter_mut().take(2) {
+        if let Some(mut c) = p.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+    let out = cli(&["mkdir", "--retry-for", "3s", "/g/no-majority"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("no replica of the master group"),
+        "{err}"
+    );
+    let out = cli(&["admin", "masters"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("1 of the group's 3 voters answer"),
+        "{err}"
+    );
     for mut p in procs.into_iter().flatten().chain(servers) {
         let _ = p.kill();
         let _ = p.wait();
