@@ -357,6 +357,18 @@ pub async fn run_replica(
     if !members.contains_key(&id) {
         return Err(format!("replica {id} is not in --peers {members:?}"));
     }
+    if members.len().is_multiple_of(2) && bootstrap {
+        // Allowed (a group changes size one replica at a time, through even sizes), but
+        // an even group survives no more failures than one replica fewer.
+        tracing::warn!(
+            replicas = members.len(),
+            "a group of {} replicas stops if {} of them fail, as a group of {} does: \
+             form groups of 3 or 5",
+            members.len(),
+            members.len() / 2,
+            members.len() - 1
+        );
+    }
     if r.trace.is_some() {
         return Err("--trace-dir is not yet supported for a master group's replicas".into());
     }
