@@ -219,6 +219,14 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
     // call per replica at the batch's end, so followers write while this one does.
     let mut outbox = Vec::new();
     loop {
+        if feeds.is_closed() {
+            // Its task ended: it panicked (a bug; the replica's own copy of the state is
+            // sound). Without it no checkpoint comes back and the log grows for ever: the
+            // replica stops, as at a crash, and starts again on its store.
+            return Err(DriverError::Recovery(
+                "the replica's checkpointer stopped; the replica stops too".into(),
+            ));
+        }
         if syncing.is_none()
             && let Some(number) = persisted.take()
         {

@@ -158,6 +158,10 @@ pub struct Effects {
     pub checkpointer: Vec<checkpointer::Feed>,
 }
 
+/// The most the records of several master steps merged into one raft entry take,
+/// encoded (`Replica::hold_proposals`): raft-rs's limit for one append message.
+const MERGED_BYTES: usize = 1 << 20;
+
 /// Bits of a chunkserver call's id that are its master's own (`Replica::generation`).
 const CALL_ID_BITS: u32 = 40;
 
@@ -914,17 +918,27 @@ impl Replica {
             return;
         }
         if self.hold && self.unproposed.len() > 1 {
-            let (mut batch, mut last) = self.unproposed.pop_front().expect("two or more");
+            // Merged up to MERGED_BYTES an entry (one step's records may be more, alone):
+            // raft-rs never splits an entry, and one larger than a message may carry could
+            // never reach a follower.
+            let mut merged: VecDeque<(pb::RaftRecords, LogSeq, usize)> = VecDeque::new();
             for (b, l) in self.unproposed.drain(..) {
-                assert_eq!(
-                    batch.first_seq + batch.records.len() as u64,
-                    b.first_seq,
-                    "the master's records are proposed in order"
-                );
-                batch.records.extend(b.records);
-                last = l;
+                let size = b.encoded_len();
+                match merged.back_mut() {
+                    Some((batch, last, n)) if *n + size <= MERGED_BYTES => {
+                        assert_eq!(
+                            batch.first_seq + batch.records.len() as u64,
+                            b.first_seq,
+                            "the master's records are proposed in order"
+                        );
+                        batch.records.extend(b.records);
+                        *last = l;
+                        *n += size;
+                    }
+                    _ => merged.push_back((b, l, size)),
+                }
             }
-            self.unproposed.push_back((batch, last));
+            self.unproposed = merged.into_iter().map(|(b, l, _)| (b, l)).collect();
         }
         while let Some((batch, last)) = self.unproposed.pop_front() {
             if self.master.is_none() {

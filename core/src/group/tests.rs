@@ -34,9 +34,8 @@ struct World {
     /// With a generator: each step syncs a replica's store only now and then, so
     /// crashes lose writes not yet synced.
     slow_sync: Option<crate::rng::Rng>,
-    /// Even-numbered replicas also hold their master's records for a flush (see
-    /// `advance`).
-    /// The checkpointers of even-numbered replicas, run beside them as a driver runs
+    /// The checkpointers of even-numbered replicas (which also hold their master's
+    /// records for a flush at the end of each world step), run beside them as a driver runs
     /// them, with the feeds each has not yet taken (they take them one world step
     /// later, so checkpoints come back while entries go on being applied); odd-numbered
     /// replicas run theirs inside their steps.

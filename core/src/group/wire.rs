@@ -4,6 +4,7 @@
 //! makes for itself (an election order, a proposal, a local status), which raft-rs would
 //! otherwise act on as if it had made it.
 
+use prost::Message as _;
 use raft::eraftpb as rp;
 
 use crate::pb;
@@ -176,18 +177,30 @@ pub fn message_from_pb(m: pb::RaftMessage) -> Result<rp::Message, String> {
     Ok(out)
 }
 
-/// Messages for other replicas as calls: one per address, carrying that address's
-/// messages in the order they were made, addresses in the order first named.
+/// The most a batch of replica messages holds, encoded, before the next call is begun
+/// (a message larger than this goes alone): far below a transport's message limit
+/// (64 MiB), which a leader catching a follower up could otherwise pass with its many
+/// appends of up to 1 MiB each.
+pub const BATCH_BYTES: usize = 8 << 20;
+
+/// Messages for other replicas as calls: for each address, its messages in the order
+/// they were made, in as few calls as hold them within [`BATCH_BYTES`]; addresses in the
+/// order first named.
 pub fn batches(send: Vec<(String, pb::RaftMessage)>) -> Vec<(String, pb::MasterRequest)> {
-    let mut out: Vec<(String, pb::RaftBatch)> = Vec::new();
+    // (address, batch, its encoded size); the last batch of an address takes more.
+    let mut out: Vec<(String, pb::RaftBatch, usize)> = Vec::new();
     for (to, m) in send {
-        match out.iter_mut().find(|(a, _)| *a == to) {
-            Some((_, b)) => b.messages.push(m),
-            None => out.push((to, pb::RaftBatch { messages: vec![m] })),
+        let size = m.encoded_len() + 8;
+        match out.iter_mut().rev().find(|(a, _, _)| *a == to) {
+            Some((_, b, n)) if *n + size <= BATCH_BYTES => {
+                b.messages.push(m);
+                *n += size;
+            }
+            _ => out.push((to, pb::RaftBatch { messages: vec![m] }, size)),
         }
     }
     out.into_iter()
-        .map(|(to, b)| {
+        .map(|(to, b, _)| {
             (
                 to,
                 pb::MasterRequest {
@@ -281,5 +294,40 @@ mod tests {
             got,
             vec![("b".into(), vec![1, 2, 3]), ("c".into(), vec![1, 2])]
         );
+    }
+
+    /// A batch is split before it outgrows BATCH_BYTES; a message larger goes alone.
+    #[test]
+    fn a_large_batch_is_split_in_order() {
+        let m = |index: u64, len: usize| pb::RaftMessage {
+            to: 2,
+            index,
+            entries: vec![pb::RaftEntry {
+                data: bytes::Bytes::from(vec![0u8; len]),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let third = BATCH_BYTES / 3;
+        let send: Vec<_> = [
+            (1, third),
+            (2, third),
+            (3, third),
+            (4, BATCH_BYTES * 2),
+            (5, 10),
+        ]
+        .into_iter()
+        .map(|(i, len)| ("b".to_string(), m(i, len)))
+        .collect();
+        let calls: Vec<Vec<u64>> = batches(send)
+            .into_iter()
+            .map(|(_, r)| match r.req {
+                Some(pb::master_request::Req::RaftBatch(b)) => {
+                    b.messages.iter().map(|m| m.index).collect()
+                }
+                other => panic!("not a batch: {other:?}"),
+            })
+            .collect();
+        assert_eq!(calls, vec![vec![1, 2], vec![3], vec![4], vec![5]]);
     }
 }
