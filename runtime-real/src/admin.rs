@@ -355,11 +355,23 @@ pub fn masters_problem(
         ));
     }
     // The voters as the replica with the highest term knows them.
-    let voters = &answers
+    let newest = answers
         .iter()
         .max_by_key(|s| (s.term, s.applied))
-        .expect("some answered")
-        .voters;
+        .expect("some answered");
+    if newest.leader != 0 && answers.iter().all(|s| s.id != newest.leader) {
+        // The group has a leader this host did not reach.
+        let at = newest
+            .members
+            .get(&newest.leader)
+            .map_or(String::new(), |a| format!(" at {a}"));
+        return Some(format!(
+            "replica {}{at} leads (term {}), say the replicas that answered, but it did \
+             not answer here: this host cannot reach the group's leader",
+            newest.leader, newest.term
+        ));
+    }
+    let voters = &newest.voters;
     let up = answers.iter().filter(|s| voters.contains(&s.id)).count();
     let need = voters.len() / 2 + 1;
     Some(if up < need {
@@ -563,6 +575,12 @@ mod tests {
         ];
         let p = masters_problem("a,b,c", &rows).expect("no leader");
         assert!(p.contains("an election is under way"), "{p}");
+        let mut named = replica(1, "shadow", false);
+        named.leader = 2;
+        named.members.insert(2, "b".into());
+        let rows = vec![up("a", named), down("b"), down("c")];
+        let p = masters_problem("a,b,c", &rows).expect("leader unreachable");
+        assert!(p.contains("replica 2 at b leads (term 4)"), "{p}");
         let rows = vec![up("a", replica(1, "leader", false)), down("b")];
         let p = masters_problem("a,b", &rows).expect("not serving");
         assert!(p.contains("still applying"), "{p}");
