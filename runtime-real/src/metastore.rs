@@ -78,7 +78,8 @@ impl RocksMetaStore {
     }
 }
 
-fn batch_of(batch: Vec<(Vec<u8>, Option<Bytes>)>) -> WriteBatch {
+/// Writes `batch` as one atomic batch to the WAL, without a sync of its own.
+fn write_batch(db: &DB, batch: Vec<(Vec<u8>, Option<Bytes>)>) -> Result<(), StoreError> {
     let mut wb = WriteBatch::default();
     for (k, v) in batch {
         match v {
@@ -86,7 +87,10 @@ fn batch_of(batch: Vec<(Vec<u8>, Option<Bytes>)>) -> WriteBatch {
             None => wb.delete(k),
         }
     }
-    wb
+    let mut wo = WriteOptions::default();
+    wo.set_sync(false);
+    wo.disable_wal(false);
+    db.write_opt(wb, &wo).map_err(io)
 }
 
 impl MetaStore for RocksMetaStore {
@@ -95,15 +99,7 @@ impl MetaStore for RocksMetaStore {
         batch: Vec<(Vec<u8>, Option<Bytes>)>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         let this = self.clone();
-        async move {
-            this.blocking(move |db| {
-                let mut wo = WriteOptions::default();
-                wo.set_sync(false);
-                wo.disable_wal(false);
-                db.write_opt(batch_of(batch), &wo).map_err(io)
-            })
-            .await
-        }
+        async move { this.blocking(move |db| write_batch(db, batch)).await }
     }
 
     fn sync(&mut self) -> impl Future<Output = Result<(), StoreError>> + Send {
@@ -119,10 +115,7 @@ impl MetaStore for RocksMetaStore {
         let this = self.clone();
         async move {
             this.blocking(move |db| {
-                let mut wo = WriteOptions::default();
-                wo.set_sync(false);
-                wo.disable_wal(false);
-                db.write_opt(batch_of(batch), &wo).map_err(io)?;
+                write_batch(db, batch)?;
                 db.flush_wal(true).map_err(io)
             })
             .await

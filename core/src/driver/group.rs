@@ -204,22 +204,22 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
             }
         });
     }
-    let mut replies: HashMap<RequestId, oneshot::Sender<Parts>> = HashMap::new();
+    let mut out = Out {
+        replies: HashMap::new(),
+        writes: Vec::new(),
+        persisted: None,
+        outbox: Vec::new(),
+        feeds,
+    };
     let mut next_request: RequestId = 1;
-    // Writes for the next sync, and the last Persist among them the replica waits for.
-    let mut writes = Vec::new();
-    let mut persisted = None;
     // The sync under way, which holds the store until it is done. The replica goes on
     // meanwhile: a leader proposes what arrives and counts its followers' answers while
     // its own write is on its way to disk, and the writes made meanwhile go to disk
     // together in the next sync (group commit).
     let mut store = Some(store);
     let mut syncing: Option<Syncing<M>> = None;
-    // Messages for other replicas from every step of this batch of events: sent as one
-    // call per replica at the batch's end, so followers write while this one does.
-    let mut outbox = Vec::new();
     loop {
-        if feeds.is_closed() {
+        if out.feeds.is_closed() {
             // Its task ended: it panicked (a bug; the replica's own copy of the state is
             // sound). Without it no checkpoint comes back and the log grows for ever: the
             // replica stops, as at a crash, and starts again on its store.
@@ -228,12 +228,12 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
             ));
         }
         if syncing.is_none()
-            && let Some(number) = persisted.take()
+            && let Some(number) = out.persisted.take()
         {
             let mut s = store
                 .take()
                 .expect("the store is back once its sync is done");
-            let batch = std::mem::take(&mut writes);
+            let batch = std::mem::take(&mut out.writes);
             syncing = Some(Box::pin(async move {
                 let done = s.write_synced(batch).await;
                 (s, done.map(|()| number))
@@ -250,18 +250,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                     &mut observer,
                     Input::Persisted { number },
                 );
-                dispatch(
-                    &rt,
-                    &transport,
-                    &tx,
-                    &opts,
-                    &mut replies,
-                    &mut writes,
-                    &mut persisted,
-                    &mut outbox,
-                    &feeds,
-                    effects,
-                );
+                dispatch(&rt, &transport, &tx, &opts, &mut out, effects);
                 None
             }
             Some(Next::Step(e)) => Some(e),
@@ -275,7 +264,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                 Step::Request(inc) => {
                     let id = next_request;
                     next_request += 1;
-                    replies.insert(id, inc.reply);
+                    out.replies.insert(id, inc.reply);
                     match pb::MasterRequest::decode(PartsReader::from(inc.body)) {
                         Ok(req) => Input::Request {
                             id,
@@ -294,18 +283,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                 Step::Event(Event::Checkpointed(t)) => Input::Checkpointed(t),
             };
             let effects = step(&rt, &mut replica, &mut observer, input);
-            dispatch(
-                &rt,
-                &transport,
-                &tx,
-                &opts,
-                &mut replies,
-                &mut writes,
-                &mut persisted,
-                &mut outbox,
-                &feeds,
-                effects,
-            );
+            dispatch(&rt, &transport, &tx, &opts, &mut out, effects);
             taken += 1;
             if taken < BATCH_LIMIT {
                 ev = try_event(&mut events, &mut inbound);
@@ -313,19 +291,8 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
         }
         // The master's records from every step of the batch, as one entry.
         let effects = step(&rt, &mut replica, &mut observer, Input::Flush);
-        dispatch(
-            &rt,
-            &transport,
-            &tx,
-            &opts,
-            &mut replies,
-            &mut writes,
-            &mut persisted,
-            &mut outbox,
-            &feeds,
-            effects,
-        );
-        send(&rt, &transport, &opts, &mut outbox);
+        dispatch(&rt, &transport, &tx, &opts, &mut out, effects);
+        send(&rt, &transport, &opts, &mut out.outbox);
         if inbound.is_terminated() {
             tracing::warn!(addr = %listen, "master replica no longer served; stopping");
             break;
@@ -429,36 +396,44 @@ fn try_event(
         .or_else(|| inbound.try_recv().ok().map(Step::Request))
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What the replica's steps leave for the loop to carry out.
+struct Out {
+    /// Callers waiting for replies, by request.
+    replies: HashMap<RequestId, oneshot::Sender<Parts>>,
+    /// Writes for the next sync, and the last Persist among them the replica waits for.
+    writes: Vec<group::Write>,
+    persisted: Option<u64>,
+    /// Messages for other replicas from every step of this batch of events: sent as one
+    /// call per replica at the batch's end, so followers write while this one does.
+    outbox: Vec<(String, pb::RaftMessage)>,
+    /// The checkpointer's feeds.
+    feeds: mpsc::UnboundedSender<group::checkpointer::Feed>,
+}
+
 fn dispatch<R: Runtime, T: Transport>(
     rt: &R,
     transport: &T,
     tx: &mpsc::UnboundedSender<Event>,
     opts: &GroupOptions,
-    replies: &mut HashMap<RequestId, oneshot::Sender<Parts>>,
-    writes: &mut Vec<group::Write>,
-    persisted: &mut Option<u64>,
-    outbox: &mut Vec<(String, pb::RaftMessage)>,
-    feeds: &mpsc::UnboundedSender<group::checkpointer::Feed>,
+    out: &mut Out,
     effects: group::Effects,
 ) {
     for f in effects.checkpointer {
-        // Closed only if the checkpointer's task ended, which it does only when this
-        // loop's events are gone.
-        let _ = feeds.unbounded_send(f);
+        // Closed only if the checkpointer's task ended: the loop stops at its next turn.
+        let _ = out.feeds.unbounded_send(f);
     }
     for p in effects.persist {
-        writes.extend(p.writes);
+        out.writes.extend(p.writes);
         if p.wait {
-            *persisted = Some(p.number);
+            out.persisted = Some(p.number);
         }
     }
     for (id, resp) in effects.replies {
-        if let Some(reply) = replies.remove(&id) {
+        if let Some(reply) = out.replies.remove(&id) {
             let _ = reply.send(resp.encode_to_vec().into());
         }
     }
-    outbox.extend(effects.send);
+    out.outbox.extend(effects.send);
     for call in effects.calls {
         super::master::spawn_call(
             rt,
