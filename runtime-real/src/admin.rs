@@ -359,35 +359,44 @@ pub fn masters_problem(
         .iter()
         .max_by_key(|s| (s.term, s.applied))
         .expect("some answered");
-    if newest.leader != 0 && answers.iter().all(|s| s.id != newest.leader) {
-        // The group has a leader this host did not reach.
-        let at = newest
-            .members
-            .get(&newest.leader)
-            .map_or(String::new(), |a| format!(" at {a}"));
-        return Some(format!(
-            "replica {}{at} leads (term {}), say the replicas that answered, but it did \
-             not answer here: this host cannot reach the group's leader",
-            newest.leader, newest.term
-        ));
-    }
     let voters = &newest.voters;
     let up = answers.iter().filter(|s| voters.contains(&s.id)).count();
     let need = voters.len() / 2 + 1;
-    Some(if up < need {
-        format!(
+    // A leader the answering replicas name but that did not answer here: either it and
+    // the other silent voters are down (their followers have not yet timed out), or
+    // this host cannot reach them. From here the two look alike, so say both.
+    let unreached =
+        (newest.leader != 0 && answers.iter().all(|s| s.id != newest.leader)).then(|| {
+            let at = newest
+                .members
+                .get(&newest.leader)
+                .map_or(String::new(), |a| format!(" at {a}"));
+            format!("replica {}{at} (term {})", newest.leader, newest.term)
+        });
+    Some(match (unreached, up < need) {
+        (Some(leader), true) => format!(
+            "no replica that answers here leads: {up} of the group's {} voters answer, \
+             and electing a leader takes {need}. They still name {leader} as leader, but \
+             it did not answer: it and the other silent voters are down (the group takes \
+             no change until a majority runs again), or this host cannot reach them",
+            voters.len()
+        ),
+        (Some(leader), false) => format!(
+            "{leader} leads, say the replicas that answered, but it did not answer here: \
+             this host cannot reach the group's leader"
+        ),
+        (None, true) => format!(
             "no replica leads: {up} of the group's {} voters answer, and electing a leader \
              takes {need}. The group takes no change (shadows still answer reads, marked \
              stale) until a majority of its replicas run and reach each other",
             voters.len()
-        )
-    } else {
-        format!(
+        ),
+        (None, false) => format!(
             "no replica leads yet: {up} of the group's {} voters answer, enough to elect \
              one; an election is under way, or the replicas that answer here cannot reach \
              each other (ask again shortly)",
             voters.len()
-        )
+        ),
     })
 }
 
@@ -578,9 +587,21 @@ mod tests {
         let mut named = replica(1, "shadow", false);
         named.leader = 2;
         named.members.insert(2, "b".into());
-        let rows = vec![up("a", named), down("b"), down("c")];
+        let rows = vec![up("a", named.clone()), down("b"), down("c")];
+        let p = masters_problem("a,b,c", &rows).expect("no majority, a leader named");
+        assert!(
+            p.contains("1 of the group's 3 voters answer")
+                && p.contains("They still name replica 2 at b (term 4)"),
+            "{p}"
+        );
+        let mut other = named.clone();
+        other.id = 3;
+        let rows = vec![up("a", named), down("b"), up("c", other)];
         let p = masters_problem("a,b,c", &rows).expect("leader unreachable");
-        assert!(p.contains("replica 2 at b leads (term 4)"), "{p}");
+        assert!(
+            p.contains("replica 2 at b (term 4) leads") && p.contains("cannot reach"),
+            "{p}"
+        );
         let rows = vec![up("a", replica(1, "leader", false)), down("b")];
         let p = masters_problem("a,b", &rows).expect("not serving");
         assert!(p.contains("still applying"), "{p}");
