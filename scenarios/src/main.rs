@@ -243,6 +243,7 @@ mod madsim_main {
             let started = Instant::now();
             let mut sim_ms = 0i64;
             let (mut records, mut reads, mut stale_runs, mut scrubbed) = (0, 0, 0, 0);
+            let mut mends = [0u64; 2];
             let (mut listings, mut ns_ops, mut ns_writes, mut ns_files) = (0, 0, 0, 0);
             let (mut shadow_reads, mut group_checkpoints) = (0, 0);
             let mut faults = std::collections::BTreeMap::<&str, u64>::new();
@@ -266,6 +267,8 @@ mod madsim_main {
                 group_checkpoints += o.group_checkpoints;
                 stale_runs += usize::from(o.stale_seen > 0);
                 scrubbed += o.scrub_found;
+                mends[0] += o.mends[0];
+                mends[1] += o.mends[1];
                 for (k, n) in &o.fault_counts {
                     *faults.entry(k).or_default() += n;
                 }
@@ -321,13 +324,15 @@ mod madsim_main {
                 }
             }
             let wall = started.elapsed().as_secs_f64();
+            let [mends_done, mends_failed] = mends;
             eprintln!(
                 "scenario={} seeds={} wall={wall:.1}s seeds_per_min={:.1} sim_per_wall={:.0}x \
                  reads_checked={reads} records_checked={records} listings_checked={listings} \
                  ns_ops_checked={ns_ops} ns_writes_checked={ns_writes} ns_files_checked={ns_files} \
                  shadow_reads_checked={shadow_reads} group_checkpoints={group_checkpoints} \
                  runs_with_stale_copies={stale_runs} \
-                 scrubber_finds={scrubbed} faults={}",
+                 scrubber_finds={scrubbed} mends_done={mends_done} mends_failed={mends_failed} \
+                 faults={}",
                 sc.name,
                 seeds.len(),
                 seeds.len() as f64 * 60.0 / wall.max(1e-9) / if determinism { 2.0 } else { 1.0 },

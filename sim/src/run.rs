@@ -103,6 +103,8 @@ pub struct Outcome {
     /// Distinct stale copies seen on chunkservers during the run.
     pub stale_seen: usize,
     pub scrub_found: usize,
+    /// Corrupt last copies mended, and mends that failed.
+    pub mends: [u64; 2],
     pub knobs: String,
     pub faults: Vec<String>,
     /// How often each kind of fault actually happened in the run.
@@ -346,6 +348,7 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         ops_replay_skipped: runs.iter().map(|r| r.replay_skipped).sum(),
         stale_seen: c.stale_seen.len(),
         scrub_found: c.scrub_found.len(),
+        mends: c.mends,
         knobs: format!("{knobs:?} faults={:?}", sched.mix()),
         faults: sched.log.clone(),
         fault_counts: c.faults.clone(),

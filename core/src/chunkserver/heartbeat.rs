@@ -46,15 +46,17 @@ impl Chunkserver {
                 Pending::Commit {
                     h, meta: Some(_), ..
                 } => Some(*h),
+                Pending::Mend(m) => Some(m.handle()),
                 _ => None,
             })
             .chain(self.calls.values().filter_map(|c| match c {
                 CallCtx::CloneRead { h, .. } => Some(*h),
+                CallCtx::MendRead(m) => Some(m.handle()),
                 _ => None,
             }))
             .chain(self.queues.iter().filter_map(|(&h, q)| {
                 q.iter()
-                    .any(|j| matches!(j, Job::Request(_, Req::Clone(_), _)))
+                    .any(|j| matches!(j, Job::Request(_, Req::Clone(_) | Req::Mend(_), _)))
                     .then_some(h)
             }))
             .collect();

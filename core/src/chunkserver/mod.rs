@@ -15,6 +15,7 @@ pub mod checksum;
 mod epoch;
 mod heartbeat;
 mod invariants;
+mod mend;
 mod push;
 mod reads;
 mod repair;
@@ -277,6 +278,8 @@ enum Pending {
     Epoch {
         epoch: u64,
     },
+    /// A corrupt copy read whole, to be mended (`mend.rs`).
+    Mend(Box<mend::Mend>),
 }
 
 /// A lease this server is granted, taken once its new version is durable.
@@ -340,6 +343,8 @@ enum CallCtx {
         buf: BytesMut,
     },
     ReportCorrupt,
+    /// A bad block asked of another copy, for a mend (`mend.rs`).
+    MendRead(Box<mend::Mend>),
     /// A pushed piece forwarded down the chain, for the request that brought it.
     PushForward {
         id: RequestId,
@@ -400,6 +405,9 @@ pub struct Chunkserver {
     chunks: HashMap<ChunkHandle, Chunk>,
     /// Copies that failed a checksum: never served, deleted on the master's word.
     corrupt: HashSet<ChunkHandle>,
+    /// The metadata of those found corrupt since start-up, should the master order one
+    /// mended (`mend.rs`).
+    kept: HashMap<ChunkHandle, pb::ChunkMeta>,
     queues: HashMap<ChunkHandle, VecDeque<Job>>,
     /// `Job::Request`s in `queues`, counted against `max_queued`.
     queued_requests: usize,
@@ -474,6 +482,7 @@ impl Chunkserver {
             now,
             chunks: HashMap::default(),
             corrupt: HashSet::default(),
+            kept: HashMap::default(),
             queues: HashMap::default(),
             queued_requests: 0,
             busy: HashSet::default(),
@@ -628,6 +637,7 @@ impl Chunkserver {
                         Req::SetVersion(r) => Some((r.cluster_id, r.epoch)),
                         Req::Clone(r) => Some((r.cluster_id, r.epoch)),
                         Req::RevokeLease(r) => Some((r.cluster_id, r.epoch)),
+                        Req::Mend(r) => Some((r.cluster_id, r.epoch)),
                         _ => None,
                     };
                     let refused = master.and_then(|(c, epoch)| {
@@ -645,6 +655,7 @@ impl Chunkserver {
                         Req::RevokeLease(r) => r.handle,
                         Req::Apply(r) => r.handle,
                         Req::Append(r) => r.handle,
+                        Req::Mend(r) => r.handle,
                         Req::Push(_) => unreachable!("handled above"),
                     };
                     let waiting = self.queues.get(&h).map_or(0, VecDeque::len);
@@ -825,6 +836,10 @@ impl Chunkserver {
                 h = r.handle;
                 self.start_clone(id, r)
             }
+            Req::Mend(r) => {
+                h = r.handle;
+                self.start_mend(id, r)
+            }
             Req::RevokeLease(r) => {
                 h = r.handle;
                 if let Some(c) = self.chunks.get_mut(&h) {
@@ -905,6 +920,9 @@ impl Chunkserver {
             (Pending::Repair { h, start }, Ok(StoreOutput::Data(mut d))) if d.len() == 1 => {
                 self.finish_repair(h, start, d.pop().expect("one range"))
             }
+            (Pending::Mend(m), Ok(StoreOutput::Data(mut d))) if d.len() == 1 => {
+                self.mend_read(m, d.pop().expect("one range"))
+            }
             (Pending::Commit { id, h, meta, lease }, Ok(StoreOutput::Done)) => {
                 match meta {
                     Some(meta) => {
@@ -941,6 +959,7 @@ impl Chunkserver {
                             c.lease_chunk_size = l.chunk_size;
                         }
                         self.corrupt.remove(&h);
+                        self.kept.remove(&h);
                         if moved_on {
                             self.drop_held(h);
                         }
@@ -948,6 +967,7 @@ impl Chunkserver {
                     None => {
                         self.chunks.remove(&h);
                         self.corrupt.remove(&h);
+                        self.kept.remove(&h);
                         self.drop_held(h);
                     }
                 }
@@ -962,6 +982,7 @@ impl Chunkserver {
                         (Some(id), h)
                     }
                     Pending::Commit { id, h, .. } => (id, h),
+                    Pending::Mend(m) => (Some(m.id()), m.handle()),
                     Pending::Join { .. } | Pending::Epoch { .. } => unreachable!("matched above"),
                     Pending::Scrub { h, .. } | Pending::Repair { h, .. } => (None, h),
                 };
@@ -1082,6 +1103,7 @@ impl Chunkserver {
                 buf,
             } => self.on_clone_piece(id, h, version, source, buf, result),
             CallCtx::ReportCorrupt => {}
+            CallCtx::MendRead(m) => self.on_mend_piece(m, result),
             CallCtx::PushForward { id, to } => {
                 let resp = match result {
                     Ok(Reply::Chunk(pb::ChunkResponse { error: None, .. })) => empty(),

@@ -101,7 +101,11 @@ impl Chunkserver {
 
     pub(super) fn mark_corrupt(&mut self, h: ChunkHandle, by_scrubber: bool) {
         tracing::warn!(chunk = h, server = %self.cfg.address, "checksum mismatch");
-        self.chunks.remove(&h);
+        let mut version = 0;
+        if let Some(c) = self.chunks.remove(&h) {
+            version = c.meta.version;
+            self.kept.insert(h, c.meta);
+        }
         self.cache.forget(h);
         self.corrupt.insert(h);
         let req = pb::MasterRequest {
@@ -111,6 +115,7 @@ impl Chunkserver {
                 by_scrubber,
                 server_id: self.server_id,
                 cluster_id: self.cluster_id,
+                version,
             })),
             ..Default::default()
         };

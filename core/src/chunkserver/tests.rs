@@ -2248,3 +2248,161 @@ fn answers_from_an_older_version_count_for_nothing() {
         "the old mutation was acknowledged under the new lease: {r:?}"
     );
 }
+
+/// Runs a mend of chunk `h` at `version` on `dst`, answering its reads from `sources`
+/// (by address); returns the mend's answer and how many blocks it asked for.
+fn mend(dst: &mut H, sources: &mut [&mut H], h: u64, version: u64) -> (pb::ChunkResponse, usize) {
+    let id = 7000;
+    dst.calls.clear();
+    let mut replies = dst.run(Input::Request {
+        id,
+        arrived: dst.now,
+        req: pb::ChunkRequest {
+            req: Some(R::Mend(pb::MendChunkRequest {
+                handle: h,
+                version,
+                sources: sources
+                    .iter()
+                    .map(|s| pb::MendSource {
+                        address: s.cs.cfg.address.clone(),
+                        version: 1,
+                    })
+                    .collect(),
+                ..Default::default()
+            })),
+        },
+    });
+    let mut asked = 0;
+    while replies.is_empty() {
+        let c = dst.calls.pop().expect("a read of a source");
+        let (
+            Dest::Peer(to),
+            Outgoing::Chunk(pb::ChunkRequest {
+                req: Some(R::Read(r)),
+            }),
+        ) = (c.to, c.req)
+        else {
+            panic!("a mend asks sources for blocks")
+        };
+        asked += 1;
+        let src = sources
+            .iter_mut()
+            .find(|s| s.cs.cfg.address == to)
+            .expect("a source");
+        let resp = src.req(R::Read(r));
+        replies = dst.run(Input::CallResult {
+            id: c.id,
+            result: Ok(Reply::Chunk(resp)),
+        });
+    }
+    assert_eq!(replies[0].0, id);
+    (replies.remove(0).1, asked)
+}
+
+/// The last copy of version 2 rotted in two blocks that version 1's copy also holds,
+/// one of them shared with bytes written at version 2: both are rebuilt (source bytes
+/// where the source has them, the copy's own past them), checked against the copy's own
+/// checksums, and the copy is served again, whole.
+#[test]
+fn the_last_copy_of_a_version_is_mended_from_an_older_copy() {
+    let old_bytes: Vec<u8> = (0..100_000u32).map(|i| (i * 13) as u8).collect();
+    let new_bytes: Vec<u8> = (0..60_000u32).map(|i| (i * 7 + 1) as u8).collect();
+    let mut old = H::named("cs1");
+    old.create(9);
+    old.write(9, 0, &old_bytes);
+    let mut other = H::named("cs2");
+    other.create(9);
+    other.write(9, 0, &vec![0u8; 1000]); // a copy that matches nothing
+    let mut last = H::uncached();
+    last.create(9);
+    last.write(9, 0, &old_bytes);
+    assert!(last.set_version(0, 9, 2).error.is_none());
+    let w = last.req(R::Write(pb::WriteChunkRequest {
+        handle: 9,
+        version: 2,
+        offset: 100_000,
+        data: Bytes::copy_from_slice(&new_bytes),
+        ..Default::default()
+    }));
+    assert!(w.error.is_none(), "{w:?}");
+    let whole = [&old_bytes[..], &new_bytes[..]].concat();
+    let d = last.disk.data.get_mut(&9).unwrap();
+    d[1000] ^= 0x08;
+    d[70_000] ^= 0x80;
+    assert!(matches!(last.read(9, 0, 10), Err(FsError::Corrupt(_))));
+    let (r, asked) = mend(&mut last, &mut [&mut other, &mut old], 9, 2);
+    assert!(r.error.is_none(), "{r:?}");
+    // Each bad block asked of the useless copy first, then of the good one.
+    assert_eq!(asked, 4);
+    assert_eq!(last.disk.data[&9], whole);
+    assert_eq!(&last.read(9, 0, 200_000).unwrap()[..], &whole[..]);
+    // Reported at its version again, not as corrupt.
+    let hb = last.heartbeat_with(pb::HeartbeatResponse::default());
+    assert!(
+        hb.chunks.iter().any(|c| c.handle == 9 && c.version == 2),
+        "{hb:?}"
+    );
+}
+
+/// Rot in bytes only the last copy ever held cannot be rebuilt: the mend fails, saying
+/// which block, and the copy stays corrupt (never served).
+#[test]
+fn a_block_no_other_copy_matches_is_not_mended() {
+    let old_bytes = vec![3u8; 100_000];
+    let mut old = H::named("cs1");
+    old.create(9);
+    old.write(9, 0, &old_bytes);
+    let mut last = H::uncached();
+    last.create(9);
+    last.write(9, 0, &old_bytes);
+    assert!(last.set_version(0, 9, 2).error.is_none());
+    let w = last.req(R::Write(pb::WriteChunkRequest {
+        handle: 9,
+        version: 2,
+        offset: 100_000,
+        data: Bytes::from(vec![4u8; 60_000]),
+        ..Default::default()
+    }));
+    assert!(w.error.is_none(), "{w:?}");
+    last.disk.data.get_mut(&9).unwrap()[150_000] ^= 1;
+    assert!(matches!(
+        last.read(9, 140_000, 10),
+        Err(FsError::Corrupt(_))
+    ));
+    let (r, _) = mend(&mut last, &mut [&mut old], 9, 2);
+    let e = FsError::from_pb(r.error.as_ref().expect("the mend fails"));
+    assert!(
+        matches!(&e, FsError::Corrupt(m) if m.contains("block 2 matches no other copy")),
+        "{e:?}"
+    );
+    assert!(matches!(last.read(9, 0, 10), Err(FsError::Corrupt(_))));
+    // A mend of a copy this server does not hold corrupt is refused.
+    let (r, asked) = mend(&mut old, &mut [], 5, 1);
+    assert!(r.error.is_some() && asked == 0, "{r:?}");
+}
+
+/// An order to mend a copy this server still serves (read back after a restart, its rot
+/// not yet found) verifies it: a whole copy is left as it is; a rotten one is taken out
+/// of service, reported, and mended.
+#[test]
+fn a_served_copy_ordered_mended_is_verified_first() {
+    let bytes: Vec<u8> = (0..100_000u32).map(|i| (i * 5) as u8).collect();
+    let mut old = H::named("cs1");
+    old.create(9);
+    old.write(9, 0, &bytes);
+    let mut last = H::uncached();
+    last.create(9);
+    last.write(9, 0, &bytes);
+    let (r, asked) = mend(&mut last, &mut [&mut old], 9, 1);
+    assert!(r.error.is_none() && asked == 0, "{r:?}");
+    assert_eq!(&last.read(9, 0, 100_000).unwrap()[..], &bytes[..]);
+    last.disk.data.get_mut(&9).unwrap()[5] ^= 2;
+    last.calls.clear();
+    let (r, asked) = mend(&mut last, &mut [&mut old], 9, 1);
+    assert!(r.error.is_none() && asked == 1, "{r:?}");
+    assert_eq!(last.disk.data[&9], bytes);
+    assert_eq!(&last.read(9, 0, 100_000).unwrap()[..], &bytes[..]);
+    // A mend of another version than the copy's is refused.
+    let (r, asked) = mend(&mut last, &mut [&mut old], 9, 3);
+    assert!(r.error.is_some() && asked == 0, "{r:?}");
+}

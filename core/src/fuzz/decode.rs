@@ -456,6 +456,16 @@ pub fn seeds() -> Vec<Vec<u8>> {
             data_id: 4,
             ..Default::default()
         })),
+        chunk(C::Mend(pb::MendChunkRequest {
+            handle: 1,
+            version: 1,
+            sources: vec![pb::MendSource {
+                address: "cs1:1".into(),
+                version: 1,
+            }],
+            cluster_id: CLUSTER_ID,
+            epoch: 0,
+        })),
     ] {
         out.push(input(Kind::ChunkRequest, &body));
     }

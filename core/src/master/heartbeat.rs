@@ -12,6 +12,7 @@
 use crate::types::{HashMap, HashSet};
 
 use super::chunks::ServerIdx;
+use super::mend::Mend;
 use super::servers::Arrival;
 use super::{Master, RequestId, ok};
 use crate::pb::{self, log_record::Op, master_response::Resp};
@@ -178,6 +179,21 @@ impl Master {
                 matched += u64::from(c.replicas.contains(idx));
                 continue;
             }
+            // A copy found corrupt is reported at version 0 (its report to the master
+            // may have been lost): the last one of the current version is mended, as
+            // on that report, and stays listed meanwhile.
+            let current = c.version;
+            if rep.version == 0 && current > 0 && self.try_mend(h, idx) != Mend::No {
+                let listed = self
+                    .meta
+                    .chunks
+                    .get(h)
+                    .is_some_and(|c| c.replicas.contains(idx));
+                matched += u64::from(listed);
+                continue;
+            }
+            let c = self.meta.chunks.get(h).expect("looked up above");
+            debug_assert_eq!(c.version, current);
             if rep.version < c.version {
                 if c.replicas.contains(idx) {
                     self.drop_replica(h, idx);
@@ -294,13 +310,32 @@ impl Master {
             && member(idx)
             && self.meta.chunks.get(r.handle).is_some()
         {
-            tracing::warn!(chunk = r.handle, server = %r.address, "corrupt replica reported");
-            self.copy_corrupt(r.handle, idx);
-            self.drop_replica(r.handle, idx);
-            let v = self.meta.chunks.get(r.handle).map_or(0, |c| c.version);
-            self.gc.pending_deletes.order(idx, r.handle, v, self.now);
+            let current = self.meta.chunks.get(r.handle).map_or(0, |c| c.version);
+            tracing::warn!(chunk = r.handle, server = %r.address, version = r.version, "corrupt replica reported");
+            if r.version != 0
+                && r.version < current
+                && self
+                    .meta
+                    .chunks
+                    .get(r.handle)
+                    .is_some_and(|c| c.replicas.contains(idx))
+            {
+                // About a copy the server held before the one listed now (a report
+                // delayed, or sent twice): the listed copy is not the one found corrupt.
+            } else if self.try_mend(r.handle, idx) == Mend::No {
+                self.discard_corrupt(r.handle, idx);
+            }
         }
         self.out.replies.push((id, ok(Resp::Empty(pb::Empty {}))));
+    }
+
+    /// `server`'s copy of `h` is corrupt and will not be mended: it stops counting and
+    /// is ordered deleted.
+    pub(super) fn discard_corrupt(&mut self, h: ChunkHandle, server: ServerIdx) {
+        self.copy_corrupt(h, server);
+        self.drop_replica(h, server);
+        let v = self.meta.chunks.get(h).map_or(0, |c| c.version);
+        self.gc.pending_deletes.order(server, h, v, self.now);
     }
 
     /// Declares silent servers dead: their replicas stop counting.

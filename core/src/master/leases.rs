@@ -375,6 +375,11 @@ impl Master {
                 millis(quiet)
             )));
         }
+        if self.mending.contains(h) {
+            return Err(FsError::Unavailable(format!(
+                "chunk {h}: mending its last copy of the current version first"
+            )));
+        }
         if self.now >= self.repl_not_before() && self.repair_before_grant(h) {
             return Err(FsError::Unavailable(format!(
                 "chunk {h}: restoring its replicas first"

@@ -20,6 +20,7 @@ mod heartbeat;
 mod invariants;
 mod leases;
 mod locks;
+mod mend;
 mod meta;
 mod namespace;
 mod placement;
@@ -123,6 +124,11 @@ enum CallCtx {
         handle: u64,
         server: ServerIdx,
     },
+    /// An order to mend the last copy of a version (`mend.rs`).
+    Mend {
+        handle: u64,
+        server: ServerIdx,
+    },
 }
 
 pub struct Master {
@@ -145,6 +151,9 @@ pub struct Master {
     gc: gc::Gc,
     /// Stale copies kept while their chunk is below its goal (`fallback.rs`).
     fallbacks: fallback::Fallbacks,
+    /// Last copies of a version being mended (`mend.rs`), and how many were mended.
+    mending: mend::Mending,
+    mended: u64,
     checkpoint_seq: LogSeq,
     /// Write-target requests waiting for their chunk's allocation to be durable:
     /// (request, chunk, its index in the file, the file's chunk size).
@@ -209,6 +218,8 @@ impl Master {
             repl,
             gc: Default::default(),
             fallbacks,
+            mending: mend::Mending::default(),
+            mended: 0,
             checkpoint_seq: seq,
             retired_at: HashMap::default(),
             deferred_targets: BTreeMap::new(),
@@ -778,8 +789,12 @@ impl Master {
     fn call(&mut self, to: ServerIdx, ctx: CallCtx, req: pb::chunk_request::Req) {
         // A clone that timed out here would be started again while the first copy still
         // runs, queueing duplicate copies (and the grants behind them) on the target.
-        let timeout =
-            matches!(req, pb::chunk_request::Req::Clone(_)).then_some(self.cfg.clone_timeout);
+        // A mend reads blocks from other servers too: as long.
+        let timeout = matches!(
+            req,
+            pb::chunk_request::Req::Clone(_) | pb::chunk_request::Req::Mend(_)
+        )
+        .then_some(self.cfg.clone_timeout);
         let id = self.next_call;
         self.next_call += 1;
         self.calls.insert(id, ctx);
@@ -811,6 +826,14 @@ impl Master {
                 version,
             } => self.on_clone_result(handle, source, target, version, ok, result.is_ok()),
             CallCtx::Revoke { handle, server } => self.on_revoke_result(handle, server, ok),
+            CallCtx::Mend { handle, server } => {
+                let outcome = match result {
+                    Ok(pb::ChunkResponse { error: None, .. }) => Ok(()),
+                    Ok(pb::ChunkResponse { error: Some(e), .. }) => Err(Some(FsError::from_pb(&e))),
+                    Err(_) => Err(None),
+                };
+                self.on_mend_result(handle, server, outcome)
+            }
         }
     }
 

@@ -203,6 +203,9 @@ impl Master {
                 continue;
             }
             let h = need.handle;
+            if self.mending.contains(h) {
+                continue; // its one copy serves nothing until mended
+            }
             let c = self.meta.chunks.get(h).expect("queued chunks exist");
             let version = c.version;
             let holders: Vec<ServerIdx> = c.replicas.as_slice().to_vec();

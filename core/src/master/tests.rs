@@ -2973,53 +2973,11 @@ fn a_write_whose_file_was_replaced_meanwhile_extends_nothing() {
 /// 5615257, lost the chunk here).
 #[test]
 fn stale_copies_are_revived_when_every_current_copy_is_destroyed() {
-    let mut h = H::new();
-    cluster(&mut h, 3, 3);
-    let rack = |a: &str| format!("rack{}", &a[2..]);
+    let (mut h, handle, primary, missed) = one_current_copy();
     let beat = |h: &mut H, a: &str, chunks: &[(u64, u64)]| {
-        let r = rack(a);
+        let r = format!("rack{}", &a[2..]);
         h.heartbeat(a, &r, chunks)
     };
-    h.call(create("/f"));
-    let t = h.write_target("/f", 0).unwrap();
-    let handle = t.handle;
-    let all: Vec<String> = ["cs0", "cs1", "cs2"].map(String::from).to_vec();
-    for a in &all {
-        beat(&mut h, a, &[(handle, 1)]);
-    }
-    // The lease runs out; the next grant reaches one copy only.
-    h.advance(Duration::from_secs(12));
-    for a in &all {
-        beat(&mut h, a, &[(handle, 1)]);
-    }
-    let (id, mut e) = h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
-        path: "/f".into(),
-        chunk_index: 0,
-        append: false,
-    }));
-    e.replies.extend(h.sync().replies);
-    let primary = h.grant_target(true).expect("a grant");
-    let missed: Vec<&str> = all
-        .iter()
-        .map(String::as_str)
-        .filter(|a| **a != primary)
-        .collect();
-    e.replies.extend(h.answer_calls(&missed).replies);
-    let target = match reply_for(&e, id).expect("a write target").resp {
-        Some(Resp::WriteTarget(t)) => t,
-        other => panic!("{other:?}"),
-    };
-    assert_eq!((target.version, target.secondaries.len()), (2, 0));
-    // The two that missed it report version 1: kept, not ordered deleted.
-    for a in &missed {
-        let hb = beat(&mut h, a, &[(handle, 1)]);
-        assert!(
-            hb.delete_chunks.is_empty(),
-            "{a} told to delete its copy: {hb:?}"
-        );
-    }
-    beat(&mut h, &primary, &[(handle, 2)]);
-    assert_eq!(chunk_replicas(&mut h, "/f"), vec![primary.clone()]);
     // The only current copy is found corrupt.
     h.call(MReq::ReportCorrupt(pb::ReportCorruptRequest {
         address: primary.clone(),
@@ -3027,6 +2985,25 @@ fn stale_copies_are_revived_when_every_current_copy_is_destroyed() {
         by_scrubber: true,
         ..Default::default()
     }));
+    // It is ordered mended from the two older copies first; here no block of theirs
+    // matches (the rot was in bytes only it held), so the mend fails, and the copy is
+    // handled as any corrupt one.
+    let (call, sources) = mend_order(&mut h, &primary, handle);
+    assert_eq!(
+        sources,
+        missed
+            .iter()
+            .map(|a| (a.to_string(), 1))
+            .collect::<Vec<_>>()
+    );
+    let failed = pb::ChunkResponse {
+        error: Some(FsError::Corrupt("block 0 matches no other copy".into()).to_pb()),
+        resp: None,
+    };
+    h.step(Input::CallResult {
+        id: call,
+        result: Ok(failed),
+    });
     // Not while its lease may still be valid.
     h.calls.clear();
     h.step(Input::Tick);
@@ -3083,6 +3060,242 @@ fn stale_copies_are_revived_when_every_current_copy_is_destroyed() {
         h.m.check_invariants()
             .expect_err("a replica kept as demoted");
     assert!(e.contains("not as a holder"), "{e}");
+}
+
+/// A chunk whose one current copy (version 2) is on `primary`, its two other copies
+/// (`missed`, sorted) left at version 1 by a grant that reached only it.
+fn one_current_copy() -> (H, u64, String, Vec<String>) {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    let rack = |a: &str| format!("rack{}", &a[2..]);
+    let beat = |h: &mut H, a: &str, chunks: &[(u64, u64)]| {
+        let r = rack(a);
+        h.heartbeat(a, &r, chunks)
+    };
+    h.call(create("/f"));
+    let t = h.write_target("/f", 0).unwrap();
+    let handle = t.handle;
+    let all: Vec<String> = ["cs0", "cs1", "cs2"].map(String::from).to_vec();
+    for a in &all {
+        beat(&mut h, a, &[(handle, 1)]);
+    }
+    // The lease runs out; the next grant reaches one copy only.
+    h.advance(Duration::from_secs(12));
+    for a in &all {
+        beat(&mut h, a, &[(handle, 1)]);
+    }
+    let (id, mut e) = h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+        path: "/f".into(),
+        chunk_index: 0,
+        append: false,
+    }));
+    e.replies.extend(h.sync().replies);
+    let primary = h.grant_target(true).expect("a grant");
+    let missed: Vec<&str> = all
+        .iter()
+        .map(String::as_str)
+        .filter(|a| **a != primary)
+        .collect();
+    e.replies.extend(h.answer_calls(&missed).replies);
+    let target = match reply_for(&e, id).expect("a write target").resp {
+        Some(Resp::WriteTarget(t)) => t,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!((target.version, target.secondaries.len()), (2, 0));
+    // The two that missed it report version 1: kept, not ordered deleted.
+    for a in &missed {
+        let hb = beat(&mut h, a, &[(handle, 1)]);
+        assert!(
+            hb.delete_chunks.is_empty(),
+            "{a} told to delete its copy: {hb:?}"
+        );
+    }
+    beat(&mut h, &primary, &[(handle, 2)]);
+    assert_eq!(chunk_replicas(&mut h, "/f"), vec![primary.clone()]);
+    let mut missed: Vec<String> = missed.iter().map(|a| a.to_string()).collect();
+    missed.sort();
+    (h, handle, primary, missed)
+}
+
+/// The master's outstanding order to mend `handle`, which must go to `to`: its call id,
+/// and its sources (address, version), sorted.
+fn mend_order(h: &mut H, to: &str, handle: u64) -> (u64, Vec<(String, u64)>) {
+    let (id, dest, m) = h
+        .calls
+        .iter()
+        .find_map(|c| match &c.req.req {
+            Some(CReq::Mend(m)) => Some((c.id, c.to.clone(), m.clone())),
+            _ => None,
+        })
+        .expect("a mend ordered");
+    h.calls.retain(|c| c.id != id);
+    assert_eq!((dest.as_str(), m.handle, m.version), (to, handle, 2));
+    let mut sources: Vec<(String, u64)> = m
+        .sources
+        .into_iter()
+        .map(|s| (s.address, s.version))
+        .collect();
+    sources.sort();
+    (id, sources)
+}
+
+/// The one current copy is found corrupt while older copies survive: instead of being
+/// deleted (which would fall the chunk back to version 1 and lose what was written at
+/// 2), it is ordered mended from them, and stays listed meanwhile. No lease is granted
+/// and no clone made from it until the mend ends; its reports at version 0 (corrupt)
+/// meanwhile do not get it deleted. Once mended it serves as before.
+#[test]
+fn the_last_corrupt_copy_of_a_version_is_mended_not_deleted() {
+    let (mut h, handle, primary, missed) = one_current_copy();
+    let beat = |h: &mut H, a: &str, chunks: &[(u64, u64)]| {
+        let r = format!("rack{}", &a[2..]);
+        h.heartbeat(a, &r, chunks)
+    };
+    h.call(MReq::ReportCorrupt(pb::ReportCorruptRequest {
+        address: primary.clone(),
+        handle,
+        by_scrubber: false,
+        ..Default::default()
+    }));
+    let (call, sources) = mend_order(&mut h, &primary, handle);
+    assert_eq!(sources.len(), 2);
+    assert_eq!(chunk_replicas(&mut h, "/f"), vec![primary.clone()]);
+    h.advance(Duration::from_secs(12));
+    let hb = beat(&mut h, &primary, &[(handle, 0)]);
+    assert!(
+        hb.delete_chunks.is_empty(),
+        "the copy being mended ordered deleted: {hb:?}"
+    );
+    for a in &missed {
+        beat(&mut h, a, &[(handle, 1)]);
+    }
+    h.calls.clear();
+    h.step(Input::Tick);
+    h.sync();
+    assert!(
+        h.calls
+            .iter()
+            .all(|c| !matches!(&c.req.req, Some(CReq::SetVersion(_) | CReq::Clone(_)))),
+        "a grant, revival or clone while mending: {:?}",
+        h.calls
+    );
+    let err = h.write_target("/f", 0).expect_err("no lease while mending");
+    assert!(
+        matches!(&err, FsError::Unavailable(m) if m.contains("mending")),
+        "{err:?}"
+    );
+    // Reported again meanwhile: no second order.
+    h.call(MReq::ReportCorrupt(pb::ReportCorruptRequest {
+        address: primary.clone(),
+        handle,
+        by_scrubber: true,
+        ..Default::default()
+    }));
+    assert!(
+        h.calls
+            .iter()
+            .all(|c| !matches!(&c.req.req, Some(CReq::Mend(_))))
+    );
+    h.step(Input::CallResult {
+        id: call,
+        result: Ok(pb::ChunkResponse {
+            error: None,
+            resp: Some(pb::chunk_response::Resp::Empty(pb::Empty {})),
+        }),
+    });
+    assert_eq!(h.m.mends(), (1, 0));
+    let hb = beat(&mut h, &primary, &[(handle, 2)]);
+    assert!(hb.delete_chunks.is_empty(), "{hb:?}");
+    assert_eq!(chunk_replicas(&mut h, "/f"), vec![primary.clone()]);
+    // It is the source the chunk's goal is restored from (a clone to a server with an
+    // older copy goes once its holder record is durable: the next tick).
+    h.calls.clear();
+    for _ in 0..2 {
+        h.step(Input::Tick);
+        h.sync();
+    }
+    let clones: Vec<(String, u64)> = h
+        .calls
+        .iter()
+        .filter_map(|c| match &c.req.req {
+            Some(CReq::Clone(r)) => Some((r.source.clone(), r.version)),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !clones.is_empty() && clones.iter().all(|c| *c == (primary.clone(), 2)),
+        "{clones:?}"
+    );
+    h.m.check_invariants().unwrap();
+}
+
+/// A mend order that goes unanswered (or is refused) leaves the copy listed; the
+/// copy's next heartbeat (at version 0: corrupt) orders it again, with no report needed
+/// (the report may have been lost), until `MEND_TRIES` orders came to nothing: then it
+/// is handled as destroyed, and the older copies are revived.
+#[test]
+fn an_unanswered_mend_is_ordered_again_from_heartbeats_then_given_up() {
+    let (mut h, handle, primary, missed) = one_current_copy();
+    let beat = |h: &mut H, a: &str, chunks: &[(u64, u64)]| {
+        let r = format!("rack{}", &a[2..]);
+        h.heartbeat(a, &r, chunks)
+    };
+    h.calls.clear();
+    // No report arrives: the heartbeat shows the copy corrupt.
+    let hb = beat(&mut h, &primary, &[(handle, 0)]);
+    assert!(hb.delete_chunks.is_empty(), "{hb:?}");
+    for i in 0..super::mend::MEND_TRIES {
+        let (call, _) = mend_order(&mut h, &primary, handle);
+        let result = if i == 0 {
+            Err(RpcError::Unreachable(primary.clone()))
+        } else {
+            Ok(pb::ChunkResponse {
+                error: Some(FsError::Unavailable("busy".into()).to_pb()),
+                resp: None,
+            })
+        };
+        h.step(Input::CallResult { id: call, result });
+        let last = i + 1 == super::mend::MEND_TRIES;
+        let listed = chunk_replicas(&mut h, "/f") == vec![primary.clone()];
+        assert_eq!(listed, !last, "try {i}");
+        let hb = beat(&mut h, &primary, &[(handle, 0)]);
+        assert_eq!(!hb.delete_chunks.is_empty(), last, "try {i}: {hb:?}");
+    }
+    assert!(
+        h.calls
+            .iter()
+            .all(|c| !matches!(&c.req.req, Some(CReq::Mend(_))))
+    );
+    assert!(chunk_replicas(&mut h, "/f").is_empty());
+    let _ = missed;
+    h.m.check_invariants().unwrap();
+}
+
+/// A corruption report that arrives after the chunk moved on (delayed, or sent twice)
+/// names the version of the copy it is about: the server's copy listed now, of a later
+/// version, is not the one found corrupt, and is neither dropped nor ordered mended.
+#[test]
+fn a_late_corruption_report_of_an_older_copy_leaves_the_current_one() {
+    let (mut h, handle, primary, _) = one_current_copy();
+    h.calls.clear();
+    h.call(MReq::ReportCorrupt(pb::ReportCorruptRequest {
+        address: primary.clone(),
+        handle,
+        version: 1,
+        ..Default::default()
+    }));
+    assert!(h.calls.is_empty(), "{:?}", h.calls);
+    assert_eq!(chunk_replicas(&mut h, "/f"), vec![primary.clone()]);
+    let hb = h.heartbeat(&primary, &format!("rack{}", &primary[2..]), &[(handle, 2)]);
+    assert!(hb.delete_chunks.is_empty(), "{hb:?}");
+    // About the copy it holds now: ordered mended.
+    h.call(MReq::ReportCorrupt(pb::ReportCorruptRequest {
+        address: primary.clone(),
+        handle,
+        version: 2,
+        ..Default::default()
+    }));
+    mend_order(&mut h, &primary, handle);
 }
 
 /// A chunk whose current copies are gone, one destroyed but one on a server that is
@@ -3240,7 +3453,9 @@ fn regrant(h: &mut H, secondary: Option<&mut String>) -> String {
     h.grant_target(true).expect("a grant")
 }
 
-/// Reports `server`'s copy of `handle` corrupt.
+/// Reports `server`'s copy of `handle` corrupt beyond mending: an order to mend it (it
+/// was the last copy of its version) fails, as when the rot is in bytes no other copy
+/// holds.
 fn corrupt(h: &mut H, server: &str, handle: u64) {
     h.call(MReq::ReportCorrupt(pb::ReportCorruptRequest {
         address: server.to_string(),
@@ -3248,6 +3463,23 @@ fn corrupt(h: &mut H, server: &str, handle: u64) {
         by_scrubber: true,
         ..Default::default()
     }));
+    let mends: Vec<u64> = h
+        .calls
+        .iter()
+        .filter(|c| matches!(&c.req.req, Some(CReq::Mend(m)) if m.handle == handle))
+        .map(|c| c.id)
+        .collect();
+    h.calls.retain(|c| !mends.contains(&c.id));
+    for id in mends {
+        let failed = pb::ChunkResponse {
+            error: Some(FsError::Corrupt("a block matches no other copy".into()).to_pb()),
+            resp: None,
+        };
+        h.step(Input::CallResult {
+            id,
+            result: Ok(failed),
+        });
+    }
 }
 
 /// The `SetVersion` calls out: (server, version), sorted.

@@ -315,6 +315,7 @@ pub fn chunk_method(r: &pb::chunk_request::Req) -> &'static str {
         pb::chunk_request::Req::Write(_) => "write",
         pb::chunk_request::Req::SetVersion(_) => "set_version",
         pb::chunk_request::Req::Clone(_) => "clone",
+        pb::chunk_request::Req::Mend(_) => "mend",
         pb::chunk_request::Req::RevokeLease(_) => "revoke_lease",
         pb::chunk_request::Req::Apply(_) => "apply",
         pb::chunk_request::Req::Append(_) => "append",

@@ -83,6 +83,10 @@ pub struct Checks {
     pub stored: Option<appends::Stored>,
     /// (server, chunk) copies the scrubber reported corrupt.
     pub scrub_found: HashSet<(String, u64)>,
+    /// Orders to mend a corrupt last copy a chunkserver took (server, request), until
+    /// answered; and how many were answered mended, and failed.
+    pub mends_asked: HashSet<(String, u64)>,
+    pub mends: [u64; 2],
     /// Copies seen on a chunkserver at a version below the master's: (server, chunk,
     /// version), each counted once.
     pub stale_seen: HashSet<(String, u64, u64)>,

@@ -295,6 +295,9 @@ pub fn chunkserver_step(
             if let Some(tessera_core::pb::chunk_request::Req::SetVersion(o)) = &req.req {
                 c.versions.server_ordered(node, *id, o.handle, o.version);
             }
+            if let Some(tessera_core::pb::chunk_request::Req::Mend(_)) = &req.req {
+                c.mends_asked.insert((node.to_string(), *id));
+            }
         }
         cs::Input::CallResult { id, result } => {
             tr.add_u64(*id);
@@ -316,6 +319,9 @@ pub fn chunkserver_step(
         tr.add_u64(r.encoded_len() as u64);
         tr.add_u64(r.error.as_ref().map_or(0, |e| e.code as u64));
         c.versions.server_answered(node, *id, r.error.is_none());
+        if c.mends_asked.remove(&(node.to_string(), *id)) {
+            c.mends[usize::from(r.error.is_some())] += 1;
+        }
     }
     for (id, op) in &effects.store {
         tr.add_u64(*id);
