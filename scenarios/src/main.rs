@@ -305,7 +305,7 @@ mod madsim_main {
                 }
                 if verbose {
                     println!(
-                        "  sim={}ms steps={} ops_ok={} ops_failed={} ops_replayed={} ops_replay_skipped={} reads_checked={} records_checked={} stale_copies={} scrub_found={}",
+                        "  sim={}ms steps={} ops_ok={} ops_failed={} ops_replayed={} ops_replay_skipped={} reads_checked={} records_checked={} stale_copies={} scrub_found={} mends={:?}",
                         o.sim_ms,
                         o.steps,
                         o.ops_ok,
@@ -315,7 +315,8 @@ mod madsim_main {
                         o.reads_checked,
                         o.records_checked,
                         o.stale_seen,
-                        o.scrub_found
+                        o.scrub_found,
+                        o.mends
                     );
                     println!("  faults={}", fault_list(&o.fault_counts));
                     for f in &o.faults {
