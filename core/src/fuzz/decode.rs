@@ -2,7 +2,9 @@
 //! bytes, and what the decoded value is handed to next: a master or chunkserver request
 //! to the state machine that serves it, a heartbeat reply to the chunkserver that asked,
 //! a log record to `Meta::apply`, a checkpoint to `Meta::restore`, chunk metadata to a
-//! chunkserver's recovery, a stored value to `unseal`, file bytes to the record scanner.
+//! chunkserver's recovery, a stored value to `unseal`, file bytes to the record scanner,
+//! a request (replica messages above all) to a master replica of a group, and the
+//! values of a replica's store to its start-up.
 //! Each must answer with an error, never panic, and the state machines must still pass
 //! their own invariants afterwards.
 //!
@@ -33,9 +35,11 @@ pub enum Kind {
     ChunkMetas,
     Records,
     Trace,
+    GroupRequest,
+    GroupStore,
 }
 
-pub const KINDS: [Kind; 10] = [
+pub const KINDS: [Kind; 12] = [
     Kind::MasterRequest,
     Kind::ChunkRequest,
     Kind::HeartbeatReply,
@@ -46,6 +50,8 @@ pub const KINDS: [Kind; 10] = [
     Kind::ChunkMetas,
     Kind::Records,
     Kind::Trace,
+    Kind::GroupRequest,
+    Kind::GroupStore,
 ];
 
 /// The input that feeds `body` to the decoder of `kind` (for seeding a corpus).
@@ -72,6 +78,8 @@ pub fn run(data: &[u8]) -> usize {
         Kind::ChunkMetas => chunk_metas(body),
         Kind::Records => records(body),
         Kind::Trace => trace_file(body),
+        Kind::GroupRequest => group_request(body),
+        Kind::GroupStore => group_store(body),
     };
     usize::from(handed_on)
 }
@@ -175,6 +183,91 @@ pub fn small_chunkserver() -> Chunkserver {
         ..Default::default()
     };
     Chunkserver::recover(cfg, Time::ZERO, metas)
+}
+
+/// The members of the group the replica of [`group_request`] belongs to.
+fn group_members() -> std::collections::BTreeMap<u64, String> {
+    (1..=3).map(|i| (i, format!("m{i}:1"))).collect()
+}
+
+/// Replica 2 of a group of three, as just formed, on `store`.
+fn replica_on(store: crate::group::store::LogStore) -> Result<crate::group::Replica, String> {
+    let mut cfg = crate::group::GroupConfig::new(2, group_members());
+    cfg.seed = 3;
+    let mcfg = MasterConfig {
+        chunk_size: 1 << 20,
+        ..MasterConfig::default()
+    };
+    crate::group::Replica::start(cfg, mcfg, Time::from_millis(1_000), store)
+}
+
+/// A request to a follower of a freshly formed group of three: replica messages
+/// (a `RaftBatch` or one `RaftMessage`, as any peer could forge them), membership
+/// changes, status, a chunkserver's heartbeat. Refused or taken, never a panic; then
+/// its timers run, so what it took is acted on.
+fn group_request(body: &[u8]) -> bool {
+    use crate::group::{Input as G, store::LogStore};
+    let Ok(req) = pb::MasterRequest::decode(body) else {
+        return false;
+    };
+    let store = LogStore::fresh(group_members());
+    let values = store
+        .format()
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v?)));
+    let store = LogStore::load(values).expect("a fresh store loads");
+    let mut r = replica_on(store).expect("a fresh replica starts");
+    let now = Time::from_millis(2_000);
+    let _ = r.handle(
+        now,
+        G::Request {
+            id: 1,
+            req,
+            arrived: now,
+        },
+    );
+    for i in 1..=3 {
+        let _ = r.handle(now + std::time::Duration::from_millis(100 * i), G::RaftTick);
+    }
+    let _ = r.handle(now, G::Tick);
+    true
+}
+
+/// The values a replica's store holds (framed: a key length byte, the key, a 4-byte
+/// little-endian value length, the value; repeated), loaded and started on: an error
+/// naming what is damaged, never a panic.
+fn group_store(body: &[u8]) -> bool {
+    let mut values = Vec::new();
+    let mut rest = body;
+    while let Some((&klen, r)) = rest.split_first() {
+        let Some((key, r)) = r.split_at_checked(usize::from(klen)) else {
+            break;
+        };
+        let Some((len, r)) = r.split_first_chunk::<4>() else {
+            break;
+        };
+        let n = (u32::from_le_bytes(*len) as usize).min(r.len());
+        let (v, r) = r.split_at(n);
+        values.push((key.to_vec(), Bytes::copy_from_slice(v)));
+        rest = r;
+    }
+    let Ok(store) = crate::group::store::LogStore::load(values) else {
+        return false;
+    };
+    let _ = replica_on(store);
+    true
+}
+
+/// A group store's values framed as [`group_store`] reads them.
+pub fn frame_store(values: &[(Vec<u8>, Bytes)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (k, v) in values {
+        out.push(k.len() as u8);
+        out.extend_from_slice(k);
+        out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        out.extend_from_slice(v);
+    }
+    out
 }
 
 fn master_request(body: &[u8]) -> bool {
@@ -469,6 +562,43 @@ pub fn seeds() -> Vec<Vec<u8>> {
     ] {
         out.push(input(Kind::ChunkRequest, &body));
     }
+    // A leader's heartbeat and append to a follower, batched as peers send them.
+    let leader = |t: u32, index: u64, entries: Vec<pb::RaftEntry>| pb::RaftMessage {
+        msg_type: t,
+        to: 2,
+        from: 1,
+        term: 2,
+        log_term: u64::from(index > 0),
+        index,
+        entries,
+        ..Default::default()
+    };
+    let batch = pb::MasterRequest {
+        req: Some(pb::master_request::Req::RaftBatch(pb::RaftBatch {
+            messages: vec![
+                leader(8, 0, vec![]),
+                leader(
+                    3,
+                    0,
+                    vec![pb::RaftEntry {
+                        entry_type: 0,
+                        term: 2,
+                        index: 1,
+                        ..Default::default()
+                    }],
+                ),
+            ],
+        })),
+        ..Default::default()
+    };
+    out.push(input(Kind::GroupRequest, &batch.encode_to_vec()));
+    let store = crate::group::store::LogStore::fresh(group_members());
+    let values: Vec<(Vec<u8>, Bytes)> = store
+        .format()
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v?)))
+        .collect();
+    out.push(input(Kind::GroupStore, &frame_store(&values)));
     let reply = pb::MasterResponse {
         shadow: None,
         error: None,

@@ -784,7 +784,14 @@ impl Replica {
     /// What raft-rs would take on trust from a peer and fail on: entries that are not
     /// Tessera's, a snapshot that does not restore, a commit past the log.
     fn check_peer(&self, m: &rp::Message) -> Result<(), String> {
+        if m.term == 0 {
+            // raft-rs takes a message of term 0 for one a replica made for itself.
+            return Err("a replica message without a term".into());
+        }
         for e in m.entries.iter() {
+            if e.term == 0 {
+                return Err(format!("entry {} has no term", e.index));
+            }
             match e.entry_type {
                 rp::EntryType::EntryNormal if e.data.is_empty() => {}
                 rp::EntryType::EntryNormal => {
@@ -808,6 +815,8 @@ impl Replica {
             && m.msg_type == rp::MessageType::MsgSnapshot
         {
             let index = s.get_metadata().index;
+            wire::check_conf(s.get_metadata().get_conf_state())
+                .map_err(|e| format!("snapshot {index}: {e}"))?;
             let members = store::members_of(s).map_err(|e| format!("snapshot {index}: {e}"))?;
             let me = self.cfg.id;
             let own = &self.cfg.members[&me];

@@ -205,6 +205,20 @@ impl LogStore {
         if s.hard.commit < snap_index {
             s.hard.commit = snap_index;
         }
+        // What raft-rs would take on trust at start-up, and stop on.
+        wire::check_conf(&s.conf).map_err(|e| damaged("voters", e))?;
+        wire::check_conf(s.snap.get_metadata().get_conf_state())
+            .map_err(|e| damaged("snapshot", e))?;
+        if s.hard.commit > s.last() {
+            return Err(damaged(
+                "hard state",
+                format!(
+                    "commits entry {} past the log's end {}",
+                    s.hard.commit,
+                    s.last()
+                ),
+            ));
+        }
         Ok(s)
     }
 

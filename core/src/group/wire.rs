@@ -61,6 +61,59 @@ pub fn conf_from_pb(c: pb::RaftConfState) -> rp::ConfState {
     }
 }
 
+/// Refuses a configuration raft-rs cannot restore (it would stop the process): a joint
+/// one (Tessera changes one member at a time, never through a joint configuration), a
+/// member named twice or with id 0 (raft-rs's "no one"), or any other that raft-rs's
+/// own restore, run here on a scratch tracker, would not rebuild as it is.
+pub fn check_conf(c: &rp::ConfState) -> Result<(), String> {
+    if !c.voters_outgoing.is_empty() || !c.learners_next.is_empty() || c.auto_leave {
+        return Err("a joint configuration, which Tessera never makes".into());
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for id in c.voters.iter().chain(&c.learners) {
+        if *id == 0 {
+            return Err("a member with id 0".into());
+        }
+        if !seen.insert(*id) {
+            return Err(format!("member {id} is named twice"));
+        }
+    }
+    let mut tracker = raft::ProgressTracker::new(1);
+    let changes = c
+        .voters
+        .iter()
+        .map(|&id| (id, rp::ConfChangeType::AddNode))
+        .chain(
+            c.learners
+                .iter()
+                .map(|&id| (id, rp::ConfChangeType::AddLearnerNode)),
+        );
+    for (id, kind) in changes {
+        let mut cc = rp::ConfChangeSingle {
+            node_id: id,
+            ..Default::default()
+        };
+        cc.set_change_type(kind);
+        let (conf, map) = raft::Changer::new(&tracker)
+            .simple(&[cc])
+            .map_err(|e| format!("member {id}: {e}"))?;
+        tracker.apply_conf(conf, map, 1);
+    }
+    let got = tracker.conf().to_conf_state();
+    let sorted = |v: &[u64]| {
+        let mut v = v.to_vec();
+        v.sort_unstable();
+        v
+    };
+    if sorted(&got.voters) != sorted(&c.voters) || sorted(&got.learners) != sorted(&c.learners) {
+        return Err(format!(
+            "voters {:?} and learners {:?} do not restore as named",
+            c.voters, c.learners
+        ));
+    }
+    Ok(())
+}
+
 pub fn hard_to_pb(h: &rp::HardState) -> pb::RaftHardState {
     pb::RaftHardState {
         term: h.term,
@@ -216,6 +269,33 @@ pub fn batches(send: Vec<(String, pb::RaftMessage)>) -> Vec<(String, pb::MasterR
 #[allow(clippy::field_reassign_with_default)]
 mod tests {
     use super::*;
+
+    /// A stored or sent configuration raft-rs would stop on is refused first.
+    #[test]
+    fn a_configuration_raft_rs_would_not_restore_is_refused() {
+        let conf = |voters: &[u64], learners: &[u64]| rp::ConfState {
+            voters: voters.to_vec(),
+            learners: learners.to_vec(),
+            ..Default::default()
+        };
+        assert_eq!(check_conf(&conf(&[1, 2, 3], &[4])), Ok(()));
+        assert_eq!(check_conf(&conf(&[], &[])), Ok(()));
+        for (bad, why) in [
+            (conf(&[1, 2, 2], &[]), "named twice"),
+            (conf(&[1, 2], &[2]), "named twice"),
+            (conf(&[1], &[0]), "id 0"),
+            (
+                rp::ConfState {
+                    voters_outgoing: vec![1],
+                    ..conf(&[1, 2], &[])
+                },
+                "joint",
+            ),
+        ] {
+            let e = check_conf(&bad).expect_err("refused");
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+    }
 
     /// Every field survives the trip both ways, and only the kinds peers send get in.
     #[test]
