@@ -26,7 +26,7 @@
 //! only ever makes a copy whole at its own version).
 
 use crate::error::FsError;
-use crate::types::{ChunkHandle, HashMap};
+use crate::types::{ChunkHandle, HashMap, Version};
 
 use super::chunks::ServerIdx;
 use super::{CallCtx, Master};
@@ -107,21 +107,38 @@ impl Master {
             return Mend::Later;
         }
         let version = c.version;
-        let sources: Vec<pb::MendSource> = fallback
+        // Every other copy the master knows of, whatever its version: the demoted ones
+        // (read at their version), and, read at any version, holders of the current one
+        // not listed (a clone that landed while a lease was out, say) and copies ordered
+        // deleted but perhaps not yet gone. Only bytes that match this copy's own
+        // checksums are taken, so any copy may serve.
+        let mut named: Vec<(String, Version)> = fallback
             .into_iter()
-            .flat_map(|f| f.demoted.iter())
-            .filter(|(addr, _)| {
-                *addr != own
-                    && self
-                        .servers
-                        .find(addr)
-                        .is_some_and(|s| self.servers.is_alive(s))
-            })
-            .map(|(addr, &v)| pb::MendSource {
-                address: addr.clone(),
-                version: v,
-            })
+            .flat_map(|f| f.demoted.iter().map(|(a, &v)| (a.clone(), v)))
             .collect();
+        named.extend(
+            fallback
+                .into_iter()
+                .flat_map(|f| f.holders.iter().map(|a| (a.clone(), 0))),
+        );
+        named.extend(
+            self.servers
+                .iter()
+                .filter(|&(s, _)| self.gc.pending_deletes.is_ordered(s, h))
+                .map(|(_, sv)| (sv.addr.clone(), 0)),
+        );
+        // Not only those this master counts alive: one that just restarted has not heard
+        // from every server yet, and one it declared dead may be back before its next
+        // heartbeat. A source that does not answer is asked once, and skipped after.
+        let mut sources: Vec<pb::MendSource> = Vec::new();
+        for (addr, version) in named {
+            if addr != *own && sources.iter().all(|s| s.address != addr) {
+                sources.push(pb::MendSource {
+                    address: addr,
+                    version,
+                });
+            }
+        }
         tracing::warn!(
             chunk = h,
             server = %own,
