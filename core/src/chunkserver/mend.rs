@@ -30,6 +30,9 @@ pub(super) struct Mend {
     source: usize,
     /// Sources that failed to answer (unreachable, refused): not asked again.
     failed: Vec<bool>,
+    /// A source gave no bytes for the current block (an error, or no answer): its
+    /// failing is then no proof that the block cannot be mended.
+    unread: bool,
     /// The copy was being served when the order came (read back from disk after a
     /// restart, its rot not yet found): it is verified, and taken out of service only if
     /// a block is bad.
@@ -88,6 +91,7 @@ impl Chunkserver {
                 h,
                 meta,
                 failed: vec![false; r.sources.len()],
+                unread: false,
                 sources: r.sources,
                 data: Vec::new(),
                 bad: Vec::new(),
@@ -159,6 +163,15 @@ impl Chunkserver {
             m.source += 1;
         }
         let Some(src) = m.sources.get(m.source) else {
+            if m.unread || m.failed.iter().any(|&f| f) {
+                // Some source could not be read: another try may find it.
+                let e = FsError::Unavailable(format!(
+                    "chunk {} on {}: block {block} could not be read from every other copy",
+                    m.h, self.cfg.address
+                ));
+                tracing::warn!(chunk = m.h, server = %self.cfg.address, block, "a mend found no source it could read");
+                return self.done(m.h, m.id, err(e));
+            }
             let why = format!(
                 "block {block} matches no other copy ({} asked)",
                 m.sources.len()
@@ -200,7 +213,10 @@ impl Chunkserver {
             }
             // Its copy is there but corrupt too, or older than asked, or gone: asked
             // again for the next block all the same (another block of it may do).
-            Ok(Reply::Chunk(pb::ChunkResponse { error: Some(_), .. })) => false,
+            Ok(Reply::Chunk(pb::ChunkResponse { error: Some(_), .. })) => {
+                m.unread = true;
+                false
+            }
             // Unreachable, or an answer that makes no sense: not asked again.
             Ok(_) | Err(_) => {
                 m.failed[m.source] = true;
@@ -211,6 +227,7 @@ impl Chunkserver {
             tracing::debug!(chunk = m.h, block, source = %m.sources[m.source].address, "block mended");
             m.next += 1;
             m.source = 0;
+            m.unread = false;
         } else {
             m.source += 1;
         }
