@@ -354,13 +354,16 @@ impl Master {
         }
         self.repl.check(h);
         let current = self.meta.chunks.get(h).map(|c| c.version);
-        if ok
-            && current == Some(version)
-            && self.servers.is_alive(target)
-            && !self.lease_may_be_out(h)
-        {
+        let whole = ok && current == Some(version) && !self.lease_may_be_out(h);
+        if whole && self.servers.is_alive(target) {
             self.clone_made(h, target);
             self.add_replica(h, target);
+        } else if whole {
+            // A good copy of the current version on a server counted dead meanwhile:
+            // kept, not listed. Its report when the server is back lists it (as any
+            // copy of the current version); ordering it deleted could throw away the
+            // one copy left to mend or revive the chunk from.
+            self.clone_made(h, target);
         } else if ok {
             // The copy is of an old version, or of a chunk now gone: collect it.
             self.gc.pending_deletes.order(target, h, version, self.now);

@@ -4286,3 +4286,63 @@ fn a_refused_grant_is_waited_out_to_its_calls_deadline() {
     report(&mut h, t.version + 1);
     assert!(h.write_target("/f", 0).is_ok());
 }
+
+/// A clone that finishes while the master counts its target dead made a good copy of the
+/// current version (no lease was out): it is kept, and listed once the server reports it,
+/// not ordered deleted. Deleting it threw away the one copy a later mend could have read
+/// (the fuzzer's `found-good-clone-deleted-while-its-server-counted-dead`).
+#[test]
+fn a_clone_finished_while_its_target_was_counted_dead_is_kept() {
+    let mut h = H::new();
+    cluster(&mut h, 4, 4);
+    h.call(create("/f"));
+    let t = h.write_target("/f", 0).unwrap();
+    let mut holders = t.secondaries.clone();
+    holders.push(t.primary.clone());
+    let spare = (0..4)
+        .map(|i| format!("cs{i}"))
+        .find(|a| !holders.contains(a))
+        .unwrap();
+    // One holder stays silent past its timeout and the lease: the chunk is cloned to the
+    // spare server.
+    h.advance(Duration::from_secs(11));
+    for a in &holders[..2] {
+        h.heartbeat(a, "r", &[(t.handle, t.version)]);
+    }
+    h.heartbeat(&spare, "r", &[]);
+    h.calls.clear();
+    h.step(Input::Tick);
+    h.sync();
+    let clone = h
+        .calls
+        .iter()
+        .find(|c| matches!(c.req.req, Some(CReq::Clone(_))))
+        .cloned()
+        .expect("a clone to the spare server");
+    assert_eq!(clone.to, spare);
+    // The spare falls silent too while the clone runs, and is counted dead.
+    h.advance(Duration::from_secs(6));
+    for a in &holders[..2] {
+        h.heartbeat(a, "r", &[(t.handle, t.version)]);
+    }
+    h.step(Input::Tick);
+    h.sync();
+    assert!(
+        !h.m.servers.is_alive(h.m.servers.find(&spare).unwrap()),
+        "the spare should be counted dead"
+    );
+    let ok = pb::ChunkResponse {
+        error: None,
+        resp: Some(pb::chunk_response::Resp::Empty(pb::Empty {})),
+    };
+    h.step(Input::CallResult {
+        id: clone.id,
+        result: Ok(ok),
+    });
+    h.sync();
+    // Back, the spare reports its copy: it is kept and listed.
+    let r = h.heartbeat(&spare, "r", &[(t.handle, t.version)]);
+    assert!(r.delete_chunks.is_empty(), "{:?}", r.delete_chunks);
+    let replicas = chunk_replicas(&mut h, "/f");
+    assert!(replicas.contains(&spare), "{replicas:?}");
+}
