@@ -313,6 +313,14 @@ enum Judged {
 /// Reads every replica of every chunk of both files and judges what it holds. With
 /// `may_retry`, a chunk whose listed copies were all found corrupt by these reads asks
 /// for another try rather than failing (every other chunk is judged all the same).
+/// Fails the run with what the judge found, after the world's log (with `MP_DEBUG`).
+macro_rules! fail {
+    ($w:expr, $($arg:tt)*) => {{
+        $w.print_log();
+        panic!($($arg)*)
+    }};
+}
+
 fn judge(w: &mut World, may_retry: bool) -> Judged {
     let chunk = w.settings.master.chunk_size;
     let mut reads = 0;
@@ -331,7 +339,7 @@ fn judge(w: &mut World, may_retry: bool) -> Judged {
             }),
         )
         else {
-            panic!("{path}: no chunk list after healing");
+            fail!(w, "{path}: no chunk list after healing");
         };
         let handles = info.chunks.iter().map(|c| (c.index, c.handle)).collect();
         for loc in &info.chunks {
@@ -342,7 +350,8 @@ fn judge(w: &mut World, may_retry: bool) -> Judged {
             let mut copies: Vec<(String, Bytes)> = Vec::new();
             for addr in &loc.replicas {
                 let Some(i) = w.servers.iter().position(|s| &s.addr == addr) else {
-                    panic!(
+                    fail!(
+                        w,
                         "{path}: chunk {} listed on {addr}, no such server",
                         loc.handle
                     );
@@ -356,7 +365,7 @@ fn judge(w: &mut World, may_retry: bool) -> Judged {
                         refused += 1;
                         continue;
                     }
-                    Err((_, e)) => panic!("{path}: reading chunk {} on {addr}: {e}", loc.handle),
+                    Err((_, e)) => fail!(w, "{path}: reading chunk {} on {addr}: {e}", loc.handle),
                 };
                 // As a client reads it: up to the file's length, a hole as zeros.
                 let want = info.file_length.saturating_sub(base).min(chunk) as usize;
@@ -416,7 +425,8 @@ fn judge(w: &mut World, may_retry: bool) -> Judged {
                         first[i] != other[i]
                             && !unsettled.iter().any(|(s, e)| *s <= off && off < *e)
                     }) {
-                        panic!(
+                        fail!(
+                            w,
                             "{path}: replicas differ: chunk {} at file offset {}: {a} holds {}, {b} holds {}",
                             loc.handle,
                             base + at as u64,
@@ -455,12 +465,18 @@ fn judge(w: &mut World, may_retry: bool) -> Judged {
         if let Some(h) = w.checks.histories.get(path)
             && let Some((off, end)) = h.acked().find(|(off, _)| !listed(*off))
         {
-            panic!("{path}: the write of {off}..{end} was acknowledged; its chunk is gone");
+            fail!(
+                w,
+                "{path}: the write of {off}..{end} was acknowledged; its chunk is gone"
+            );
         }
         if let Some(log) = w.checks.appends.get(path)
             && let Some((id, at, _)) = log.acked.iter().find(|(_, at, _)| !listed(*at))
         {
-            panic!("{path}: record {id:x} was acknowledged at {at}; its chunk is gone");
+            fail!(
+                w,
+                "{path}: record {id:x} was acknowledged at {at}; its chunk is gone"
+            );
         }
     }
     w.checks.reads_checked += reads;

@@ -31,6 +31,14 @@ impl PendingDeletes {
         self.0.entry(server).or_default().insert(h, (version, now));
     }
 
+    /// Withdraws the order against `server`'s copy of `h`: the copy it was about is gone,
+    /// replaced by a good one (a clone).
+    pub(super) fn cancel(&mut self, server: ServerIdx, h: ChunkHandle) {
+        if let Some(hs) = self.0.get_mut(&server) {
+            hs.remove(&h);
+        }
+    }
+
     pub(super) fn is_ordered(&self, server: ServerIdx, h: ChunkHandle) -> bool {
         self.0.get(&server).is_some_and(|hs| hs.contains_key(&h))
     }

@@ -355,6 +355,11 @@ impl Master {
         self.repl.check(h);
         let current = self.meta.chunks.get(h).map(|c| c.version);
         let whole = ok && current == Some(version) && !self.lease_may_be_out(h);
+        if whole {
+            // The clone replaced whatever copy the target held: an order to delete that
+            // one (a late report that it was corrupt) would delete this one.
+            self.gc.pending_deletes.cancel(target, h);
+        }
         if whole && self.servers.is_alive(target) {
             self.clone_made(h, target);
             self.add_replica(h, target);

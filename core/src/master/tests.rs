@@ -4346,3 +4346,55 @@ fn a_clone_finished_while_its_target_was_counted_dead_is_kept() {
     let replicas = chunk_replicas(&mut h, "/f");
     assert!(replicas.contains(&spare), "{replicas:?}");
 }
+
+/// A clone to a server ends what the master held against that server's copy before:
+/// here a corruption report of the old copy that arrives while the clone runs. Left
+/// standing, its delete order removed the fresh copy on the server's next report, though
+/// the master listed it (the fuzzer's `found-late-report-deletes-a-clone-over-its-copy`).
+#[test]
+fn a_clone_ends_a_delete_order_made_while_it_ran() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    let t = h.write_target("/f", 0).unwrap();
+    h.advance(Duration::from_secs(11));
+    for i in 0..2 {
+        beat(&mut h, &format!("cs{i}"), &[(t.handle, t.version)]);
+    }
+    // cs2's copy rots: it says so in its heartbeat (version 0), and is told to delete it.
+    let r = beat(&mut h, "cs2", &[(t.handle, 0)]);
+    assert_eq!(r.delete_chunks.len(), 1, "{:?}", r.delete_chunks);
+    // The chunk is below its goal; cs2 is the one server it can be cloned to.
+    h.calls.clear();
+    h.step(Input::Tick);
+    h.sync();
+    let clone = h
+        .calls
+        .iter()
+        .find(|c| matches!(c.req.req, Some(CReq::Clone(_))))
+        .cloned()
+        .expect("a clone to cs2");
+    assert_eq!(clone.to, "cs2");
+    // The scrubber's report of the old copy arrives late, while the clone runs.
+    h.call(MReq::ReportCorrupt(pb::ReportCorruptRequest {
+        address: "cs2".into(),
+        handle: t.handle,
+        by_scrubber: true,
+        version: t.version,
+        ..Default::default()
+    }));
+    let ok = pb::ChunkResponse {
+        error: None,
+        resp: Some(pb::chunk_response::Resp::Empty(pb::Empty {})),
+    };
+    h.step(Input::CallResult {
+        id: clone.id,
+        result: Ok(ok),
+    });
+    h.sync();
+    assert!(chunk_replicas(&mut h, "/f").contains(&"cs2".to_string()));
+    // cs2 reports the clone's copy: it is kept.
+    let r = beat(&mut h, "cs2", &[(t.handle, t.version)]);
+    assert!(r.delete_chunks.is_empty(), "{:?}", r.delete_chunks);
+    assert!(chunk_replicas(&mut h, "/f").contains(&"cs2".to_string()));
+}
