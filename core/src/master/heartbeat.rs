@@ -267,6 +267,7 @@ impl Master {
             // The master lists this server for chunks it no longer reports.
             self.drop_replicas_where(idx, |h| !reported.contains(&h));
         }
+        let ordered = !delete.is_empty();
         if delete.is_empty() {
             self.gc.deleting.remove(&idx);
         } else {
@@ -289,8 +290,15 @@ impl Master {
             cluster_id: self.meta.cluster_id,
         }));
         // The reply names the cluster id, which the server stores for good: it waits until
-        // the id is durable here too (at once, unless this master just made it).
-        let seq = self.cluster_id_seq;
+        // the id is durable here too (at once, unless this master just made it). Delete
+        // orders wait for everything logged so far: they follow from the state as it is
+        // now, and a record not yet durable (in a group, not committed) that drops a
+        // chunk may be lost in a crash or a change of leader, the chunk then still in use.
+        let seq = if ordered {
+            self.cluster_id_seq.max(self.last_seq())
+        } else {
+            self.cluster_id_seq
+        };
         self.hold(seq, Some((id, reply)), None);
     }
 

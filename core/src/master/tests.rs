@@ -4398,3 +4398,45 @@ fn a_clone_ends_a_delete_order_made_while_it_ran() {
     assert!(r.delete_chunks.is_empty(), "{:?}", r.delete_chunks);
     assert!(chunk_replicas(&mut h, "/f").contains(&"cs2".to_string()));
 }
+
+/// Delete orders are given only from durable (in a group, committed) state: a chunk
+/// dropped by a record not yet durable may come back if the master crashes (or its
+/// leadership ends) first, and its copies must still be there. The heartbeat's reply
+/// waits for the log.
+#[test]
+fn a_delete_order_waits_for_the_record_that_makes_the_copy_an_orphan() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    let t = h.write_target("/f", 0).unwrap();
+    assert!(is_ok(&h.call(delete("/f"))));
+    let hidden = listing(&mut h, "/", true);
+    assert_eq!(hidden.len(), 1, "{hidden:?}");
+    // Deleting the hidden name removes it at once: its record is not durable yet.
+    h.send(delete(&hidden[0]));
+    assert!(h.m.meta().chunks.get(t.handle).is_none());
+    let (id, e) = h.send(MReq::Heartbeat(pb::HeartbeatRequest {
+        address: "cs0".into(),
+        rack: "rack0".into(),
+        capacity_bytes: 1 << 30,
+        chunks: vec![pb::ChunkReport {
+            handle: t.handle,
+            version: t.version,
+            length: 0,
+        }],
+        server_id: server_id("cs0"),
+        cluster_id: h.m.cluster_id(),
+        ..Default::default()
+    }));
+    assert!(
+        reply_for(&e, id).is_none(),
+        "a delete order before the record that drops the chunk is durable"
+    );
+    // Durable: the order goes out.
+    let e = h.sync();
+    let Some(Resp::Heartbeat(hb)) = reply_for(&e, id).and_then(|r| r.resp) else {
+        panic!("no heartbeat reply once the log is durable");
+    };
+    let deleted: Vec<u64> = hb.delete_chunks.iter().map(|d| d.handle).collect();
+    assert_eq!(deleted, vec![t.handle]);
+}
