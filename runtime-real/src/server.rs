@@ -369,9 +369,6 @@ pub async fn run_replica(
             members.len() - 1
         );
     }
-    if r.trace.is_some() {
-        return Err("--trace-dir is not yet supported for a master group's replicas".into());
-    }
     std::fs::create_dir_all(&data_dir)
         .map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
     let store = RocksMetaStore::open(&data_dir.join("meta")).map_err(|e| {
@@ -392,8 +389,11 @@ pub async fn run_replica(
         join,
         checkpoint_delay: Duration::ZERO,
     };
+    // The replica's trace holds its master's runs: one for each time it led.
+    let listen = opts.group.members[&id].clone();
+    let trace = recorder(&r.trace, "master", &listen)?;
     let transport = GrpcTransport::with_limits(r.limits);
-    tessera_core::driver::group::run(TokioRuntime, transport, store, opts, Quiet)
+    tessera_core::driver::group::run(TokioRuntime, transport, store, opts, (Quiet, trace))
         .await
         .map_err(|e| format!("master replica {id} stopped: {e}"))
 }

@@ -290,13 +290,16 @@ fn start_group(
                     join: store2.is_empty() && joining2.load(Ordering::Relaxed),
                     checkpoint_delay: knobs.checkpoint_delay,
                 };
-                let obs = SimObserver {
-                    node: node2.clone(),
-                    clock: c,
-                    jump: rt.jump.clone(),
-                    start,
-                    checks: checks.clone(),
-                };
+                let obs = (
+                    SimObserver {
+                        node: node2.clone(),
+                        clock: c,
+                        jump: rt.jump.clone(),
+                        start,
+                        checks: checks.clone(),
+                    },
+                    recorder(&knobs.trace_dir, "master", &addr2),
+                );
                 let (store, net) = (store2.clone(), SimNet::new(rt.clone(), net.clone()));
                 let checks = checks.clone();
                 async move {

@@ -21,12 +21,13 @@ use futures::stream::FusedStream;
 use futures::{SinkExt, StreamExt};
 use prost::Message;
 
-use super::{DriverError, Observer};
+use super::{DriverError, MasterStart, Observer};
 use crate::error::{RpcError, StoreError};
 use crate::group::{self, GroupConfig, Input, LogStore, Replica};
 use crate::master::{MasterConfig, RequestId};
 use crate::pb;
 use crate::runtime::{Incoming, MetaStore, Parts, PartsReader, Runtime, Transport};
+use crate::types::Time;
 
 #[derive(Clone, Debug)]
 pub struct GroupOptions {
@@ -212,6 +213,8 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
         feeds,
     };
     let mut next_request: RequestId = 1;
+    let mut origins = Origins::new();
+    let watched = observer.watches_masters();
     // The sync under way, which holds the store until it is done. The replica goes on
     // meanwhile: a leader proposes what arrives and counts its followers' answers while
     // its own write is on its way to disk, and the writes made meanwhile go to disk
@@ -248,6 +251,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                     &rt,
                     &mut replica,
                     &mut observer,
+                    &mut origins,
                     Input::Persisted { number },
                 );
                 dispatch(&rt, &transport, &tx, &opts, &mut out, effects);
@@ -265,6 +269,9 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                     let id = next_request;
                     next_request += 1;
                     out.replies.insert(id, inc.reply);
+                    if watched {
+                        origins.insert(id, (inc.peer.clone(), inc.arrived));
+                    }
                     match pb::MasterRequest::decode(PartsReader::from(inc.body)) {
                         Ok(req) => Input::Request {
                             id,
@@ -282,7 +289,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                 Step::Event(Event::RaftTick) => Input::RaftTick,
                 Step::Event(Event::Checkpointed(t)) => Input::Checkpointed(t),
             };
-            let effects = step(&rt, &mut replica, &mut observer, input);
+            let effects = step(&rt, &mut replica, &mut observer, &mut origins, input);
             dispatch(&rt, &transport, &tx, &opts, &mut out, effects);
             taken += 1;
             if taken < BATCH_LIMIT {
@@ -290,7 +297,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
             }
         }
         // The master's records from every step of the batch, as one entry.
-        let effects = step(&rt, &mut replica, &mut observer, Input::Flush);
+        let effects = step(&rt, &mut replica, &mut observer, &mut origins, Input::Flush);
         dispatch(&rt, &transport, &tx, &opts, &mut out, effects);
         send(&rt, &transport, &opts, &mut out.outbox);
         if inbound.is_terminated() {
@@ -327,21 +334,50 @@ fn send<R: Runtime, T: Transport>(
     }
 }
 
-/// One step of the replica, shown to the observer: its master's steps first.
-fn step<R: Runtime, O: Observer>(
+/// Where the requests given to the replica came from, until its master takes them (or
+/// the replica answers them itself), for the observer's `request`.
+pub type Origins = HashMap<RequestId, (String, Time)>;
+
+/// One step of the replica, shown to the observer: its master's starts and steps first.
+pub fn step<R: Runtime, O: Observer>(
     rt: &R,
     replica: &mut Replica,
     observer: &mut O,
+    origins: &mut Origins,
     input: Input,
 ) -> group::Effects {
     let now = rt.now();
     let mut effects = replica.handle(now, input.clone());
-    for (g, i, e) in std::mem::take(&mut effects.master_steps) {
+    let mut starts = std::mem::take(&mut effects.master_starts);
+    for s in std::mem::take(&mut effects.master_steps) {
         // Also the steps of a master that stopped within this one (its last grants,
         // say): they are judged like the others.
-        if let Some(m) = replica.master_of(g) {
-            observer.master_step(now, &i, &e, m);
+        let Some(m) = replica.master_of(s.generation) else {
+            continue;
+        };
+        if let Some(at) = starts.iter().position(|(g, _, _)| *g == s.generation) {
+            let (_, cp, epoch) = starts.remove(at);
+            observer.master_started(
+                now,
+                MasterStart {
+                    config: m.config(),
+                    checkpoint: Some(&cp),
+                    tail: &[],
+                    epoch,
+                },
+            );
         }
+        if let crate::master::Input::Request { id, .. } | crate::master::Input::Malformed { id, .. } =
+            &s.input
+            && let Some((peer, arrived)) = origins.remove(id)
+        {
+            observer.request(*id, &peer, arrived);
+        }
+        observer.authority(s.authority);
+        observer.master_step(now, &s.input, &s.effects, m);
+    }
+    for (id, _) in &effects.replies {
+        origins.remove(id);
     }
     observer.replica_step(now, &input, &effects, replica);
     effects

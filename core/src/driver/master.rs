@@ -224,6 +224,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
             config: &opts.config,
             checkpoint: durable.checkpoint.as_ref(),
             tail: &durable.tail,
+            epoch: 0,
         },
     );
     let (mut master, mut low_seq) = rebuild(opts.config.clone(), now, durable)?;

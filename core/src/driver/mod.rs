@@ -25,6 +25,9 @@ pub struct MasterStart<'a> {
     pub config: &'a master_sm::MasterConfig,
     pub checkpoint: Option<&'a pb::Checkpoint>,
     pub tail: &'a [(LogSeq, pb::LogRecord)],
+    /// Nonzero: a master group's new leader took over in this term, from the
+    /// checkpoint of its shadow state (`Master::take_over`), rather than recovering.
+    pub epoch: u64,
 }
 
 /// What a chunkserver was rebuilt from: its settings and the chunk metadata it loaded
@@ -48,6 +51,9 @@ pub trait Observer: Send + 'static {
     /// Request `id` came from `peer`, whole at `arrived`; its step (a `Request` or
     /// `Malformed` input) follows at once.
     fn request(&mut self, _id: u64, _peer: &str, _arrived: Time) {}
+    /// In a master group: the master's next step ran knowing it leads until `until`
+    /// (`Master::set_authority`, set between steps by its replica); that step follows.
+    fn authority(&mut self, _until: Time) {}
     fn master_step(
         &mut self,
         _now: Time,

@@ -742,6 +742,7 @@ fn trace_seed() -> Vec<u8> {
             config: &cfg,
             checkpoint: Some(&cp),
             tail: &[],
+            epoch: 0,
         },
     );
     start.seq = 1;

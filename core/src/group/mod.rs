@@ -39,7 +39,7 @@ use raft::{RawNode, StateRole};
 
 use crate::driver::master::seal;
 use crate::error::FsError;
-use crate::master::{self, Call, CallId, Master, MasterConfig, RequestId};
+use crate::master::{self, Call, CallId, Master, MasterConfig, Meta, RequestId};
 use crate::pb::{self, master_request::Req, master_response::Resp};
 use crate::rng::Rng;
 use crate::types::{LogSeq, Time};
@@ -138,6 +138,18 @@ pub struct Persist {
     pub wait: bool,
 }
 
+/// One step of a replica's master, for the observers that watch it
+/// (`Effects::master_steps`).
+#[derive(Debug)]
+pub struct MasterStep {
+    /// The generation of the master that took it (`Replica::master_of`).
+    pub generation: u64,
+    pub input: master::Input,
+    pub effects: master::Effects,
+    /// Until when the master knew it led as it took the step (`Master::set_authority`).
+    pub authority: Time,
+}
+
 #[derive(Debug, Default)]
 pub struct Effects {
     pub replies: Vec<(RequestId, pb::MasterResponse)>,
@@ -152,7 +164,11 @@ pub struct Effects {
     /// the checks and recorders that watch a master.
     /// Each is tagged with the generation of the master that took it
     /// (`Replica::master_of`): a master stopped in this step took some of them.
-    pub master_steps: Vec<(u64, master::Input, master::Effects)>,
+    pub master_steps: Vec<MasterStep>,
+    /// With `Replica::observe`: each master this replica started (taking over as
+    /// leader), before its first step: its generation, the checkpoint of the state it
+    /// took over (what `Master::take_over` was given), and its term.
+    pub master_starts: Vec<(u64, pb::Checkpoint, u64)>,
     /// For the checkpointer a driver runs on a task of its own
     /// (`Replica::take_checkpointer`), in order; empty while the replica runs it itself.
     pub checkpointer: Vec<checkpointer::Feed>,
@@ -882,6 +898,7 @@ impl Replica {
             return;
         };
         let effects = if self.observed {
+            let authority = m.authority().unwrap_or(Time::ZERO);
             let e = m.handle(self.now, input.clone());
             let copy = master::Effects {
                 log: e.log.clone(),
@@ -889,7 +906,12 @@ impl Replica {
                 calls: e.calls.clone(),
                 checkpoint: None,
             };
-            self.out.master_steps.push((self.generation, input, copy));
+            self.out.master_steps.push(MasterStep {
+                generation: self.generation,
+                input,
+                effects: copy,
+                authority,
+            });
             e
         } else {
             m.handle(self.now, input)
@@ -1263,8 +1285,17 @@ impl Replica {
                 && self.shadow.applied >= raft.raft_log.committed
                 && self.proposed.is_empty();
             if caught_up {
-                let meta = self.shadow.copy_meta(&self.mcfg);
                 self.generation += 1;
+                let meta = if self.observed {
+                    // The observers see what the master was built from.
+                    let cp = self.shadow.checkpoint();
+                    let meta = Meta::restore(&cp, self.mcfg.chunk_size)
+                        .expect("a checkpoint of a live state restores");
+                    self.out.master_starts.push((self.generation, cp, self.led));
+                    meta
+                } else {
+                    self.shadow.copy_meta(&self.mcfg)
+                };
                 let mut m =
                     Master::take_over(self.mcfg.clone(), self.now, meta, self.shadow.seq, self.led);
                 m.set_authority(Time::ZERO);

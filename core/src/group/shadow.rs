@@ -69,7 +69,12 @@ impl Shadow {
     /// A copy of the state, for a new leader's master (through a checkpoint: the same
     /// code that restores one from disk).
     pub fn copy_meta(&self, cfg: &MasterConfig) -> Meta {
-        Meta::restore(&self.meta.checkpoint(self.seq), cfg.chunk_size)
+        Meta::restore(&self.checkpoint(), cfg.chunk_size)
             .expect("a checkpoint of a live state restores")
+    }
+
+    /// The state applied so far, as a checkpoint.
+    pub fn checkpoint(&self) -> pb::Checkpoint {
+        self.meta.checkpoint(self.seq)
     }
 }

@@ -274,6 +274,11 @@ impl Master {
         self.authority = Some(until);
     }
 
+    /// Until when this master knows it leads its group (None: it runs alone).
+    pub fn authority(&self) -> Option<Time> {
+        self.authority
+    }
+
     /// The cluster's id (see `Meta::cluster_id`).
     pub fn cluster_id(&self) -> u64 {
         self.meta.cluster_id

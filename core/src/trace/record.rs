@@ -156,6 +156,7 @@ pub fn master_start(now: Time, start: MasterStart<'_>) -> pb::TraceRecord {
                     record: Some(r.clone()),
                 })
                 .collect(),
+            epoch: start.epoch,
         })),
     }
 }
@@ -256,6 +257,7 @@ pub fn master_effects(effects: &ms::Effects) -> pb::TraceMasterStep {
     pb::TraceMasterStep {
         origin: None,
         input: None,
+        authority_ms: None,
         log: effects
             .log
             .iter()

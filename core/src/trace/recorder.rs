@@ -25,6 +25,7 @@ pub struct Recorder<S: Sink> {
     sink: S,
     seq: u64,
     origin: Option<pb::TraceOrigin>,
+    authority: Option<Time>,
     buf: Vec<u8>,
     /// CRCs of the file data met lately (a chunkserver's pushed piece is met again as
     /// it is passed on, a read's data again in its reply).
@@ -40,6 +41,7 @@ impl<S: Sink> Recorder<S> {
             sink,
             seq: 0,
             origin: None,
+            authority: None,
             buf: Vec::new(),
             refs: record::DataRefs::default(),
             records: 0,
@@ -86,9 +88,17 @@ impl<S: Sink> Observer for Recorder<S> {
         });
     }
 
+    fn authority(&mut self, until: Time) {
+        self.authority = Some(until);
+    }
+
     fn master_step(&mut self, now: Time, input: &ms::Input, effects: &ms::Effects, _: &ms::Master) {
         let origin = self.origin.take();
-        self.write(record::master_step(now, origin, input, effects));
+        let mut rec = record::master_step(now, origin, input, effects);
+        if let Some(pb::trace_record::Kind::Master(step)) = rec.kind.as_mut() {
+            step.authority_ms = self.authority.take().map(|t| t.0);
+        }
+        self.write(rec);
         if matches!(input, ms::Input::Tick) {
             self.sink.flush();
         }
@@ -123,6 +133,10 @@ impl<A: Observer, B: Observer> Observer for (A, B) {
     fn request(&mut self, id: u64, peer: &str, arrived: Time) {
         self.0.request(id, peer, arrived);
         self.1.request(id, peer, arrived);
+    }
+    fn authority(&mut self, until: Time) {
+        self.0.authority(until);
+        self.1.authority(until);
     }
     fn master_step(&mut self, now: Time, i: &ms::Input, e: &ms::Effects, m: &ms::Master) {
         self.0.master_step(now, i, e, m);
@@ -162,6 +176,11 @@ impl<A: Observer> Observer for Option<A> {
     fn request(&mut self, id: u64, peer: &str, arrived: Time) {
         if let Some(o) = self {
             o.request(id, peer, arrived);
+        }
+    }
+    fn authority(&mut self, until: Time) {
+        if let Some(o) = self {
+            o.authority(until);
         }
     }
     fn master_step(&mut self, now: Time, i: &ms::Input, e: &ms::Effects, m: &ms::Master) {

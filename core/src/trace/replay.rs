@@ -186,6 +186,25 @@ fn start_master(now_ms: u64, s: &pb::TraceMasterStart) -> Result<Master, String>
         })
         .collect::<Result<Vec<_>, _>>()?;
     let checkpoint = s.checkpoint.as_ref();
+    if s.epoch != 0 {
+        // A group's leader taking over from its shadow state's checkpoint.
+        let cp = checkpoint.ok_or("a takeover without its checkpoint")?;
+        if !tail.is_empty() {
+            return Err("a takeover with log records after its checkpoint".into());
+        }
+        return catch_unwind(AssertUnwindSafe(|| {
+            let meta = crate::master::Meta::restore(cp, cfg.chunk_size)?;
+            Ok(Master::take_over(
+                cfg,
+                Time(now_ms),
+                meta,
+                cp.through_seq,
+                s.epoch,
+            ))
+        }))
+        .map_err(|p| format!("the takeover panicked: {}", panic_text(&p)))?
+        .map_err(|e: crate::error::FsError| e.to_string());
+    }
     catch_unwind(AssertUnwindSafe(|| {
         Master::recover(cfg, Time(now_ms), checkpoint, tail)
     }))
@@ -206,6 +225,9 @@ fn step_master(
             e,
         )
     })?;
+    if let Some(until) = step.authority_ms {
+        master.set_authority(Time(until));
+    }
     let effects = catch_unwind(AssertUnwindSafe(|| master.handle(Time(rec.now_ms), input)))
         .map_err(|p| {
             (
@@ -218,6 +240,7 @@ fn step_master(
     let mut want = step.clone();
     want.origin = None;
     want.input = None;
+    want.authority_ms = None;
     compare(&want, &got)?;
     if rec.seq.is_multiple_of(1024) {
         master.check_invariants().map_err(|e| {
