@@ -1279,10 +1279,16 @@ fn a_master_group_of_processes_survives_its_leaders_kills() {
         .map(|_| format!("127.0.0.1:{}", free_port()))
         .collect();
     let peers = masters.join(",");
+    // Each replica records its master's runs (each time it leads).
+    let traces = root.join("traces");
+    let trace_dir = traces.to_str().unwrap().to_string();
     // Each replica's first start forms the group (--bootstrap); restarts recover.
     let start_master = |i: usize, first: bool| -> Child {
-        let flags: &[&str] = if first { &["--bootstrap"] } else { &[] };
-        start_replica(root, i, &masters[i], &peers, flags)
+        let mut flags = vec!["--trace-dir", trace_dir.as_str()];
+        if first {
+            flags.push("--bootstrap");
+        }
+        start_replica(root, i, &masters[i], &peers, &flags)
     };
     let mut procs: Vec<Option<Child>> = (0..3).map(|i| Some(start_master(i, true))).collect();
     let servers = start_chunkservers(root, 4, &peers);
@@ -1376,6 +1382,37 @@ fn a_master_group_of_processes_survives_its_leaders_kills() {
         let _ = p.kill();
         let _ = p.wait();
     }
+    // Every replica that led recorded its masters' runs, each from the state it took
+    // over, and they replay exactly (the last record of each may be cut by the kill).
+    let mut led = 0;
+    for m in &masters {
+        let node = traces.join(format!("master-{}", m.replace(':', "_")));
+        let recorded = std::fs::read_dir(&node).is_ok_and(|d| {
+            d.flatten()
+                .any(|e| e.path().extension().is_some_and(|x| x == "trace"))
+        });
+        if !recorded {
+            continue;
+        }
+        led += 1;
+        let out = Command::new(BIN)
+            .args(["replay", "node"])
+            .arg(&node)
+            .output()
+            .expect("run tessera replay");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("no divergence"), "{text}");
+    }
+    assert!(
+        led >= 2,
+        "four leaders were killed, yet {led} replicas recorded a trace"
+    );
 }
 
 /// A master replica's machine is lost (kill -9, its data directory gone): an admin
