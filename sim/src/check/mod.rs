@@ -138,6 +138,7 @@ impl Checks {
     /// state current `lag_ms` ago by its own clock. Nothing past what a leader had
     /// committed, and no lag shorter than it was.
     pub fn shadow_answer(&mut self, t: i64, who: &str, seq: u64, lag_ms: u64) {
+        self.shadow_claim(t, who, seq, lag_ms);
         if seq > self.committed_seq {
             let v = format!(
                 "shadow master {who} answered from log record {seq}, past the last one any \
@@ -147,6 +148,12 @@ impl Checks {
             self.violation(t, v);
             return;
         }
+    }
+
+    /// Judges a shadow's claim, at true time `t`, that its state (through record `seq`)
+    /// was the latest committed one `lag_ms` ago by its own clock: no leader had
+    /// committed a later record by then.
+    pub fn shadow_claim(&mut self, t: i64, who: &str, seq: u64, lag_ms: u64) {
         if lag_ms == u64::MAX {
             return;
         }
@@ -154,17 +161,13 @@ impl Checks {
         let lag = lag_ms as i64;
         let allowed = lag + lag * ppm / 1_000_000 + fixed;
         let then = t - allowed;
-        let committed_then = self
-            .committed_at
-            .iter()
-            .take_while(|&&(at, _)| at <= then)
-            .last()
-            .map_or(0, |&(_, s)| s);
+        let n = self.committed_at.partition_point(|&(at, _)| at <= then);
+        let committed_then = n.checked_sub(1).map_or(0, |i| self.committed_at[i].1);
         if committed_then > seq {
             let v = format!(
-                "shadow master {who} answered from log record {seq}, current {lag_ms} ms ago \
-                 by its clock, but a leader had committed record {committed_then} {allowed} ms \
-                 before (true time)"
+                "shadow master {who} holds log record {seq} and claims it current {lag_ms} ms \
+                 ago by its clock, but a leader had committed record {committed_then} {allowed} \
+                 ms before (true time)"
             );
             self.violation(t, v);
         }

@@ -68,6 +68,11 @@ pub fn replica_step(
         c.committed_seq = s.seq;
         c.committed_at.push((t, s.seq));
     }
+    // A shadow's claim to be current is judged at every step, as if it answered a read
+    // then: a wrong claim is caught when it is made, not only if a read met it.
+    if !s.serving {
+        c.shadow_claim(t, node, s.seq, replica.lag_ms());
+    }
     if s.role == "leader" {
         match c.leaders.get(&s.term) {
             Some(other) if other != node => {
