@@ -953,3 +953,61 @@ fn a_voter_back_on_an_empty_disk_under_its_old_id_never_votes() {
         "elected with a wiped replica's vote"
     );
 }
+
+/// A leader may apply its own removal: the leader that proposed it died before it was
+/// committed, and the replica it removes, holding it in its log, was elected and
+/// committed it with its own term's first entry. It then leads no more; the two
+/// replicas left carry the group on with everything acknowledged.
+#[test]
+fn a_leader_that_applies_its_own_removal_leads_no_more() {
+    let mut w = World::new(3);
+    w.run(4000);
+    assert_eq!(w.call(mkdir("/a"), 1), Ok(()));
+    let a = w.leader().unwrap();
+    let mut others = (1..=3).filter(|&i| i != a);
+    let (b, c) = (others.next().unwrap(), others.next().unwrap());
+    // a's appends reach b, but nothing gets back from b, and c hears nothing: the
+    // removal of b is in b's log, not committed.
+    w.cut.insert((b, a));
+    w.cut.insert((a, c));
+    w.cut.insert((c, a));
+    let asked = w.ask(a, remove(b), 0);
+    w.run(300);
+    assert!(w.reply(asked).is_none(), "the removal was answered");
+    assert_eq!(w.live(b).status().voters.len(), 3);
+    w.crash(a);
+    w.cut.clear();
+    // b, with the longest log, is elected and commits the removal of itself.
+    let mut led = false;
+    for _ in 0..1000 {
+        let role = w.live(b).status().role;
+        led |= role == "leader";
+        if role == "removed" {
+            break;
+        }
+        w.advance();
+    }
+    let st = w.live(b).status();
+    assert_eq!(st.role, "removed", "{st:?}");
+    assert!(
+        led,
+        "b was not elected: the removal was not its own to apply"
+    );
+    assert!(
+        w.live(b).master().is_none(),
+        "a removed replica still serves"
+    );
+    // With a back, a and c elect a leader and go on.
+    w.start(a);
+    let mut voters = vec![a, c];
+    voters.sort_unstable();
+    w.until_voters(&voters);
+    assert_eq!(w.call(mkdir("/after"), 2), Ok(()));
+    w.run(1000);
+    for i in [a, c] {
+        for d in ["/a", "/after"] {
+            assert!(w.has_dir(i, d), "replica {i} lacks {d}");
+        }
+    }
+    assert_ne!(w.leader(), Some(b));
+}
