@@ -353,7 +353,9 @@ pub fn read_node(dir: &Path) -> Result<Vec<(String, TraceFile)>, TraceError> {
         return Err(TraceError {
             file: dir.display().to_string(),
             offset: 0,
-            what: "no trace files (NNNNNN.trace) here".into(),
+            what: "no trace files (NNNNNN.trace) here (a master group's replica records \
+                   only while it leads: one that never led has none)"
+                .into(),
         });
     }
     files
