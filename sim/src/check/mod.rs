@@ -146,7 +146,6 @@ impl Checks {
                 self.committed_seq
             );
             self.violation(t, v);
-            return;
         }
     }
 
