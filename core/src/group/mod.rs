@@ -39,7 +39,7 @@ use raft::{RawNode, StateRole};
 
 use crate::driver::master::seal;
 use crate::error::FsError;
-use crate::master::{self, Call, CallId, Master, MasterConfig, Meta, RequestId};
+use crate::master::{self, Call, CallId, Master, MasterConfig, RequestId};
 use crate::pb::{self, master_request::Req, master_response::Resp};
 use crate::rng::Rng;
 use crate::types::{LogSeq, Time};
@@ -1286,16 +1286,11 @@ impl Replica {
                 && self.proposed.is_empty();
             if caught_up {
                 self.generation += 1;
-                let meta = if self.observed {
+                let (cp, meta) = self.shadow.copy_meta(&self.mcfg);
+                if self.observed {
                     // The observers see what the master was built from.
-                    let cp = self.shadow.checkpoint();
-                    let meta = Meta::restore(&cp, self.mcfg.chunk_size)
-                        .expect("a checkpoint of a live state restores");
                     self.out.master_starts.push((self.generation, cp, self.led));
-                    meta
-                } else {
-                    self.shadow.copy_meta(&self.mcfg)
-                };
+                }
                 let mut m =
                     Master::take_over(self.mcfg.clone(), self.now, meta, self.shadow.seq, self.led);
                 m.set_authority(Time::ZERO);

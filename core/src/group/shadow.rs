@@ -66,15 +66,12 @@ impl Shadow {
         self.applied = index;
     }
 
-    /// A copy of the state, for a new leader's master (through a checkpoint: the same
-    /// code that restores one from disk).
-    pub fn copy_meta(&self, cfg: &MasterConfig) -> Meta {
-        Meta::restore(&self.checkpoint(), cfg.chunk_size)
-            .expect("a checkpoint of a live state restores")
-    }
-
-    /// The state applied so far, as a checkpoint.
-    pub fn checkpoint(&self) -> pb::Checkpoint {
-        self.meta.checkpoint(self.seq)
+    /// A copy of the state, for a new leader's master, made through a checkpoint (the
+    /// same code that restores one from disk): the checkpoint, and the copy.
+    pub fn copy_meta(&self, cfg: &MasterConfig) -> (pb::Checkpoint, Meta) {
+        let cp = self.meta.checkpoint(self.seq);
+        let meta =
+            Meta::restore(&cp, cfg.chunk_size).expect("a checkpoint of a live state restores");
+        (cp, meta)
     }
 }

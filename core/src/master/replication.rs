@@ -354,21 +354,18 @@ impl Master {
         }
         self.repl.check(h);
         let current = self.meta.chunks.get(h).map(|c| c.version);
-        let whole = ok && current == Some(version) && !self.lease_may_be_out(h);
-        if whole {
+        if ok && current == Some(version) && !self.lease_may_be_out(h) {
             // The clone replaced whatever copy the target held: an order to delete that
             // one (a late report that it was corrupt) would delete this one.
             self.gc.pending_deletes.cancel(target, h);
-        }
-        if whole && self.servers.is_alive(target) {
             self.clone_made(h, target);
-            self.add_replica(h, target);
-        } else if whole {
-            // A good copy of the current version on a server counted dead meanwhile:
-            // kept, not listed. Its report when the server is back lists it (as any
-            // copy of the current version); ordering it deleted could throw away the
-            // one copy left to mend or revive the chunk from.
-            self.clone_made(h, target);
+            // On a server counted dead meanwhile the copy is kept, not listed: its report
+            // when the server is back lists it (as any copy of the current version).
+            // Ordering it deleted could throw away the one copy left to mend or revive
+            // the chunk from.
+            if self.servers.is_alive(target) {
+                self.add_replica(h, target);
+            }
         } else if ok {
             // The copy is of an old version, or of a chunk now gone: collect it.
             self.gc.pending_deletes.order(target, h, version, self.now);

@@ -4287,6 +4287,23 @@ fn a_refused_grant_is_waited_out_to_its_calls_deadline() {
     assert!(h.write_target("/f", 0).is_ok());
 }
 
+/// The first clone among the calls made.
+fn clone_call(h: &H) -> Option<Call> {
+    h.calls
+        .iter()
+        .find(|c| matches!(c.req.req, Some(CReq::Clone(_))))
+        .cloned()
+}
+
+/// Answers call `id` with success.
+fn answer_ok(h: &mut H, id: CallId) {
+    let ok = pb::ChunkResponse {
+        error: None,
+        resp: Some(pb::chunk_response::Resp::Empty(pb::Empty {})),
+    };
+    h.step(Input::CallResult { id, result: Ok(ok) });
+}
+
 /// A clone that finishes while the master counts its target dead made a good copy of the
 /// current version (no lease was out): it is kept, and listed once the server reports it,
 /// not ordered deleted. Deleting it threw away the one copy a later mend could have read
@@ -4313,12 +4330,7 @@ fn a_clone_finished_while_its_target_was_counted_dead_is_kept() {
     h.calls.clear();
     h.step(Input::Tick);
     h.sync();
-    let clone = h
-        .calls
-        .iter()
-        .find(|c| matches!(c.req.req, Some(CReq::Clone(_))))
-        .cloned()
-        .expect("a clone to the spare server");
+    let clone = clone_call(&h).expect("a clone to the spare server");
     assert_eq!(clone.to, spare);
     // The spare falls silent too while the clone runs, and is counted dead.
     h.advance(Duration::from_secs(6));
@@ -4331,14 +4343,7 @@ fn a_clone_finished_while_its_target_was_counted_dead_is_kept() {
         !h.m.servers.is_alive(h.m.servers.find(&spare).unwrap()),
         "the spare should be counted dead"
     );
-    let ok = pb::ChunkResponse {
-        error: None,
-        resp: Some(pb::chunk_response::Resp::Empty(pb::Empty {})),
-    };
-    h.step(Input::CallResult {
-        id: clone.id,
-        result: Ok(ok),
-    });
+    answer_ok(&mut h, clone.id);
     h.sync();
     // Back, the spare reports its copy: it is kept and listed.
     let r = h.heartbeat(&spare, "r", &[(t.handle, t.version)]);
@@ -4368,12 +4373,7 @@ fn a_clone_ends_a_delete_order_made_while_it_ran() {
     h.calls.clear();
     h.step(Input::Tick);
     h.sync();
-    let clone = h
-        .calls
-        .iter()
-        .find(|c| matches!(c.req.req, Some(CReq::Clone(_))))
-        .cloned()
-        .expect("a clone to cs2");
+    let clone = clone_call(&h).expect("a clone to cs2");
     assert_eq!(clone.to, "cs2");
     // The scrubber's report of the old copy arrives late, while the clone runs.
     h.call(MReq::ReportCorrupt(pb::ReportCorruptRequest {
@@ -4383,14 +4383,7 @@ fn a_clone_ends_a_delete_order_made_while_it_ran() {
         version: t.version,
         ..Default::default()
     }));
-    let ok = pb::ChunkResponse {
-        error: None,
-        resp: Some(pb::chunk_response::Resp::Empty(pb::Empty {})),
-    };
-    h.step(Input::CallResult {
-        id: clone.id,
-        result: Ok(ok),
-    });
+    answer_ok(&mut h, clone.id);
     h.sync();
     assert!(chunk_replicas(&mut h, "/f").contains(&"cs2".to_string()));
     // cs2 reports the clone's copy: it is kept.
