@@ -44,6 +44,7 @@ pub struct FileSettings {
     #[serde(default, with = "opt_duration")]
     pub tick: Option<Duration>,
     pub checkpoint_every: Option<u64>,
+    pub snapshot_part_bytes: Option<usize>,
     pub capacity: Option<u64>,
     #[serde(default, with = "opt_duration")]
     pub scrub_interval: Option<Duration>,
@@ -122,6 +123,10 @@ pub struct Knobs {
     /// The master writes a checkpoint after this many log records [default: 100000].
     #[arg(long)]
     pub checkpoint_every: Option<u64>,
+    /// A master replica sends another a checkpoint larger than this in parts of this
+    /// many bytes, one call each [default: 4194304 (4 MiB)].
+    #[arg(long)]
+    pub snapshot_part_bytes: Option<usize>,
     /// Most bytes a chunkserver offers; the disk's free space caps it further
     /// [default: 1099511627776 (1 TiB)].
     #[arg(long)]
@@ -184,6 +189,8 @@ pub struct Resolved {
     pub tick: Duration,
     pub limits: ServerLimits,
     pub trace: Option<(PathBuf, Rotation)>,
+    /// A master replica's snapshots to others go in parts of this size.
+    pub snapshot_part_bytes: usize,
 }
 
 impl Knobs {
@@ -224,6 +231,13 @@ impl Knobs {
         m.clone_timeout = pick!(clone_timeout, m.clone_timeout);
         m.checkpoint_every = pick!(checkpoint_every, m.checkpoint_every).max(1);
         m.rng_seed = rand::random();
+        let snapshot_part_bytes = pick!(snapshot_part_bytes, 4 << 20);
+        if snapshot_part_bytes == 0 || snapshot_part_bytes > MAX_MESSAGE / 2 {
+            return Err(format!(
+                "--snapshot-part-bytes must be 1 to {} bytes (half the largest message)",
+                MAX_MESSAGE / 2
+            ));
+        }
         c.capacity_bytes = pick!(capacity, c.capacity_bytes);
         c.scrub_interval = pick!(scrub_interval, c.scrub_interval);
         c.scrub_idle = pick!(scrub_idle, c.scrub_idle);
@@ -278,6 +292,7 @@ impl Knobs {
             heartbeat,
             rpc_timeout,
             tick: pick!(tick, Duration::from_millis(500)),
+            snapshot_part_bytes,
         })
     }
 }
@@ -380,6 +395,7 @@ pub async fn run_replica(
     let mut group = tessera_core::group::GroupConfig::new(id, members);
     group.seed = rand::random();
     group.snapshot_every = r.master.checkpoint_every;
+    group.snapshot_part_bytes = r.snapshot_part_bytes;
     let opts = tessera_core::driver::group::GroupOptions {
         group,
         master: r.master,

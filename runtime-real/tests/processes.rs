@@ -1428,8 +1428,11 @@ fn a_lost_master_replica_is_replaced_by_a_new_one() {
         .map(|_| format!("127.0.0.1:{}", free_port()))
         .collect();
     let first = masters[..3].join(",");
-    let start_master =
-        |i: usize, flags: &[&str], peers: &str| start_replica(root, i, &masters[i], peers, flags);
+    // Parts far smaller than the group's snapshot, so the new replica takes it in parts.
+    let start_master = |i: usize, flags: &[&str], peers: &str| {
+        let flags = [flags, &["--snapshot-part-bytes", "64"]].concat();
+        start_replica(root, i, &masters[i], peers, &flags)
+    };
     let mut procs: Vec<Option<Child>> = (0..3)
         .map(|i| Some(start_master(i, &["--bootstrap"], &first)))
         .collect();
@@ -1493,6 +1496,11 @@ fn a_lost_master_replica_is_replaced_by_a_new_one() {
             && t.lines()
                 .any(|l| l.starts_with("voters:") && l.contains('4'))
     });
+    let log = std::fs::read_to_string(root.join("master4.log")).expect("its log");
+    assert!(
+        log.contains("a snapshot sent in parts is whole"),
+        "the new replica took no snapshot in parts:\n{log}"
+    );
     let out = cli(&[
         "admin",
         "masters",

@@ -26,6 +26,9 @@ use crate::net::{NetFaults, SimNet};
 use crate::runtime::{Clock, Jump, SimRuntime};
 
 const PORT: u16 = 7000;
+/// The part a master replica's snapshot is sent in: far below a snapshot's size here,
+/// so the transfer of a replica's state in parts runs under the network's faults.
+const SNAPSHOT_PART_BYTES: usize = 512;
 
 /// The knobs a run is made of. The seed picks them (swarm testing): tiny chunks and short
 /// leases are among the choices so rare paths get hit.
@@ -267,6 +270,8 @@ fn start_group(
                 let mut group = tessera_core::group::GroupConfig::new(gid, members);
                 group.seed = madsim::rand::random();
                 group.snapshot_every = knobs.checkpoint_every;
+                // Small, so that every snapshot a replica sends goes in parts.
+                group.snapshot_part_bytes = SNAPSHOT_PART_BYTES;
                 let opts = group::GroupOptions {
                     group,
                     master: MasterConfig {

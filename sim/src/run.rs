@@ -94,6 +94,8 @@ pub struct Outcome {
     pub shadow_reads_checked: u64,
     /// Checkpoints master replicas built beside their event loops and took back.
     pub group_checkpoints: u64,
+    /// Snapshots master replicas made whole from parts.
+    pub snapshots_from_parts: u64,
     pub ops_ok: u64,
     pub ops_failed: u64,
     pub records_checked: u64,
@@ -297,6 +299,9 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         if sc.faults.replacements && c.faults.get("replica_replaced").copied().unwrap_or(0) == 0 {
             missing.push("no master replica replaced".into());
         }
+        if sc.faults.replacements && c.snapshots_from_parts == 0 {
+            missing.push("no snapshot sent in parts made whole".into());
+        }
         if matches!(sc.workload.kind, workload::Kind::Shared { .. })
             && sc.shape.masters > 1
             && c.shadow_reads == 0
@@ -341,6 +346,7 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         ns_files_checked: c.ns_files_checked,
         shadow_reads_checked: c.shadow_reads,
         group_checkpoints: c.group_checkpoints,
+        snapshots_from_parts: c.snapshots_from_parts,
         ops_ok: runs.iter().map(|r| r.ok).sum(),
         ops_failed: runs.iter().map(|r| r.errors).sum(),
         records_checked: c.records_checked,

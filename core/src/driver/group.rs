@@ -322,7 +322,7 @@ fn send<R: Runtime, T: Transport>(
     opts: &GroupOptions,
     outbox: &mut Vec<(String, pb::RaftMessage)>,
 ) {
-    for (to, msg) in group::wire::batches(std::mem::take(outbox)) {
+    for (to, msg) in group::wire::batches(std::mem::take(outbox), opts.group.snapshot_part_bytes) {
         let transport = transport.clone();
         let deadline = rt.now() + opts.call_timeout;
         rt.spawn(async move {

@@ -588,10 +588,34 @@ pub fn seeds() -> Vec<Vec<u8>> {
                     }],
                 ),
             ],
+            snapshot_parts: Vec::new(),
         })),
         ..Default::default()
     };
     out.push(input(Kind::GroupRequest, &batch.encode_to_vec()));
+    // A part of a leader's snapshot, as a large one goes.
+    let mut snap = leader(7, 0, vec![]);
+    snap.snapshot = Some(pb::RaftSnapshot {
+        data: Bytes::new(),
+        metadata: Some(pb::RaftSnapshotMeta {
+            index: 5,
+            term: 2,
+            conf_state: None,
+        }),
+    });
+    let part = pb::MasterRequest {
+        req: Some(pb::master_request::Req::RaftBatch(pb::RaftBatch {
+            messages: Vec::new(),
+            snapshot_parts: vec![pb::RaftSnapshotPart {
+                message: Some(snap),
+                offset: 4,
+                total: 8,
+                data: Bytes::from_static(b"part"),
+            }],
+        })),
+        ..Default::default()
+    };
+    out.push(input(Kind::GroupRequest, &part.encode_to_vec()));
     let store = crate::group::store::LogStore::fresh(group_members());
     let values: Vec<(Vec<u8>, Bytes)> = store
         .format()

@@ -24,6 +24,7 @@ pub mod lease;
 pub mod locations;
 pub mod members;
 pub mod shadow;
+pub mod snapshot_parts;
 pub mod store;
 pub mod wire;
 
@@ -47,6 +48,10 @@ use crate::types::{LogSeq, Time};
 pub use members::{Change, Members};
 pub use store::{LogStore, Write};
 
+/// The rate a snapshot is assumed to cross the network at, at worst, when a leader
+/// judges whether a follower's snapshot was lost (`Replica::retry_snapshots`).
+const SLOW_LINK_BYTES_PER_SEC: f64 = 8.0 * 1024.0 * 1024.0;
+
 #[derive(Clone, Debug)]
 pub struct GroupConfig {
     /// This replica's id in the group (1 and up).
@@ -65,6 +70,9 @@ pub struct GroupConfig {
     pub heartbeat_ticks: usize,
     /// Log records applied between snapshots.
     pub snapshot_every: u64,
+    /// A snapshot sent to another replica larger than this goes in parts of this size
+    /// (`snapshot_parts.rs`), each a call of its own.
+    pub snapshot_part_bytes: usize,
     /// Seeds the election timeouts.
     pub seed: u64,
 }
@@ -78,6 +86,7 @@ impl GroupConfig {
             election_ticks: 10,
             heartbeat_ticks: 2,
             snapshot_every: 100_000,
+            snapshot_part_bytes: 4 << 20,
             seed: 0,
         }
     }
@@ -242,6 +251,8 @@ pub struct Replica {
     /// Followers sent a snapshot, and the tick it went at: one not taken within a few
     /// election timeouts is reported failed, so raft-rs sends again.
     snapshots_out: BTreeMap<u64, u64>,
+    /// Snapshots coming from other replicas in parts.
+    assembler: snapshot_parts::Assembler,
     /// The master stopped in the latest step, and its generation: the steps it took
     /// before it stopped are shown to observers with it (`master_of`).
     stopped: Option<(u64, Master)>,
@@ -362,6 +373,7 @@ impl Replica {
             flushing: false,
             snapshot_unpersisted: None,
             snapshots_out: BTreeMap::new(),
+            assembler: snapshot_parts::Assembler::default(),
             stopped: None,
             locations: locations::Locations::default(),
             conf_asked: BTreeMap::new(),
@@ -500,6 +512,9 @@ impl Replica {
                     for m in b.messages {
                         self.on_peer(m, arrived);
                     }
+                    for p in b.snapshot_parts {
+                        self.on_snapshot_part(p, arrived);
+                    }
                     self.out
                         .replies
                         .push((id, master::ok(Resp::Empty(pb::Empty {}))));
@@ -559,6 +574,8 @@ impl Replica {
                 }
                 self.ticks += 1;
                 self.retry_snapshots();
+                self.assembler
+                    .expire(self.ticks, 3 * self.cfg.election_ticks as u64);
                 self.promote_learners();
                 if self.node.raft.state == StateRole::Leader
                     && self.ticks.is_multiple_of(self.cfg.heartbeat_ticks as u64)
@@ -712,6 +729,35 @@ impl Replica {
             return self.cfg.members[&self.cfg.id].clone();
         }
         self.cfg.members.get(&l).cloned().unwrap_or_default()
+    }
+
+    /// A part of a snapshot from another replica: the snapshot message, once whole, is
+    /// taken as any other.
+    fn on_snapshot_part(&mut self, p: pb::RaftSnapshotPart, arrived: Time) {
+        let (from, to) = p.message.as_ref().map(|m| (m.from, m.to)).unwrap_or((0, 0));
+        if to != self.cfg.id || !self.cfg.members.contains_key(&from) || from == to {
+            tracing::warn!(
+                from,
+                to,
+                "refused a snapshot part: the sender is no member this replica knows, or \
+                 it is meant for another"
+            );
+            return;
+        }
+        match self.assembler.take(p, self.ticks) {
+            Ok(Some(m)) => {
+                let bytes = m.snapshot.as_ref().map_or(0, |s| s.data.len());
+                tracing::info!(from, bytes, "a snapshot sent in parts is whole");
+                self.on_peer(m, arrived)
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(from, error = %e, "refused a snapshot part"),
+        }
+    }
+
+    /// Parts taken, and snapshots made whole from parts, since this replica started.
+    pub fn snapshot_parts_taken(&self) -> (u64, u64) {
+        (self.assembler.parts_taken, self.assembler.assembled)
     }
 
     /// A message from another replica, checked before raft-rs takes it.
@@ -993,7 +1039,8 @@ impl Replica {
         }
     }
 
-    /// Reports snapshots not taken within a few election timeouts as failed, so
+    /// Reports snapshots not taken within a few election timeouts (and the time they
+    /// take to send) as failed, so
     /// raft-rs sends the follower another (it waits for a report otherwise).
     fn retry_snapshots(&mut self) {
         if self.node.raft.state != StateRole::Leader {
@@ -1009,7 +1056,11 @@ impl Replica {
             .map(|(&id, _)| id)
             .collect();
         self.snapshots_out.retain(|id, _| waiting.contains(id));
-        let limit = 3 * self.cfg.election_ticks as u64;
+        // A few election timeouts, and the time a large snapshot takes to send at a
+        // slow link's rate.
+        let secs = self.node.store().snapshot_ref().data.len() as f64 / SLOW_LINK_BYTES_PER_SEC;
+        let limit = 3 * self.cfg.election_ticks as u64
+            + (secs / self.cfg.tick.as_secs_f64().max(1e-3)).ceil() as u64;
         for id in waiting {
             let since = *self.snapshots_out.entry(id).or_insert(self.ticks);
             if self.ticks - since >= limit {

@@ -42,6 +42,11 @@ struct World {
     checkpointers: BTreeMap<u64, (checkpointer::Checkpointer, VecDeque<checkpointer::Feed>)>,
     /// Checkpoints that came back and compacted a log, by replica.
     compactions: BTreeMap<u64, u64>,
+    /// Snapshot parts put on the wire so far, and which of them (by that count) are lost.
+    parts_sent: usize,
+    lose_parts: BTreeSet<usize>,
+    /// Each step's calls go out in the reverse of the order they were made.
+    reverse_calls: bool,
 }
 
 fn addr(id: u64) -> String {
@@ -83,6 +88,9 @@ impl World {
             slow_sync: None,
             checkpointers: BTreeMap::new(),
             compactions: BTreeMap::new(),
+            parts_sent: 0,
+            lose_parts: BTreeSet::new(),
+            reverse_calls: false,
         };
         for i in 1..=n {
             let store = LogStore::fresh((1..=n).map(|i| (i, addr(i))).collect());
@@ -127,6 +135,7 @@ impl World {
             return;
         };
         let e = r.handle(self.now, input);
+        let part_bytes = r.config().snapshot_part_bytes;
         let (serving, term) = (r.master().is_some(), r.status().term);
         if serving && !self.served.iter().any(|&(i, t, _)| i == id && t == term) {
             self.served.push((id, term, self.now));
@@ -134,7 +143,19 @@ impl World {
         for (rid, resp) in e.replies {
             self.replies.insert(rid, (id, resp));
         }
-        for (to, m) in super::wire::batches(e.send) {
+        let mut calls = super::wire::batches(e.send, part_bytes);
+        if self.reverse_calls {
+            calls.reverse();
+        }
+        for (to, m) in calls {
+            if let Some(MReq::RaftBatch(b)) = &m.req
+                && !b.snapshot_parts.is_empty()
+            {
+                self.parts_sent += 1;
+                if self.lose_parts.contains(&self.parts_sent) {
+                    continue;
+                }
+            }
             self.wire.push_back((id, id_of(&to), m));
         }
         if let Some((_, q)) = self.checkpointers.get_mut(&id) {
@@ -901,6 +922,41 @@ fn a_replica_joins_a_member_leaves_and_the_group_goes_on() {
     }
     let e = w.call(add(gone, addr(gone)), 0).unwrap_err();
     assert!(e.to_string().contains("never joins again"), "{e}");
+}
+
+/// A snapshot larger than a part goes in parts, which may come in any order: a replica
+/// that joins takes the group's state from them. With a part lost, the leader sends
+/// the snapshot again, and the joiner catches up from the second sending.
+#[test]
+fn a_joining_replica_takes_a_snapshot_sent_in_parts_one_lost() {
+    let mut w = World::new(3);
+    w.gcfg.snapshot_part_bytes = 100;
+    for i in 1..=3 {
+        w.crash(i);
+        w.start(i);
+    }
+    w.run(4000);
+    for i in 0..20 {
+        assert_eq!(w.call(mkdir(&format!("/dir-{i:03}")), i + 1), Ok(()));
+    }
+    w.reverse_calls = true;
+    w.lose_parts.insert(2);
+    w.join(4);
+    w.run(1000);
+    assert_eq!(w.call(add(4, addr(4)), 0), Ok(()));
+    w.until_voters(&[1, 2, 3, 4]);
+    for i in 0..20 {
+        assert!(w.has_dir(4, &format!("/dir-{i:03}")), "/dir-{i:03}");
+    }
+    let (parts, whole) = w.live(4).snapshot_parts_taken();
+    assert!(
+        w.parts_sent >= 6,
+        "the snapshot went in {} parts",
+        w.parts_sent
+    );
+    assert_eq!(whole, 1, "snapshots made whole from parts");
+    assert!(parts as usize >= w.parts_sent / 2, "{parts} parts taken");
+    assert!(w.live(4).shadow().seq > 0);
 }
 
 /// A removal that would leave fewer live voters than a majority of those left is

@@ -238,18 +238,43 @@ pub const BATCH_BYTES: usize = 8 << 20;
 
 /// Messages for other replicas as calls: for each address, its messages in the order
 /// they were made, in as few calls as hold them within [`BATCH_BYTES`]; addresses in the
-/// order first named.
-pub fn batches(send: Vec<(String, pb::RaftMessage)>) -> Vec<(String, pb::MasterRequest)> {
+/// order first named. A snapshot larger than `part_bytes` goes in parts, a call each
+/// (`snapshot_parts.rs`).
+pub fn batches(
+    send: Vec<(String, pb::RaftMessage)>,
+    part_bytes: usize,
+) -> Vec<(String, pb::MasterRequest)> {
     // (address, batch, its encoded size); the last batch of an address takes more.
     let mut out: Vec<(String, pb::RaftBatch, usize)> = Vec::new();
     for (to, m) in send {
+        let m = match super::snapshot_parts::split(m, part_bytes) {
+            super::snapshot_parts::Piece::Whole(m) => *m,
+            super::snapshot_parts::Piece::Parts(parts) => {
+                for p in parts {
+                    let size = p.encoded_len();
+                    let batch = pb::RaftBatch {
+                        snapshot_parts: vec![p],
+                        ..Default::default()
+                    };
+                    out.push((to.clone(), batch, size.max(BATCH_BYTES)));
+                }
+                continue;
+            }
+        };
         let size = m.encoded_len() + 8;
         match out.iter_mut().rev().find(|(a, _, _)| *a == to) {
             Some((_, b, n)) if *n + size <= BATCH_BYTES => {
                 b.messages.push(m);
                 *n += size;
             }
-            _ => out.push((to, pb::RaftBatch { messages: vec![m] }, size)),
+            _ => out.push((
+                to,
+                pb::RaftBatch {
+                    messages: vec![m],
+                    ..Default::default()
+                },
+                size,
+            )),
         }
     }
     out.into_iter()
@@ -360,7 +385,7 @@ mod tests {
             ("b".to_string(), m(2, 3)),
             ("c".to_string(), m(3, 2)),
         ];
-        let calls = batches(send);
+        let calls = batches(send, 1 << 20);
         let got: Vec<(String, Vec<u64>)> = calls
             .into_iter()
             .map(|(to, r)| match r.req {
@@ -399,7 +424,7 @@ mod tests {
         .into_iter()
         .map(|(i, len)| ("b".to_string(), m(i, len)))
         .collect();
-        let calls: Vec<Vec<u64>> = batches(send)
+        let calls: Vec<Vec<u64>> = batches(send, 1 << 20)
             .into_iter()
             .map(|(_, r)| match r.req {
                 Some(pb::master_request::Req::RaftBatch(b)) => {
@@ -409,5 +434,50 @@ mod tests {
             })
             .collect();
         assert_eq!(calls, vec![vec![1, 2], vec![3], vec![4], vec![5]]);
+    }
+
+    /// A large snapshot goes in parts, a call each, in its place among the messages.
+    #[test]
+    fn a_large_snapshot_goes_in_parts_a_call_each() {
+        let m = |index: u64| pb::RaftMessage {
+            to: 2,
+            index,
+            ..Default::default()
+        };
+        let mut snap = m(2);
+        snap.msg_type = 7;
+        snap.snapshot = Some(pb::RaftSnapshot {
+            data: bytes::Bytes::from(vec![1u8; 250]),
+            metadata: None,
+        });
+        let send: Vec<_> = [m(1), snap, m(3)]
+            .into_iter()
+            .map(|x| ("b".to_string(), x))
+            .collect();
+        // Each call: its messages' indexes, and its parts' offsets and lengths.
+        type Call = (Vec<u64>, Vec<(u64, usize)>);
+        let calls: Vec<Call> = batches(send, 100)
+            .into_iter()
+            .map(|(_, r)| match r.req {
+                Some(pb::master_request::Req::RaftBatch(b)) => (
+                    b.messages.iter().map(|m| m.index).collect(),
+                    b.snapshot_parts
+                        .iter()
+                        .map(|p| (p.offset, p.data.len()))
+                        .collect(),
+                ),
+                other => panic!("not a batch: {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            calls,
+            vec![
+                (vec![1], vec![]),
+                (vec![], vec![(0, 100)]),
+                (vec![], vec![(100, 100)]),
+                (vec![], vec![(200, 50)]),
+                (vec![3], vec![]),
+            ]
+        );
     }
 }

@@ -127,6 +127,10 @@ pub struct Checks {
     pub shadow_reads: u64,
     /// Checkpoints master replicas built beside their event loops and took back.
     pub group_checkpoints: u64,
+    /// Snapshots replicas made whole from parts another sent (`snapshot_parts.rs`), and
+    /// how many each replica had made as of its last step (it counts from its start).
+    pub snapshots_from_parts: u64,
+    pub parts_seen: std::collections::HashMap<String, u64>,
     /// How far a replica's own measure of a span may fall short of true time: its
     /// clock's drift (ppm), and a fixed margin for clock jumps and a message held in
     /// flight (`ms`).

@@ -57,6 +57,14 @@ pub fn replica_step(
     }
     tr.add_u64(s.term);
     tr.add_u64(s.commit);
+    let (_, whole) = replica.snapshot_parts_taken();
+    let seen = c.parts_seen.entry(node.to_string()).or_default();
+    if whole < *seen {
+        // Started again.
+        *seen = 0;
+    }
+    c.snapshots_from_parts += whole - *seen;
+    *seen = whole;
     // What the group has committed: a leader's commit index, and the records of every
     // entry up to it as the first replica to apply them shows them. A leader may count
     // an entry committed by its followers' copies before its own sync is done, so a
