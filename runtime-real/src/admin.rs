@@ -236,12 +236,12 @@ pub async fn masters(list: &str) -> Vec<(String, Result<pb::ReplicaStatus, Strin
 /// last knew its state current).
 pub fn masters_text(rows: &[(String, Result<pb::ReplicaStatus, String>)]) -> String {
     let mut out = String::new();
-    let leader_seq = rows
+    let leader = rows
         .iter()
         .filter_map(|(_, r)| r.as_ref().ok())
         .filter(|s| s.role == "leader")
-        .map(|s| s.seq)
-        .max();
+        .max_by_key(|s| s.term);
+    let leader_seq = leader.map(|s| s.seq);
     let _ = writeln!(
         out,
         "{:>3}  {:<22} {:<9} {:>6} {:>9} {:>9} {:>9}  lag",
@@ -284,21 +284,27 @@ pub fn masters_text(rows: &[(String, Result<pb::ReplicaStatus, String>)]) -> Str
                         .is_ok_and(|s| s.members.values().any(|a| a == addr))
                 });
                 let none = rows.iter().all(|(_, r)| r.is_err());
-                let note = if known || none {
-                    ""
-                } else {
-                    " (not a member of the group)"
+                // A learner the leader added that does not answer: it stays a learner
+                // (and the group's size and majority stay as they were) until it runs.
+                let learner = leader.and_then(|l| {
+                    l.members
+                        .iter()
+                        .find(|(id, a)| *a == addr && l.learners.contains(id))
+                        .map(|(id, _)| *id)
+                });
+                let note = match learner {
+                    Some(id) => format!(
+                        " (learner {id}: it becomes a voter once it runs, started with \
+                         --join --id {id}, and holds the log)"
+                    ),
+                    None if known || none => String::new(),
+                    None => " (not a member of the group)".into(),
                 };
                 let _ = writeln!(out, "{:>3}  {addr:<22} unreachable{note}: {e}", "-");
             }
         }
     }
-    if let Some(l) = rows
-        .iter()
-        .filter_map(|(_, r)| r.as_ref().ok())
-        .filter(|s| s.role == "leader")
-        .max_by_key(|s| s.term)
-    {
+    if let Some(l) = leader {
         let ids = |v: &[u64]| {
             let v: Vec<String> = v.iter().map(u64::to_string).collect();
             if v.is_empty() {
@@ -403,6 +409,48 @@ pub fn masters_problem(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A learner that does not answer is named as one, with what it waits for; an
+    /// address no member has is named as no member.
+    #[test]
+    fn a_learner_that_does_not_answer_is_said_to_be_one() {
+        let addr = |i: u64| format!("10.0.0.{i}:7070");
+        let status = |id: u64, role: &str| pb::ReplicaStatus {
+            id,
+            role: role.into(),
+            term: 3,
+            leader: 1,
+            serving: role == "leader",
+            members: (1..=4).map(|i| (i, addr(i))).collect(),
+            voters: vec![1, 2, 3],
+            learners: vec![4],
+            ..Default::default()
+        };
+        let rows = vec![
+            (addr(1), Ok(status(1, "leader"))),
+            (addr(2), Ok(status(2, "shadow"))),
+            (addr(3), Ok(status(3, "shadow"))),
+            (addr(4), Err("connection refused".to_string())),
+            (addr(9), Err("connection refused".to_string())),
+        ];
+        let text = masters_text(&rows);
+        let line = |a: &str| text.lines().find(|l| l.contains(a)).unwrap().to_string();
+        assert!(
+            line(&addr(4)).contains(
+                "(learner 4: it becomes a voter once it runs, started with --join --id 4"
+            ),
+            "{text}"
+        );
+        assert!(
+            line(&addr(9)).contains("(not a member of the group)"),
+            "{text}"
+        );
+        assert!(!line(&addr(9)).contains("learner"), "{text}");
+        assert!(
+            text.contains("learners (catching up, not yet voting): 4"),
+            "{text}"
+        );
+    }
 
     fn server(addr: &str, alive: bool, chunks: u64) -> pb::ServerReport {
         pb::ServerReport {
