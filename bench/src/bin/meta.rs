@@ -12,6 +12,10 @@
 //!   killed replica is started again and caught up before the next kill. Reported
 //!   beside the time of a `tessera mkdir` with no failure (the command's own cost).
 //!
+//! Baseline, in the same run: this disk's rate of small synced writes, alone and with two
+//! writers at once. One client's creates each wait for a sync (on a group, the leader's
+//! and a follower's, on this one disk), so that rate bounds them.
+//!
 //! QFS's figures for its metaserver on this kind of machine (one client: 3,065–3,643
 //! creates/s; 16 clients: 19,940) are printed beside for reference; they were not
 //! measured here.
@@ -256,6 +260,30 @@ fn bench(m: &Masters, clients: &str, files: usize) -> (String, Vec<f64>, f64) {
     (text, creates, cpu / ops.max(1.0) * 1000.0)
 }
 
+/// This disk's rate of small synced writes, the baseline a client waiting for each of
+/// its creates to be durable is held to: `writers` threads at once, each appending 100
+/// bytes to a file of its own and `fdatasync`ing it, `n` times. Syncs per second per
+/// writer.
+fn syncs_per_sec(dir: &Path, writers: usize, n: usize) -> f64 {
+    use std::io::Write;
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for w in 0..writers {
+            let path = dir.join(format!("sync-baseline-{w}"));
+            s.spawn(move || {
+                let mut f = std::fs::File::create(&path).expect("baseline file");
+                for _ in 0..n {
+                    f.write_all(&[7u8; 100]).expect("baseline write");
+                    f.sync_data().expect("baseline sync");
+                }
+                drop(f);
+                let _ = std::fs::remove_file(&path);
+            });
+        }
+    });
+    n as f64 / start.elapsed().as_secs_f64().max(1e-9)
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return f64::NAN;
@@ -269,6 +297,10 @@ fn main() {
     let _ = std::fs::remove_dir_all(&a.dir);
     std::fs::create_dir_all(&a.dir).expect("bench dir");
     let bin = a.tessera.clone();
+    // The disk's sync rate, alone and with two writers at once (a group's leader and a
+    // follower syncing the same entry on this one disk), measured before the masters.
+    let sync1 = syncs_per_sec(&a.dir, 1, 1000);
+    let sync2 = syncs_per_sec(&a.dir, 2, 1000);
 
     let single_dir = a.dir.join("single");
     std::fs::create_dir_all(&single_dir).expect("dir");
@@ -293,6 +325,13 @@ fn main() {
             s / qfs
         );
     }
+    println!(
+        "== one client waits for a sync per create: this disk does {sync1:.0} synced writes/s \
+         (each of two writers at once: {sync2:.0}/s); one client's creates: single={:.2} of \
+         one writer's rate, group={:.2} of the rate of each of two writers at once",
+        single_creates[0] / sync1,
+        group_creates[0] / sync2
+    );
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
         "== master CPU time per 1,000 operations (all kinds, all replicas): single={single_cpu:.0} ms  \
