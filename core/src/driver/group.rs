@@ -58,6 +58,7 @@ enum Event {
     Tick,
     RaftTick,
     Checkpointed(group::checkpointer::Taken),
+    MasterCopy(group::checkpointer::Handover),
 }
 
 /// Reads the replica's store: its log, or, with `bootstrap` and an empty store, a new
@@ -194,12 +195,19 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
         let (tx, rt2, delay) = (tx.clone(), rt.clone(), opts.checkpoint_delay);
         rt.spawn(async move {
             while let Some(f) = fed.next().await {
-                if matches!(f, group::checkpointer::Feed::Take(_)) && !delay.is_zero() {
+                let slow = matches!(
+                    f,
+                    group::checkpointer::Feed::Take(_) | group::checkpointer::Feed::Copy { .. }
+                );
+                if slow && !delay.is_zero() {
                     rt2.sleep(delay).await;
                 }
-                if let Some(t) = checkpointer.feed(f)
-                    && tx.unbounded_send(Event::Checkpointed(t)).is_err()
-                {
+                let event = match checkpointer.feed(f) {
+                    Some(group::checkpointer::Built::Checkpoint(t)) => Event::Checkpointed(t),
+                    Some(group::checkpointer::Built::Copy(h)) => Event::MasterCopy(h),
+                    None => continue,
+                };
+                if tx.unbounded_send(event).is_err() {
                     return;
                 }
             }
@@ -288,6 +296,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                 Step::Event(Event::Tick) => Input::Tick,
                 Step::Event(Event::RaftTick) => Input::RaftTick,
                 Step::Event(Event::Checkpointed(t)) => Input::Checkpointed(t),
+                Step::Event(Event::MasterCopy(h)) => Input::MasterCopy(h),
             };
             let effects = step(&rt, &mut replica, &mut observer, &mut origins, input);
             dispatch(&rt, &transport, &tx, &opts, &mut out, effects);

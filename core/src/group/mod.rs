@@ -40,7 +40,7 @@ use raft::{RawNode, StateRole};
 
 use crate::driver::master::seal;
 use crate::error::FsError;
-use crate::master::{self, Call, CallId, Master, MasterConfig, RequestId};
+use crate::master::{self, Call, CallId, Master, MasterConfig, Meta, RequestId};
 use crate::pb::{self, master_request::Req, master_response::Resp};
 use crate::rng::Rng;
 use crate::types::{LogSeq, Time};
@@ -128,6 +128,9 @@ pub enum Input {
     },
     /// The checkpoint asked of the replica's checkpointer, built (see `checkpointer.rs`).
     Checkpointed(checkpointer::Taken),
+    /// The copy of the committed state asked of the checkpointer for a new leader's
+    /// master, built.
+    MasterCopy(checkpointer::Handover),
     /// With `Replica::hold_proposals`: every event ready now has been handled; the
     /// master's records since the last flush are proposed, as one entry.
     Flush,
@@ -265,6 +268,9 @@ pub struct Replica {
     /// it must start from a snapshot, which names the members, not from the log's first
     /// entry, which comes after the group's first members were set).
     compact_now: bool,
+    /// The copy asked of the checkpointer for a new leader's master: the term, and the
+    /// entry it is as of.
+    copy_asked: Option<(u64, u64)>,
     /// The checkpointer, while the replica runs it itself (inside `handle`); a driver
     /// takes it to run it beside the replica.
     checkpointer: Option<checkpointer::Checkpointer>,
@@ -379,6 +385,7 @@ impl Replica {
             conf_asked: BTreeMap::new(),
             compact_now: adopted,
             checkpointer: Some(checkpointer),
+            copy_asked: None,
             checkpoint_asked: None,
             last_heard: BTreeMap::new(),
             heard: None,
@@ -555,6 +562,7 @@ impl Replica {
             }
             Input::Tick => self.pass_to_master(master::Input::Tick),
             Input::Flush => self.flushing = true,
+            Input::MasterCopy(h) => self.copied(h),
             Input::Checkpointed(t) => {
                 let mut writes = Vec::new();
                 self.checkpointed(t, &mut writes);
@@ -1291,11 +1299,11 @@ impl Replica {
     /// `Effects::checkpointer`.
     fn feed(&mut self, f: checkpointer::Feed, writes: &mut Vec<Write>) {
         match self.checkpointer.as_mut() {
-            Some(c) => {
-                if let Some(t) = c.feed(f) {
-                    self.checkpointed(t, writes);
-                }
-            }
+            Some(c) => match c.feed(f) {
+                Some(checkpointer::Built::Checkpoint(t)) => self.checkpointed(t, writes),
+                Some(checkpointer::Built::Copy(h)) => self.copied(h),
+                None => {}
+            },
             None => self.out.checkpointer.push(f),
         }
     }
@@ -1328,33 +1336,89 @@ impl Replica {
                 self.led = raft.term;
                 self.authority.reset();
             }
-            // Everything before this term's first entry must be applied first: the
-            // master starts from the state the previous leaders committed. The first
-            // entry of a term is raft-rs's empty one; everything of an earlier master of
-            // this term (stopped above) must be applied too.
-            let caught_up = raft.raft_log.committed >= raft.raft_log.last_index()
-                && self.shadow.applied >= raft.raft_log.committed
-                && self.proposed.is_empty();
-            if caught_up {
-                self.generation += 1;
+            if !self.caught_up() {
+                return;
+            }
+            if self.checkpointer.is_some() {
+                // Run here: the copy is made at once.
                 let (cp, meta) = self.shadow.copy_meta(&self.mcfg);
-                if self.observed {
-                    // The observers see what the master was built from.
-                    self.out.master_starts.push((self.generation, cp, self.led));
-                }
-                let mut m =
-                    Master::take_over(self.mcfg.clone(), self.now, meta, self.shadow.seq, self.led);
-                m.set_authority(Time::ZERO);
-                tracing::info!(
-                    term = self.led,
-                    seq = self.shadow.seq,
-                    "master group leader serving"
-                );
-                // The master's first step may log (a fresh cluster's id).
-                self.master = Some(m);
-                self.pass_to_master(master::Input::Tick);
+                self.start_master(cp, meta);
+            } else if self.copy_asked != Some((self.led, self.shadow.applied)) {
+                // Made beside the event loop, which goes on (heartbeats, votes) until
+                // the copy comes back (`copied`).
+                self.copy_asked = Some((self.led, self.shadow.applied));
+                let index = self.shadow.applied;
+                self.out
+                    .checkpointer
+                    .push(checkpointer::Feed::Copy { index });
             }
         }
+    }
+
+    /// A new leader may start its master: everything before this term's first entry is
+    /// applied (the master starts from the state the previous leaders committed; the
+    /// first entry of a term is raft-rs's empty one), and nothing of an earlier master
+    /// of this term waits to be committed.
+    fn caught_up(&self) -> bool {
+        let raft = &self.node.raft;
+        raft.state == StateRole::Leader
+            && raft.term == self.led
+            && self.master.is_none()
+            && raft.raft_log.committed >= raft.raft_log.last_index()
+            && self.shadow.applied >= raft.raft_log.committed
+            && self.proposed.is_empty()
+    }
+
+    /// The copy of the committed state for a new leader's master came back: the master
+    /// starts on it if this replica still leads in the term it was asked for, still
+    /// caught up at the entry it is as of. Otherwise it is dropped (a later term asks
+    /// for its own).
+    fn copied(&mut self, h: checkpointer::Handover) {
+        let asked = self.copy_asked;
+        let Some((cp, meta)) = h.take() else {
+            return;
+        };
+        if asked.is_none_or(|(_, index)| index != h.index) {
+            tracing::debug!(index = h.index, "a copy not asked for (any more) dropped");
+            return;
+        }
+        self.copy_asked = None;
+        if asked.map(|(term, _)| term) != Some(self.led)
+            || !self.caught_up()
+            || self.shadow.applied != h.index
+        {
+            tracing::debug!(
+                index = h.index,
+                "a copy for a leadership since lost dropped"
+            );
+            return;
+        }
+        assert_eq!(
+            h.seq, self.shadow.seq,
+            "the copy of the state through entry {} ends at another record than the state",
+            h.index
+        );
+        self.start_master(cp, meta);
+    }
+
+    /// Starts the master of this leader's term on `meta`, the committed state (made
+    /// through `cp`).
+    fn start_master(&mut self, cp: pb::Checkpoint, meta: Meta) {
+        self.generation += 1;
+        if self.observed {
+            // The observers see what the master was built from.
+            self.out.master_starts.push((self.generation, cp, self.led));
+        }
+        let mut m = Master::take_over(self.mcfg.clone(), self.now, meta, self.shadow.seq, self.led);
+        m.set_authority(Time::ZERO);
+        tracing::info!(
+            term = self.led,
+            seq = self.shadow.seq,
+            "master group leader serving"
+        );
+        // The master's first step may log (a fresh cluster's id).
+        self.master = Some(m);
+        self.pass_to_master(master::Input::Tick);
     }
 
     /// Drops the master: what it held is answered "not the leader" (the caller asks

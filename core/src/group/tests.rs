@@ -47,6 +47,11 @@ struct World {
     lose_parts: BTreeSet<usize>,
     /// Each step's calls go out in the reverse of the order they were made.
     reverse_calls: bool,
+    /// Every replica started from now on runs its checkpointer beside it (not only the
+    /// even-numbered ones).
+    all_beside: bool,
+    /// Replicas whose checkpointers (run beside them) take nothing for now.
+    held: BTreeSet<u64>,
 }
 
 fn addr(id: u64) -> String {
@@ -91,6 +96,8 @@ impl World {
             parts_sent: 0,
             lose_parts: BTreeSet::new(),
             reverse_calls: false,
+            all_beside: false,
+            held: BTreeSet::new(),
         };
         for i in 1..=n {
             let store = LogStore::fresh((1..=n).map(|i| (i, addr(i))).collect());
@@ -113,7 +120,7 @@ impl World {
         mcfg.rng_seed = id;
         let mut r = Replica::start(cfg, mcfg, self.now, store).expect("starts");
         self.checkpointers.remove(&id);
-        if id.is_multiple_of(2) {
+        if id.is_multiple_of(2) || self.all_beside {
             r.hold_proposals();
             let c = r.take_checkpointer().expect("not yet taken");
             self.checkpointers.insert(id, (c, VecDeque::new()));
@@ -174,6 +181,9 @@ impl World {
     fn run_checkpointers(&mut self) {
         let ids: Vec<u64> = self.checkpointers.keys().copied().collect();
         for id in ids {
+            if self.held.contains(&id) {
+                continue;
+            }
             let Some((c, q)) = self.checkpointers.get_mut(&id) else {
                 continue;
             };
@@ -181,7 +191,14 @@ impl World {
             for f in std::mem::take(q) {
                 taken.extend(c.feed(f));
             }
-            for t in taken {
+            for b in taken {
+                let t = match b {
+                    checkpointer::Built::Checkpoint(t) => t,
+                    checkpointer::Built::Copy(h) => {
+                        self.step(id, Input::MasterCopy(h));
+                        continue;
+                    }
+                };
                 let before = self.replicas[&id]
                     .as_ref()
                     .map(|r| r.node.store().snapshot_index());
@@ -248,7 +265,7 @@ impl World {
         // Even-numbered replicas hold their master's records for a flush at the end of
         // each world step, as a driver does at the end of a batch of events.
         for &i in &ids {
-            if i.is_multiple_of(2) {
+            if i.is_multiple_of(2) || self.all_beside {
                 self.step(i, Input::Flush);
             }
         }
@@ -957,6 +974,74 @@ fn a_joining_replica_takes_a_snapshot_sent_in_parts_one_lost() {
     assert_eq!(whole, 1, "snapshots made whole from parts");
     assert!(parts as usize >= w.parts_sent / 2, "{parts} parts taken");
     assert!(w.live(4).shadow().seq > 0);
+}
+
+/// A new leader's master starts on a copy of the committed state made beside the
+/// replica: while it is being made the leader goes on heartbeating (no other is
+/// elected, however long it takes), and serves once it comes back.
+#[test]
+fn a_new_leader_leads_on_while_its_masters_copy_is_made_beside_it() {
+    let mut w = World::new(3);
+    w.all_beside = true;
+    for i in 1..=3 {
+        w.crash(i);
+        w.start(i);
+    }
+    w.run(4000);
+    assert_eq!(w.call(mkdir("/a"), 1), Ok(()));
+    let old = w.leader().unwrap();
+    w.held = (1..=3).collect();
+    w.crash(old);
+    w.run(3000);
+    let leading: Vec<Status> = w
+        .replicas
+        .values()
+        .flatten()
+        .map(|r| r.status())
+        .filter(|s| s.role == "leader")
+        .collect();
+    assert_eq!(leading.len(), 1, "one leader elected");
+    let (l, term) = (leading[0].id, leading[0].term);
+    assert!(
+        !leading[0].serving,
+        "serving before its master's copy came back"
+    );
+    // Ten election timeouts and more: still the leader of the same term.
+    w.run(20_000);
+    let s = w.live(l).status();
+    assert_eq!((s.role, s.term, s.serving), ("leader", term, false));
+
+    // Cut off before its copy came back, it loses the lead to a replica of the other
+    // two; its copy, released, comes back too late and is dropped.
+    w.start(old);
+    let third = (1..=3).find(|&i| i != l && i != old).unwrap();
+    for o in [old, third] {
+        w.cut.insert((l, o));
+        w.cut.insert((o, l));
+    }
+    w.run(5000);
+    let s = w.live(l).status();
+    assert!(s.role != "leader" || s.term == term, "{s:?}");
+    let masters_run = w.live(l).generation;
+    w.held.remove(&l);
+    w.run(200);
+    assert!(w.checkpointers[&l].1.is_empty(), "its feeds were taken");
+    assert_eq!(
+        w.live(l).generation,
+        masters_run,
+        "a master started on a copy asked in a term since lost"
+    );
+    w.held.clear();
+    w.run(200);
+    let new = w.leader().expect("one of the two others serves");
+    assert_ne!(new, l);
+    assert!(w.live(new).status().term > term);
+    assert_eq!(w.call(mkdir("/b"), 2), Ok(()));
+    w.cut.clear();
+    w.run(3000);
+    for i in 1..=3 {
+        assert!(w.has_dir(i, "/a") && w.has_dir(i, "/b"), "replica {i}");
+    }
 }
 
 /// A removal that would leave fewer live voters than a majority of those left is

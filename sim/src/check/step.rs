@@ -43,6 +43,18 @@ pub fn replica_step(
             G::Persisted { number } => tr.add_u64(*number),
             G::Malformed { id, .. } => tr.add_u64(*id),
             G::Flush => tr.add(b"flush"),
+            G::MasterCopy(h) => {
+                tr.add(b"master copy");
+                tr.add_u64(h.index);
+                // A new leader's master copy, made beside it: one that came back too
+                // late (the replica no longer leads, or applied more) is dropped.
+                let kind = if s.serving {
+                    "master_copy_taken"
+                } else {
+                    "master_copy_dropped"
+                };
+                *c.faults.entry(kind).or_default() += 1;
+            }
             G::Checkpointed(taken) => {
                 tr.add(b"checkpointed");
                 tr.add_u64(taken.ask.index);
