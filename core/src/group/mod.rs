@@ -256,6 +256,9 @@ pub struct Replica {
     snapshots_out: BTreeMap<u64, u64>,
     /// Snapshots coming from other replicas in parts.
     assembler: snapshot_parts::Assembler,
+    /// The state of a snapshot a peer sent, restored when it was checked in this step
+    /// (its index and term), for raft-rs's taking it.
+    restored: Option<(u64, u64, shadow::Shadow)>,
     /// The master stopped in the latest step, and its generation: the steps it took
     /// before it stopped are shown to observers with it (`master_of`).
     stopped: Option<(u64, Master)>,
@@ -380,6 +383,7 @@ impl Replica {
             snapshot_unpersisted: None,
             snapshots_out: BTreeMap::new(),
             assembler: snapshot_parts::Assembler::default(),
+            restored: None,
             stopped: None,
             locations: locations::Locations::default(),
             conf_asked: BTreeMap::new(),
@@ -614,6 +618,8 @@ impl Replica {
         self.drain();
         self.note_current();
         self.flushing = false;
+        // Not taken by raft-rs in this step (a snapshot it refused): not kept.
+        self.restored = None;
         std::mem::take(&mut self.out)
     }
 
@@ -787,9 +793,18 @@ impl Replica {
             );
             return;
         }
-        if let Err(e) = self.check_peer(&m) {
-            tracing::warn!(from = m.from, error = %e, "refused a replica message");
-            return;
+        match self.check_peer(&m) {
+            Err(e) => {
+                tracing::warn!(from = m.from, error = %e, "refused a replica message");
+                return;
+            }
+            Ok(restored) => {
+                // Restored to check it: kept for raft-rs's taking it in this step.
+                self.restored = restored.map(|sh| {
+                    let meta = m.get_snapshot().get_metadata();
+                    (meta.index, meta.term, sh)
+                });
+            }
         }
         self.last_heard.insert(m.from, arrived.min(self.now));
         use rp::MessageType::*;
@@ -852,8 +867,10 @@ impl Replica {
     }
 
     /// What raft-rs would take on trust from a peer and fail on: entries that are not
-    /// Tessera's, a snapshot that does not restore, a commit past the log.
-    fn check_peer(&self, m: &rp::Message) -> Result<(), String> {
+    /// Tessera's, a snapshot that does not restore, a commit past the log. A snapshot's
+    /// state, restored to check it, is given back.
+    fn check_peer(&self, m: &rp::Message) -> Result<Option<shadow::Shadow>, String> {
+        let mut restored = None;
         if m.term == 0 {
             // raft-rs takes a message of term 0 for one a replica made for itself.
             return Err("a replica message without a term".into());
@@ -912,8 +929,10 @@ impl Replica {
                      it under a new id"
                 ));
             }
-            shadow::Shadow::from_snapshot(s, &self.mcfg)
-                .map_err(|e| format!("snapshot {}: {e}", s.get_metadata().index))?;
+            restored = Some(
+                shadow::Shadow::from_snapshot(s, &self.mcfg)
+                    .map_err(|e| format!("snapshot {}: {e}", s.get_metadata().index))?,
+            );
         }
         if m.msg_type == rp::MessageType::MsgAppend {
             // Entries follow the one named, in order, no newer than the sender's term,
@@ -943,7 +962,7 @@ impl Replica {
                 self.node.raft.raft_log.last_index()
             ));
         }
-        Ok(())
+        Ok(restored)
     }
 
     /// One step of the master, if it runs; its effects are taken in.
@@ -1123,8 +1142,14 @@ impl Replica {
             let took_snapshot = !rd.snapshot().is_empty();
             if took_snapshot {
                 let snap = rd.snapshot().clone();
-                self.shadow = shadow::Shadow::from_snapshot(&snap, &self.mcfg)
-                    .expect("a snapshot is checked before raft-rs takes it");
+                let meta = snap.get_metadata();
+                self.shadow = match self.restored.take() {
+                    // Restored once already, when it was checked (`check_peer`): the
+                    // state as of one index and term is one state.
+                    Some((index, term, sh)) if (index, term) == (meta.index, meta.term) => sh,
+                    _ => shadow::Shadow::from_snapshot(&snap, &self.mcfg)
+                        .expect("a snapshot is checked before raft-rs takes it"),
+                };
                 self.feed(checkpointer::Feed::Reset(snap.clone()), &mut writes);
                 let members = store::members_of(&snap)
                     .expect("a snapshot is checked before raft-rs takes it");
