@@ -324,14 +324,29 @@ const BATCH_LIMIT: usize = 1024;
 /// made durable.
 type Syncing<M> = Pin<Box<dyn Future<Output = (M, Result<u64, StoreError>)> + Send>>;
 
-/// Sends what `outbox` holds, one call per replica.
+/// Sends what `outbox` holds, one call per replica. The parts of a snapshot go one
+/// after another, each with a deadline of its own from when it is sent: sent at once,
+/// they would share one deadline however large the snapshot (and fill the receiver's
+/// request memory), and a large one would never arrive whole.
 fn send<R: Runtime, T: Transport>(
     rt: &R,
     transport: &T,
     opts: &GroupOptions,
     outbox: &mut Vec<(String, pb::RaftMessage)>,
 ) {
-    for (to, msg) in group::wire::batches(std::mem::take(outbox), opts.group.snapshot_part_bytes) {
+    let calls = group::wire::batches(std::mem::take(outbox), opts.group.snapshot_part_bytes);
+    // The parts for each address, in order.
+    let mut parts: Vec<(String, Vec<pb::MasterRequest>)> = Vec::new();
+    for (to, msg) in calls {
+        if let Some(pb::master_request::Req::RaftBatch(b)) = &msg.req
+            && !b.snapshot_parts.is_empty()
+        {
+            match parts.iter_mut().find(|(a, _)| *a == to) {
+                Some((_, v)) => v.push(msg),
+                None => parts.push((to, vec![msg])),
+            }
+            continue;
+        }
         let transport = transport.clone();
         let deadline = rt.now() + opts.call_timeout;
         rt.spawn(async move {
@@ -339,6 +354,22 @@ fn send<R: Runtime, T: Transport>(
             let _ = transport
                 .call(&to, msg.encode_to_vec().into(), deadline)
                 .await;
+        });
+    }
+    for (to, msgs) in parts {
+        let (transport, rt2, timeout) = (transport.clone(), rt.clone(), opts.call_timeout);
+        rt.spawn(async move {
+            for msg in msgs {
+                let deadline = rt2.now() + timeout;
+                if transport
+                    .call(&to, msg.encode_to_vec().into(), deadline)
+                    .await
+                    .is_err()
+                {
+                    // The snapshot cannot arrive whole: the leader sends it again.
+                    return;
+                }
+            }
         });
     }
 }

@@ -748,7 +748,16 @@ impl Replica {
     /// A part of a snapshot from another replica: the snapshot message, once whole, is
     /// taken as any other.
     fn on_snapshot_part(&mut self, p: pb::RaftSnapshotPart, arrived: Time) {
-        let (from, to) = p.message.as_ref().map(|m| (m.from, m.to)).unwrap_or((0, 0));
+        let (from, to, term) = p
+            .message
+            .as_ref()
+            .map(|m| (m.from, m.to, m.term))
+            .unwrap_or((0, 0, 0));
+        if term < self.node.raft.term {
+            // raft-rs would refuse the snapshot of an earlier term: not held.
+            tracing::debug!(from, term, "a snapshot part of an earlier term dropped");
+            return;
+        }
         if to != self.cfg.id || !self.cfg.members.contains_key(&from) || from == to {
             tracing::warn!(
                 from,
@@ -798,13 +807,12 @@ impl Replica {
                 tracing::warn!(from = m.from, error = %e, "refused a replica message");
                 return;
             }
-            Ok(restored) => {
+            Ok(Some(sh)) => {
                 // Restored to check it: kept for raft-rs's taking it in this step.
-                self.restored = restored.map(|sh| {
-                    let meta = m.get_snapshot().get_metadata();
-                    (meta.index, meta.term, sh)
-                });
+                let meta = m.get_snapshot().get_metadata();
+                self.restored = Some((meta.index, meta.term, sh));
             }
+            Ok(None) => {}
         }
         self.last_heard.insert(m.from, arrived.min(self.now));
         use rp::MessageType::*;

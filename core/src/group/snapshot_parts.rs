@@ -13,7 +13,10 @@
 //!   whole snapshot again after a while (`Replica::retry_snapshots`); the receiver drops
 //!   what it held of a snapshot whose parts stopped coming (`Assembler::expire`).
 //! - A receiver holds one snapshot per sender: a part of a later one (a later term, or
-//!   a later index) replaces it; a part of an earlier one is refused.
+//!   a later index) replaces it; a part of an earlier one is refused. What it holds in
+//!   all is capped, and each part's bytes are copied out of the request that brought
+//!   them (a slice would keep the whole request's buffer).
+//! - The sender sends the parts one after another, each with a deadline of its own.
 //!
 //! Nothing a part claims is trusted: a part that does not fit its snapshot (bytes past
 //! its end, overlapping bytes already held, a length that changes) is refused, and the
@@ -141,8 +144,27 @@ impl Assembler {
                     a.index, a.term
                 ));
             }
-            Some(a) if (a.term, a.index, a.total) == (term, index, total) => {}
+            Some(a) if (a.term, a.index) == (term, index) && a.total != total => {
+                return Err(format!(
+                    "a part of snapshot {index} (term {term}) of {total} bytes, where the \
+                     parts held say {}",
+                    a.total
+                ));
+            }
+            Some(a) if (a.term, a.index) == (term, index) => {}
             _ => {
+                let others: u64 = self
+                    .from
+                    .iter()
+                    .filter(|(f, _)| **f != from)
+                    .map(|(_, a)| a.held)
+                    .sum();
+                if others + total > MAX_SNAPSHOT_BYTES {
+                    return Err(format!(
+                        "a snapshot of {total} bytes, with {others} held of others: past \
+                         the {MAX_SNAPSHOT_BYTES} bytes a replica assembles"
+                    ));
+                }
                 self.from.insert(
                     from,
                     Assembly {
@@ -185,7 +207,8 @@ impl Assembler {
                 "a snapshot part at {offset} of {len} bytes overlaps bytes already held"
             ));
         }
-        a.parts.insert(offset, data);
+        // Copied: a slice would keep the whole request it came in.
+        a.parts.insert(offset, Bytes::copy_from_slice(&data));
         a.held += len;
         a.touched = tick;
         self.parts_taken += 1;
@@ -307,6 +330,9 @@ mod tests {
         let mut other_length = ps[0].clone();
         other_length.data = other_length.data.slice(..10);
         assert!(a.take(other_length, 0).is_err());
+        let mut other_total = ps[1].clone();
+        other_total.total = 120;
+        assert!(a.take(other_total, 0).is_err());
         let mut huge = ps[1].clone();
         huge.total = MAX_SNAPSHOT_BYTES + 1;
         assert!(a.take(huge, 0).is_err());
