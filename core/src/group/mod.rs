@@ -1075,8 +1075,8 @@ impl Replica {
     }
 
     /// Reports snapshots not taken within a few election timeouts (and the time they
-    /// take to send) as failed, so
-    /// raft-rs sends the follower another (it waits for a report otherwise).
+    /// take to send) as failed, so raft-rs sends the follower another (it waits for a
+    /// report otherwise).
     fn retry_snapshots(&mut self) {
         if self.node.raft.state != StateRole::Leader {
             self.snapshots_out.clear();
@@ -1372,18 +1372,13 @@ impl Replica {
             if !self.caught_up() {
                 return;
             }
-            if self.checkpointer.is_some() {
-                // Run here: the copy is made at once.
-                let (cp, meta) = self.shadow.copy_meta(&self.mcfg);
-                self.start_master(cp, meta);
-            } else if self.copy_asked != Some((self.led, self.shadow.applied)) {
-                // Made beside the event loop, which goes on (heartbeats, votes) until
-                // the copy comes back (`copied`).
+            if self.copy_asked != Some((self.led, self.shadow.applied)) {
+                // Made by the checkpointer: beside the event loop, which goes on
+                // (heartbeats, votes) until the copy comes back (`copied`), or at once
+                // if the replica runs it itself. A copy writes nothing.
                 self.copy_asked = Some((self.led, self.shadow.applied));
                 let index = self.shadow.applied;
-                self.out
-                    .checkpointer
-                    .push(checkpointer::Feed::Copy { index });
+                self.feed(checkpointer::Feed::Copy { index }, &mut Vec::new());
             }
         }
     }
