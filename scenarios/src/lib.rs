@@ -61,6 +61,15 @@ fn eager_scrub(k: &mut Knobs) {
     k.scrub_idle = Duration::from_secs(1);
 }
 
+/// Chunks of three blocks and more, as the last copy rot needs (a write into one block,
+/// rot in another); the size a restarted master gives files stays the same.
+fn rot_chunks(k: &mut Knobs) {
+    if k.chunk_size < 256 << 10 {
+        k.chunk_size = 256 << 10;
+    }
+    k.restart_chunk_size = 0;
+}
+
 /// A master group of three under shared clients racing namespace operations and
 /// writes on one directory (a linearizability check).
 fn group_scenario(sc: Scenario) -> Scenario {
@@ -84,6 +93,7 @@ const fn scenario(name: &'static str, faults: FaultMix) -> Scenario {
         tweak: keep,
         heal_within: Duration::from_secs(180),
         silent_corruption: false,
+        last_copy_rot: false,
         stale_collected: false,
         vary: false,
     }
@@ -222,6 +232,26 @@ pub fn all() -> Vec<Scenario> {
                 ..WORKLOAD
             },
             ..scenario("scrub", NO_FAULTS)
+        },
+        // The one copy of a chunk's current version rots in a block its older copies
+        // hold (a write taken while the others were down), on a cluster of exactly R
+        // servers after a workload with crashes: it must be mended from them, not
+        // deleted (`tessera_sim::rot`).
+        Scenario {
+            shape: Shape {
+                chunkservers: 3,
+                ..SHAPE
+            },
+            tweak: rot_chunks,
+            last_copy_rot: true,
+            ..scenario(
+                "last-copy-rot",
+                FaultMix {
+                    server_crashes: true,
+                    slow_disks: true,
+                    ..NO_FAULTS
+                },
+            )
         },
         // A disk that stops answering for seconds: orders sit on it past their callers'
         // deadlines and land late.

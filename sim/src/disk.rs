@@ -235,6 +235,11 @@ impl SimDisk {
         hit
     }
 
+    /// The bytes of chunk `h` that survive a crash (the durable view), if it has any.
+    pub fn data(&self, h: ChunkHandle) -> Option<Vec<u8>> {
+        self.state().durable.get(&h).map(|c| c.data.clone())
+    }
+
     /// Chunks on this disk with their data length (written view); not the server's
     /// identity record.
     pub fn chunks(&self) -> Vec<(ChunkHandle, usize)> {

@@ -24,6 +24,8 @@ pub mod net;
 #[cfg(madsim)]
 pub mod replace;
 #[cfg(madsim)]
+pub mod rot;
+#[cfg(madsim)]
 pub mod run;
 #[cfg(madsim)]
 pub mod runtime;

@@ -22,6 +22,9 @@ pub struct Scenario {
     /// After the workload, while the data lies idle and unread, flip bits in up to R−1
     /// servers' copies; the scrubber must report every one.
     pub silent_corruption: bool,
+    /// After healing, the only current copy of a chunk rots in a block its older copies
+    /// hold, and must be mended (`rot.rs`).
+    pub last_copy_rot: bool,
     /// Healing also means every stale copy (a version below the master's) is deleted.
     pub stale_collected: bool,
     /// The seed also picks the cluster's shape (servers, racks, clients), its
@@ -249,6 +252,26 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         sc.stale_collected,
     )
     .await;
+    // The scripted rot of a last current copy, on the healed cluster; then healed again
+    // (the chunk back at its goal) before everything is read back.
+    let healed = if healed && sc.last_copy_rot {
+        match runs.first_mut() {
+            Some(run) if !shared => {
+                crate::rot::last_copy_rot(&mut cluster, &checks, run).await;
+                liveness(&cluster, &checks, sc.heal_within, false, sc.stale_collected).await
+            }
+            _ => {
+                fail(
+                    &checks,
+                    &cluster,
+                    "the last copy rot needs a private client's run".into(),
+                );
+                false
+            }
+        }
+    } else {
+        healed
+    };
     if healed && !sc.faults.beyond_claim && shared {
         if let Some(mut r) = runs.pop() {
             let client = client_for(&cluster, r.id);

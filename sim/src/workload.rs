@@ -65,7 +65,7 @@ fn rand() -> u64 {
 }
 
 /// Bytes no other write produces: client, sequence number and position are mixed in.
-fn pattern(client: usize, seq: u64, len: u64) -> Bytes {
+pub fn pattern(client: usize, seq: u64, len: u64) -> Bytes {
     let base = (client as u64).wrapping_mul(0x9E37_79B9) ^ seq.wrapping_mul(0x85EB_CA6B);
     (0..len)
         .map(|i| (base.wrapping_add(i.wrapping_mul(31)) >> 3) as u8)
@@ -754,7 +754,7 @@ async fn read(
 
 /// Retries `op` while it fails, for up to two minutes of simulated time: right after
 /// healing, a restarted master grants no lease for one lease period, and locations settle.
-async fn patiently<T, F: std::future::Future<Output = Result<T, FsError>>>(
+pub async fn patiently<T, F: std::future::Future<Output = Result<T, FsError>>>(
     mut op: impl FnMut() -> F,
 ) -> Result<T, FsError> {
     let give_up = madsim::time::Instant::now() + Duration::from_secs(120);
@@ -2157,7 +2157,10 @@ async fn verify_puts(
 }
 
 /// The master's chunk list of `path`, asked directly.
-async fn get_chunks(client: &C, path: &str) -> Result<tessera_core::pb::GetChunksResponse, String> {
+pub async fn get_chunks(
+    client: &C,
+    path: &str,
+) -> Result<tessera_core::pb::GetChunksResponse, String> {
     use prost::Message;
     use tessera_core::pb::{self, master_request::Req as MReq, master_response::Resp};
     use tessera_core::runtime::{Runtime, Transport};

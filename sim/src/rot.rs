@@ -1,0 +1,291 @@
+//! The last copy of a version rots (`Scenario::last_copy_rot`): a scripted phase after
+//! the workload that puts the master's mending (`master/mend.rs`) to work on every seed.
+//!
+//! The state it needs is rare under random faults: a chunk whose only copy of the
+//! current version is corrupt, while older copies survive that still hold the corrupt
+//! block intact. It arises when a mutation reaches one copy (the others down), those come
+//! back stale, and the one current copy then rots in a block the mutation never touched.
+//! Deleting that copy, as any other corrupt one is, would fall the chunk back to its
+//! older copies and lose the acknowledged mutation. The phase makes the state on purpose:
+//!
+//! 1. a file of its own, written whole on all R copies (two blocks and more);
+//! 2. the other R−1 holders of its first chunk killed, and one small write acknowledged
+//!    into its second block, by the one copy left;
+//! 3. a bit of the first block flipped on that copy (the older copies hold that block as
+//!    it was), its server restarted (so its read cache no longer hides the rot), and the
+//!    killed servers started again, stale;
+//! 4. the file read back whole: the read (or the clone that restores the chunk's goal)
+//!    finds the rot, and the master must have the copy mended from the older ones.
+//!
+//! The run fails if the state could not be made, if no mend succeeds within two minutes,
+//! or if the file reads back anything but what was acknowledged.
+
+use std::time::Duration;
+
+use tessera_core::types::BLOCK_SIZE;
+
+use crate::check::Shared;
+use crate::cluster::Cluster;
+use crate::workload::{self, ClientRun};
+
+fn rand() -> u64 {
+    madsim::rand::random()
+}
+
+fn fail(checks: &Shared, cluster: &Cluster, what: String) {
+    checks
+        .lock()
+        .expect("checks")
+        .violation(cluster.true_ms(), format!("last copy rot: {what}"));
+}
+
+/// Runs `op` on client `run`'s node, with the run (its model) lent to it and given back.
+async fn on_client<T, F, Fut>(cluster: &Cluster, run: &mut ClientRun, op: F) -> T
+where
+    T: Send + 'static,
+    F: FnOnce(workload::C, ClientRun) -> Fut,
+    Fut: std::future::Future<Output = (T, ClientRun)> + Send + 'static,
+{
+    let r = std::mem::replace(run, ClientRun::new(run.id, run.chunk_size));
+    let h = cluster.clients[r.id].0.spawn(op(cluster.client(r.id), r));
+    let (out, r) = h.await.expect("a client task of the rot phase died");
+    *run = r;
+    out
+}
+
+/// The phase (see the module's doc). `run` is a client's run whose model the file joins,
+/// so the checks after healing judge it too.
+pub async fn last_copy_rot(cluster: &mut Cluster, checks: &Shared, run: &mut ClientRun) {
+    let path = format!("/c{}/rot", run.id);
+    let r = cluster.knobs.replication as usize;
+    if r < 2 || r > cluster.servers.len() {
+        fail(
+            checks,
+            cluster,
+            format!("needs 2 to {} copies, not {r}", cluster.servers.len()),
+        );
+        return;
+    }
+    // 1. The file, whole on every copy: more than two blocks, in its first chunk.
+    let len = (2 * BLOCK_SIZE + 1 + rand() % BLOCK_SIZE).min(cluster.knobs.chunk_size);
+    if len <= 2 * BLOCK_SIZE {
+        fail(
+            checks,
+            cluster,
+            format!(
+                "chunks of {} bytes hold fewer than three blocks",
+                cluster.knobs.chunk_size
+            ),
+        );
+        return;
+    }
+    let data = workload::pattern(run.id, 7_000_000, len);
+    let (p, d) = (path.clone(), data.clone());
+    let made = on_client(cluster, run, |c, mut run| async move {
+        let out = async {
+            let dir = p.rsplit_once('/').map_or("/", |x| x.0).to_string();
+            workload::patiently(|| c.mkdir(&dir, true)).await?;
+            workload::patiently(|| c.create(&p, 0)).await?;
+            run.model.files.insert(p.clone(), Default::default());
+            let wrote = workload::patiently(|| c.write(&p, 0, d.clone())).await;
+            let f = run.model.files.get_mut(&p).expect("just made");
+            match wrote {
+                Ok(()) => f.write_ok(0, &d),
+                Err(e) => {
+                    f.write_failed(0, &d);
+                    return Err(e);
+                }
+            }
+            workload::get_chunks(&c, &p)
+                .await
+                .map_err(tessera_core::FsError::Unavailable)
+        }
+        .await;
+        (out, run)
+    })
+    .await;
+    let info = match made {
+        Ok(info) => info,
+        Err(e) => {
+            fail(
+                checks,
+                cluster,
+                format!("writing {path} on a healthy cluster failed: {e}"),
+            );
+            return;
+        }
+    };
+    let Some(chunk) = info.chunks.iter().find(|c| c.index == 0).cloned() else {
+        fail(
+            checks,
+            cluster,
+            format!("{path} has no first chunk: {info:?}"),
+        );
+        return;
+    };
+    let index = |addr: &str| cluster.servers.iter().position(|s| s.addr == addr);
+    let holders: Vec<usize> = chunk.replicas.iter().filter_map(|a| index(a)).collect();
+    if holders.len() != r {
+        fail(
+            checks,
+            cluster,
+            format!(
+                "{path}'s first chunk has {} copies listed, not {r}: {chunk:?}",
+                holders.len()
+            ),
+        );
+        return;
+    }
+    let h = chunk.handle;
+    let keep = holders[(rand() % r as u64) as usize];
+    let others: Vec<usize> = holders.iter().copied().filter(|&i| i != keep).collect();
+
+    // 2. The others down; one write into the second block, taken by the one copy left.
+    // Their versions as they go down (a crashed server's word is forgotten).
+    let older: Vec<Option<u64>> = {
+        let c = checks.lock().expect("checks");
+        others
+            .iter()
+            .map(|&i| c.versions.server_version(&cluster.servers[i].addr, h))
+            .collect()
+    };
+    for &i in &others {
+        cluster.kill_server(i);
+    }
+    let off = BLOCK_SIZE + rand() % (len - BLOCK_SIZE - 100);
+    let small = workload::pattern(run.id, 7_000_001, 100);
+    let (p, d) = (path.clone(), small.clone());
+    let wrote = on_client(cluster, run, |c, mut run| async move {
+        let wrote = workload::patiently(|| c.write(&p, off, d.clone())).await;
+        let f = run.model.files.get_mut(&p).expect("modelled");
+        match &wrote {
+            Ok(()) => f.write_ok(off, &d),
+            Err(_) => f.write_failed(off, &d),
+        }
+        (wrote, run)
+    })
+    .await;
+    let kept = cluster.servers[keep].addr.clone();
+    let current = checks
+        .lock()
+        .expect("checks")
+        .versions
+        .server_version(&kept, h);
+    if let Err(e) = wrote {
+        for &i in &others {
+            cluster.restart_server(i);
+        }
+        fail(
+            checks,
+            cluster,
+            format!("with one copy of chunk {h} up ({kept}), a write failed: {e}"),
+        );
+        return;
+    }
+    if older.iter().any(|v| v.is_none() || *v >= current) || current.is_none() {
+        for &i in &others {
+            cluster.restart_server(i);
+        }
+        fail(
+            checks,
+            cluster,
+            format!(
+                "chunk {h}: {kept} holds v{current:?}, the others {older:?}: the write did not leave one current copy"
+            ),
+        );
+        return;
+    }
+
+    // 3. The one current copy rots in its first block, which every older copy holds as
+    // it is (checked byte for byte); then the older copies come back.
+    let ours = cluster.servers[keep].disk.data(h).unwrap_or_default();
+    let first = 0..BLOCK_SIZE as usize;
+    let same = others.iter().all(|&i| {
+        cluster.servers[i].disk.data(h).is_some_and(|d| {
+            d.len() >= first.end
+                && ours.len() >= first.end
+                && d[first.clone()] == ours[first.clone()]
+        })
+    });
+    if !same {
+        for &i in &others {
+            cluster.restart_server(i);
+        }
+        fail(
+            checks,
+            cluster,
+            format!("chunk {h}: the older copies' first block differs from {kept}'s"),
+        );
+        return;
+    }
+    let at = (rand() % BLOCK_SIZE) as usize;
+    let mended_before = checks.lock().expect("checks").mends;
+    // Its server restarts too, so that its read cache (which holds what was just
+    // written) no longer hides the rot: reads and clones of the block come from disk.
+    cluster.kill_server(keep);
+    if !cluster.flip_bit(keep, h, at, (rand() % 8) as u8) {
+        cluster.restart_server(keep);
+        for &i in &others {
+            cluster.restart_server(i);
+        }
+        fail(
+            checks,
+            cluster,
+            format!("chunk {h}: no byte {at} to flip on {kept}"),
+        );
+        return;
+    }
+    cluster.count_fault("last_copy_rot", 1);
+    tracing::info!(
+        t = cluster.true_ms(),
+        "last copy rot: chunk {h} v{current:?} on {kept} flipped at {at}; older copies v{older:?} restart"
+    );
+    for &i in holders.iter() {
+        cluster.restart_server(i);
+    }
+
+    // 4. Read back: the acknowledged write must be there, and the copy mended.
+    let p = path.clone();
+    let read = on_client(cluster, run, |c, run| async move {
+        (workload::patiently(|| c.read(&p, 0, u64::MAX)).await, run)
+    })
+    .await;
+    let model = run.model.files[&path].clone();
+    match read {
+        Ok(got) => {
+            checks.lock().expect("checks").reads_checked += 1;
+            if let Err(e) = model.check_read(0, u64::MAX, &got) {
+                fail(
+                    checks,
+                    cluster,
+                    format!("{path} (chunk {h}) read back wrong: {e}"),
+                );
+            }
+        }
+        Err(e) => fail(
+            checks,
+            cluster,
+            format!("{path} (chunk {h}) cannot be read: {e}"),
+        ),
+    }
+    let deadline = cluster.true_ms() + 120_000;
+    loop {
+        let now = checks.lock().expect("checks").mends;
+        if now[0] > mended_before[0] {
+            return;
+        }
+        if cluster.true_ms() > deadline {
+            fail(
+                checks,
+                cluster,
+                format!(
+                    "chunk {h}'s one current copy on {kept} rotted in a block its older copies hold; \
+                     not mended within 120 s (mends ok/failed: {:?} -> {now:?})",
+                    mended_before
+                ),
+            );
+            return;
+        }
+        madsim::time::sleep(Duration::from_secs(1)).await;
+    }
+}
