@@ -94,6 +94,7 @@ const fn scenario(name: &'static str, faults: FaultMix) -> Scenario {
         heal_within: Duration::from_secs(180),
         silent_corruption: false,
         last_copy_rot: false,
+        lost_remove: false,
         stale_collected: false,
         vary: false,
     }
@@ -249,6 +250,21 @@ pub fn all() -> Vec<Scenario> {
                 FaultMix {
                     server_crashes: true,
                     slow_disks: true,
+                    ..NO_FAULTS
+                },
+            )
+        },
+        // The master loses power while the remove of a deleted file is still unsynced,
+        // its holders having reported their copies meanwhile: no copy may have been
+        // ordered deleted, and the file, undeleted, reads back whole
+        // (`tessera_sim::lost_remove`).
+        Scenario {
+            lost_remove: true,
+            ..scenario(
+                "lost-remove",
+                FaultMix {
+                    master_restarts: true,
+                    server_crashes: true,
                     ..NO_FAULTS
                 },
             )

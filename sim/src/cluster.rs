@@ -847,6 +847,22 @@ impl Cluster {
         c.versions.master_crashed("master");
     }
 
+    /// Kills the master as a power loss that reaches the disk before any unsynced batch
+    /// does: every one is lost. Returns how many.
+    pub fn kill_master_losing_unsynced(&mut self) -> usize {
+        if !self.master_alive {
+            return 0;
+        }
+        self.handle.kill(self.master_id);
+        let lost = self.master_store.crash(|_| 0);
+        self.master_alive = false;
+        let mut c = self.checks.lock().expect("checks");
+        c.fault("master_crash", 1);
+        c.fault("log_tail_loss", u64::from(lost > 0));
+        c.versions.master_crashed("master");
+        lost
+    }
+
     /// Restarts the master; with `restart_chunk_size` set, with the other chunk size.
     pub fn restart_master(&mut self) {
         if !self.master_alive {

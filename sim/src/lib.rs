@@ -18,6 +18,8 @@ pub mod disk;
 pub mod faults;
 pub mod fuzz;
 #[cfg(madsim)]
+pub mod lost_remove;
+#[cfg(madsim)]
 pub mod metastore;
 #[cfg(madsim)]
 pub mod net;

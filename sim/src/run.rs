@@ -25,6 +25,9 @@ pub struct Scenario {
     /// After healing, the only current copy of a chunk rots in a block its older copies
     /// hold, and must be mended (`rot.rs`).
     pub last_copy_rot: bool,
+    /// After healing, the master loses power with the remove of a deleted file unsynced;
+    /// the file, undeleted, must read back whole (`lost_remove.rs`).
+    pub lost_remove: bool,
     /// Healing also means every stale copy (a version below the master's) is deleted.
     pub stale_collected: bool,
     /// The seed also picks the cluster's shape (servers, racks, clients), its
@@ -266,6 +269,20 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
                     &cluster,
                     "the last copy rot needs a private client's run".into(),
                 );
+                false
+            }
+        }
+    } else {
+        healed
+    };
+    let healed = if healed && sc.lost_remove {
+        match runs.first() {
+            Some(run) => {
+                crate::lost_remove::lost_remove(&mut cluster, &checks, run).await;
+                liveness(&cluster, &checks, sc.heal_within, false, sc.stale_collected).await
+            }
+            None => {
+                fail(&checks, &cluster, "the lost remove needs a client".into());
                 false
             }
         }

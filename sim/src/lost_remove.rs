@@ -1,0 +1,174 @@
+//! A remove the master never made durable (`Scenario::lost_remove`): a scripted phase
+//! after the workload that checks that the master orders no copy deleted on the strength
+//! of a record a crash may still lose.
+//!
+//! Removing a deleted (hidden) file drops its chunks at once; their copies, now orphans,
+//! are ordered deleted when their servers next report them. If the orders went out
+//! before the record was durable, a crash that lost the record would bring the file back
+//! with its copies gone: a remove nobody was told had happened would have destroyed the
+//! data of a file that can still be read and undeleted. Random master crashes land in
+//! that window (a few milliseconds after a heartbeat) too rarely to be seen. The phase
+//! makes it wide:
+//!
+//! 1. a file of its own, written and then deleted (moved to its hidden name);
+//! 2. the master's log disk slowed to take seconds per sync, and the hidden file removed
+//!    by one call that is never retried;
+//! 3. heartbeats go by (every holder reports its copy), then the master loses power with
+//!    the remove still unsynced, and starts again on its log without it;
+//! 4. the hidden file must still be there; renamed back (undeleted), it must read back
+//!    whole.
+//!
+//! The run fails if the remove was not lost (the phase then tested nothing), or if the
+//! file, back, does not read as written.
+
+use std::time::Duration;
+
+use tessera_core::pb;
+
+use crate::check::Shared;
+use crate::cluster::Cluster;
+use crate::workload::{self, ClientRun};
+
+fn rand() -> u64 {
+    madsim::rand::random()
+}
+
+fn fail(checks: &Shared, cluster: &Cluster, what: String) {
+    checks
+        .lock()
+        .expect("checks")
+        .violation(cluster.true_ms(), format!("lost remove: {what}"));
+}
+
+const DIR: &str = "/lost-remove";
+
+/// One delete call to the master, sent once: no retry after a crash may make it happen.
+async fn delete_once(c: &workload::C, path: &str) {
+    use prost::Message;
+    use tessera_core::pb::master_request::Req as MReq;
+    use tessera_core::runtime::{Runtime, Transport};
+    let (rt, net, _) = c.parts();
+    let req = pb::MasterRequest {
+        req: Some(MReq::Delete(pb::DeleteRequest {
+            path: path.into(),
+            recursive: false,
+        })),
+        ..Default::default()
+    };
+    let deadline = rt.now() + Duration::from_secs(30);
+    let to = c.masters().current();
+    let _ = net.call(&to, req.encode_to_vec().into(), deadline).await;
+}
+
+/// The phase (see the module's doc), on client `run`'s node.
+pub async fn lost_remove(cluster: &mut Cluster, checks: &Shared, run: &ClientRun) {
+    if !cluster.replicas.is_empty() {
+        fail(checks, cluster, "needs a single master".into());
+        return;
+    }
+    let node = cluster.clients[run.id].0.clone();
+    let path = format!("{DIR}/f");
+    let len = 1 + rand() % (3 * cluster.knobs.chunk_size);
+    let data = workload::pattern(run.id, 9_000_000, len);
+
+    // 1. Written, then deleted (hidden).
+    let (c, p, d) = (cluster.client(run.id), path.clone(), data.clone());
+    let hidden = node
+        .spawn(async move {
+            workload::patiently(|| c.mkdir(DIR, true)).await?;
+            workload::patiently(|| c.create(&p, 0)).await?;
+            workload::patiently(|| c.write(&p, 0, d.clone())).await?;
+            workload::patiently(|| c.delete(&p, false)).await?;
+            let entries = workload::patiently(|| c.list(DIR, true)).await?;
+            let hidden: Vec<String> = entries
+                .into_iter()
+                .map(|e| e.path)
+                .filter(|p| {
+                    p.rsplit('/')
+                        .next()
+                        .is_some_and(|n| n.starts_with(tessera_core::master::DELETED_PREFIX))
+                })
+                .collect();
+            match hidden.as_slice() {
+                [one] if one.starts_with('/') => Ok(one.clone()),
+                [one] => Ok(format!("{DIR}/{one}")),
+                _ => Err(tessera_core::FsError::Internal(format!(
+                    "{DIR} holds hidden names {hidden:?}"
+                ))),
+            }
+        })
+        .await
+        .expect("a client task of the lost-remove phase died");
+    let hidden = match hidden {
+        Ok(h) => h,
+        Err(e) => {
+            fail(
+                checks,
+                cluster,
+                format!("writing and deleting {path} on a healthy cluster failed: {e}"),
+            );
+            return;
+        }
+    };
+
+    // 2. The log slow; the remove sent once.
+    let slow = 4 * cluster.knobs.heartbeat + Duration::from_secs(2);
+    cluster.master_store.set_delay(slow);
+    let (c, h) = (cluster.client(run.id), hidden.clone());
+    node.spawn(async move { delete_once(&c, &h).await });
+
+    // 3. Every holder reports meanwhile (its heartbeat answered once the reply's wait is
+    // over); then the power goes, the remove still in flight.
+    madsim::time::sleep(3 * cluster.knobs.heartbeat + Duration::from_millis(500)).await;
+    cluster.count_fault("lost_remove", 1);
+    tracing::info!(
+        t = cluster.true_ms(),
+        "lost remove: the master loses power with the remove of {hidden} unsynced"
+    );
+    let lost = cluster.kill_master_losing_unsynced();
+    cluster.master_store.set_delay(Duration::ZERO);
+    cluster.restart_master();
+    if lost == 0 {
+        fail(
+            checks,
+            cluster,
+            format!("the remove of {hidden} was durable before the crash: nothing was tested"),
+        );
+        return;
+    }
+
+    // 4. Back, and undeleted, it reads as written.
+    let (c, p, h) = (cluster.client(run.id), path.clone(), hidden.clone());
+    let back = node
+        .spawn(async move {
+            match workload::patiently(|| c.stat(&h)).await {
+                Ok(_) => {}
+                Err(e) => return Err(format!("{h} is gone after the crash lost its remove: {e}")),
+            }
+            workload::patiently(|| c.rename(&h, &p))
+                .await
+                .map_err(|e| format!("undeleting {h}: {e}"))?;
+            workload::patiently(|| c.read(&p, 0, u64::MAX))
+                .await
+                .map_err(|e| {
+                    format!("{p}, undeleted after its remove was lost, cannot be read: {e}")
+                })
+        })
+        .await
+        .expect("a client task of the lost-remove phase died");
+    match back {
+        Ok(got) if got == data => {
+            checks.lock().expect("checks").reads_checked += 1;
+        }
+        Ok(got) => fail(
+            checks,
+            cluster,
+            format!(
+                "{path}, undeleted after its remove was lost, reads {} bytes, not the {} written",
+                got.len(),
+                data.len()
+            ),
+        ),
+        Err(e) => fail(checks, cluster, e),
+    }
+}
