@@ -11,10 +11,12 @@
 //! makes it wide:
 //!
 //! 1. a file of its own, written and then deleted (moved to its hidden name);
-//! 2. the master's log disk slowed to take seconds per sync, and the hidden file removed
-//!    by one call that is never retried;
-//! 3. heartbeats go by (every holder reports its copy), then the master loses power with
-//!    the remove still unsynced, and starts again on its log without it;
+//! 2. the master's log disk slowed so that each sync outlasts a heartbeat interval (but
+//!    not a call's deadline); a mkdir, and while its sync lasts, the hidden file removed
+//!    by one call that is never retried: every holder's heartbeat arrives meanwhile, and
+//!    the master takes them in one batch with the remove;
+//! 3. halfway through that batch's sync, the master loses power, the remove unsynced,
+//!    and starts again on its log without it;
 //! 4. the hidden file must still be there; renamed back (undeleted), it must read back
 //!    whole.
 //!
@@ -111,15 +113,30 @@ pub async fn lost_remove(cluster: &mut Cluster, checks: &Shared, run: &ClientRun
         }
     };
 
-    // 2. The log slow; the remove sent once.
-    let slow = 4 * cluster.knobs.heartbeat + Duration::from_secs(2);
+    // 2. The log slow: each sync outlasts a heartbeat interval, but not a call's
+    // deadline. A mkdir's sync first; while it lasts, the remove arrives, sent once, and
+    // every holder's heartbeat: all taken in the one batch after it.
+    let k = &cluster.knobs;
+    let slow = k.heartbeat + Duration::from_millis(200);
+    if slow >= k.rpc_timeout {
+        fail(
+            checks,
+            cluster,
+            format!("a sync of {slow:?} outlasts a call's {:?}", k.rpc_timeout),
+        );
+        return;
+    }
     cluster.master_store.set_delay(slow);
+    let c = cluster.client(run.id);
+    node.spawn(async move {
+        let _ = c.mkdir(&format!("{DIR}/busy"), false).await;
+    });
+    madsim::time::sleep(Duration::from_millis(20)).await;
     let (c, h) = (cluster.client(run.id), hidden.clone());
     node.spawn(async move { delete_once(&c, &h).await });
 
-    // 3. Every holder reports meanwhile (its heartbeat answered once the reply's wait is
-    // over); then the power goes, the remove still in flight.
-    madsim::time::sleep(3 * cluster.knobs.heartbeat + Duration::from_millis(500)).await;
+    // 3. Halfway through the remove's own sync, the power goes.
+    madsim::time::sleep(slow + slow / 2).await;
     cluster.count_fault("lost_remove", 1);
     tracing::info!(
         t = cluster.true_ms(),
