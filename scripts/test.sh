@@ -37,7 +37,7 @@ RUNNER="$SIM_TARGET/release/tessera-scenarios"
 # seeds: 2,400 seed-runs.
 SEEDS="${TESSERA_SEEDS:-100}"
 FRESH="${TESSERA_FRESH_SEEDS:-50}"
-SCENARIOS="${TESSERA_SCENARIOS:-steady chunkserver-crash partition master-restart disk-corruption gc beyond-claim concurrent-writers record-append stale-replica scrub stuck-disk last-copy-rot lost-remove all-faults steady-large master-failover master-failover-5 master-replace}"
+SCENARIOS="${TESSERA_SCENARIOS:-steady chunkserver-crash partition master-restart disk-corruption gc beyond-claim concurrent-writers record-append stale-replica scrub stuck-disk last-copy-rot lost-remove lost-remove-group all-faults steady-large master-failover master-failover-5 master-replace}"
 COMMIT="$(git rev-parse HEAD 2>/dev/null || echo 0)"
 FRESH_FIRST=$(( 100000 + 0x${COMMIT:0:7} % 1000000 * 100 ))
 echo "== scenarios: seeds 1-$SEEDS and $FRESH fresh seeds from $FRESH_FIRST (commit ${COMMIT:0:12}): $SCENARIOS"

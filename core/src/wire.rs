@@ -11,6 +11,11 @@ use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, k
 use crate::pb;
 use crate::runtime::Parts;
 
+/// The largest message either way, on every transport (real and simulated alike, so a
+/// message the simulator lets through is one a real cluster carries). Pieces of data are
+/// at most a few MiB; a master group's snapshot goes in parts well below it.
+pub const MAX_MESSAGE: usize = 64 << 20;
+
 /// Data smaller than this is encoded with its message; larger keeps a piece of its own.
 pub const SPLIT_AT: usize = 64 << 10;
 

@@ -44,8 +44,7 @@ use tonic::{Code, Status};
 
 use crate::rt::TokioRuntime;
 
-/// The largest message either way. Pieces of data are at most a few MiB.
-pub const MAX_MESSAGE: usize = 64 << 20;
+pub use tessera_core::wire::MAX_MESSAGE;
 
 /// The one method every node serves.
 const SERVICE: &str = "tessera.Node";

@@ -44,8 +44,8 @@ fn fail(checks: &Shared, cluster: &Cluster, what: String) {
 
 const DIR: &str = "/lost-remove";
 
-/// One delete call to the master, sent once: no retry after a crash may make it happen.
-async fn delete_once(c: &workload::C, path: &str) {
+/// One delete call to master `to`, sent once: no retry after a crash may make it happen.
+async fn delete_once(c: &workload::C, to: &str, path: &str) {
     use prost::Message;
     use tessera_core::pb::master_request::Req as MReq;
     use tessera_core::runtime::{Runtime, Transport};
@@ -58,16 +58,103 @@ async fn delete_once(c: &workload::C, path: &str) {
         ..Default::default()
     };
     let deadline = rt.now() + Duration::from_secs(30);
-    let to = c.masters().current();
-    let _ = net.call(&to, req.encode_to_vec().into(), deadline).await;
+    let _ = net.call(to, req.encode_to_vec().into(), deadline).await;
+}
+
+/// Steps 2 and 3 with a single master: its log slowed, and the power cut halfway
+/// through the remove's sync. Returns false if nothing was tested (reported).
+async fn single(cluster: &mut Cluster, checks: &Shared, run: &ClientRun, hidden: &str) -> bool {
+    let node = cluster.clients[run.id].0.clone();
+    // 2. The log slow: each sync outlasts a heartbeat interval, but not a call's
+    // deadline. A mkdir's sync first; while it lasts, the remove arrives, sent once, and
+    // every holder's heartbeat: all taken in the one batch after it.
+    let k = &cluster.knobs;
+    let slow = k.heartbeat + Duration::from_millis(200);
+    if slow >= k.rpc_timeout {
+        fail(
+            checks,
+            cluster,
+            format!("a sync of {slow:?} outlasts a call's {:?}", k.rpc_timeout),
+        );
+        return false;
+    }
+    cluster.master_store.set_delay(slow);
+    let c = cluster.client(run.id);
+    node.spawn(async move {
+        let _ = c.mkdir(&format!("{DIR}/busy"), false).await;
+    });
+    madsim::time::sleep(Duration::from_millis(20)).await;
+    let (c, h, to) = (
+        cluster.client(run.id),
+        hidden.to_string(),
+        cluster.master_addr.clone(),
+    );
+    node.spawn(async move { delete_once(&c, &to, &h).await });
+
+    // 3. Halfway through the remove's own sync, the power goes.
+    madsim::time::sleep(slow + slow / 2).await;
+    cluster.count_fault("lost_remove", 1);
+    tracing::info!(
+        t = cluster.true_ms(),
+        "lost remove: the master loses power with the remove of {hidden} unsynced"
+    );
+    let lost = cluster.kill_master_losing_unsynced();
+    cluster.master_store.set_delay(Duration::ZERO);
+    cluster.restart_master();
+    if lost == 0 {
+        fail(
+            checks,
+            cluster,
+            format!("the remove of {hidden} was durable before the crash: nothing was tested"),
+        );
+        return false;
+    }
+
+    true
+}
+
+/// Steps 2 and 3 with a master group: the leader cut off from the other replicas (it
+/// still reaches chunkservers and clients) takes the remove, which it can never commit,
+/// and hears every holder's heartbeat; the others elect a leader without it.
+async fn group(cluster: &mut Cluster, checks: &Shared, run: &ClientRun, hidden: &str) -> bool {
+    let node = cluster.clients[run.id].0.clone();
+    let Some(l) = cluster.leader() else {
+        fail(checks, cluster, "no leader after healing".into());
+        return false;
+    };
+    cluster.cut_replica(l, &[]);
+    let (c, h, to) = (
+        cluster.client(run.id),
+        hidden.to_string(),
+        cluster.replicas[l].addr.clone(),
+    );
+    node.spawn(async move { delete_once(&c, &to, &h).await });
+    madsim::time::sleep(2 * cluster.knobs.heartbeat + Duration::from_millis(300)).await;
+    cluster.count_fault("lost_remove", 1);
+    tracing::info!(
+        t = cluster.true_ms(),
+        "lost remove: {} is cut off from the other replicas with the remove of {hidden} uncommitted",
+        cluster.replicas[l].node
+    );
+    let until = cluster.true_ms() + 60_000;
+    while cluster.leader().is_none_or(|n| n == l) {
+        if cluster.true_ms() > until {
+            cluster.mend_replica(l, &[], &[]);
+            fail(
+                checks,
+                cluster,
+                "the other replicas elected no leader within 60 s".into(),
+            );
+            return false;
+        }
+        madsim::time::sleep(Duration::from_millis(200)).await;
+    }
+    cluster.mend_replica(l, &[], &[]);
+    true
 }
 
 /// The phase (see the module's doc), on client `run`'s node.
 pub async fn lost_remove(cluster: &mut Cluster, checks: &Shared, run: &ClientRun) {
-    if !cluster.replicas.is_empty() {
-        fail(checks, cluster, "needs a single master".into());
-        return;
-    }
     let node = cluster.clients[run.id].0.clone();
     let path = format!("{DIR}/f");
     let len = 1 + rand() % (3 * cluster.knobs.chunk_size);
@@ -113,44 +200,13 @@ pub async fn lost_remove(cluster: &mut Cluster, checks: &Shared, run: &ClientRun
         }
     };
 
-    // 2. The log slow: each sync outlasts a heartbeat interval, but not a call's
-    // deadline. A mkdir's sync first; while it lasts, the remove arrives, sent once, and
-    // every holder's heartbeat: all taken in the one batch after it.
-    let k = &cluster.knobs;
-    let slow = k.heartbeat + Duration::from_millis(200);
-    if slow >= k.rpc_timeout {
-        fail(
-            checks,
-            cluster,
-            format!("a sync of {slow:?} outlasts a call's {:?}", k.rpc_timeout),
-        );
-        return;
-    }
-    cluster.master_store.set_delay(slow);
-    let c = cluster.client(run.id);
-    node.spawn(async move {
-        let _ = c.mkdir(&format!("{DIR}/busy"), false).await;
-    });
-    madsim::time::sleep(Duration::from_millis(20)).await;
-    let (c, h) = (cluster.client(run.id), hidden.clone());
-    node.spawn(async move { delete_once(&c, &h).await });
-
-    // 3. Halfway through the remove's own sync, the power goes.
-    madsim::time::sleep(slow + slow / 2).await;
-    cluster.count_fault("lost_remove", 1);
-    tracing::info!(
-        t = cluster.true_ms(),
-        "lost remove: the master loses power with the remove of {hidden} unsynced"
-    );
-    let lost = cluster.kill_master_losing_unsynced();
-    cluster.master_store.set_delay(Duration::ZERO);
-    cluster.restart_master();
-    if lost == 0 {
-        fail(
-            checks,
-            cluster,
-            format!("the remove of {hidden} was durable before the crash: nothing was tested"),
-        );
+    // 2 and 3: the remove is lost.
+    let tested = if cluster.replicas.is_empty() {
+        single(cluster, checks, run, &hidden).await
+    } else {
+        group(cluster, checks, run, &hidden).await
+    };
+    if !tested {
         return;
     }
 

@@ -27,8 +27,8 @@ use crate::check::Shared;
 use crate::runtime::SimRuntime;
 
 const REQUEST_TAG: u64 = 0x7e55_e2a0;
-/// Largest message either side accepts, as a real transport would bound it.
-pub const MAX_MESSAGE: usize = 80 << 20;
+/// Largest message either side accepts: the real transport's bound.
+pub use tessera_core::wire::MAX_MESSAGE;
 
 /// The longest a clogged link holds a request before it delivers it, within its caller's
 /// deadline.
