@@ -75,6 +75,7 @@ fn rot_chunks(k: &mut Knobs) {
 /// the file whose remove was lost is not reclaimed meanwhile (as it may be, rightly).
 fn lost_remove_knobs(k: &mut Knobs) {
     k.gc_delay = Duration::from_secs(600);
+    k.restart_chunk_size = 0;
     k.heartbeat = k.heartbeat.min(Duration::from_millis(500));
     k.rpc_timeout = k.rpc_timeout.max(Duration::from_secs(1));
 }

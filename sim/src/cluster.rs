@@ -705,6 +705,8 @@ impl Cluster {
         c.fault("stale_meta", damage.stale_meta);
         c.leases.forget(&s.addr);
         c.versions.server_crashed(&s.addr);
+        // Its request ids start again from 1: an order in flight is never answered.
+        c.mends_asked.retain(|(n, _), _| *n != s.addr);
     }
 
     pub fn restart_server(&mut self, i: usize) {

@@ -236,7 +236,7 @@ impl SimDisk {
     }
 
     /// The bytes of chunk `h` that survive a crash (the durable view), if it has any.
-    pub fn data(&self, h: ChunkHandle) -> Option<Vec<u8>> {
+    pub fn durable_data(&self, h: ChunkHandle) -> Option<Vec<u8>> {
         self.state().durable.get(&h).map(|c| c.data.clone())
     }
 

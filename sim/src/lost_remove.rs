@@ -10,19 +10,28 @@
 //! that window (a few milliseconds after a heartbeat) too rarely to be seen. The phase
 //! makes it wide:
 //!
-//! 1. a file of its own, written and then deleted (moved to its hidden name);
-//! 2. the master's log disk slowed so that each sync outlasts a heartbeat interval (but
-//!    not a call's deadline); a mkdir, and while its sync lasts, the hidden file removed
-//!    by one call that is never retried: every holder's heartbeat arrives meanwhile, and
-//!    the master takes them in one batch with the remove;
-//! 3. halfway through that batch's sync, the master loses power, the remove unsynced,
-//!    and starts again on its log without it;
+//! 1. a file of its own, written, its holders noted, and deleted (moved to its hidden
+//!    name);
+//! 2. the remove of the hidden file, sent once (never retried) and taken by a master
+//!    that cannot make it durable:
+//!    - a single master: its log disk slowed so that each sync outlasts a heartbeat
+//!      interval but not a call's deadline; a mkdir first, and the remove arrives while
+//!      the mkdir's sync lasts, as does a heartbeat of every holder: the master takes
+//!      them in one batch;
+//!    - a master group: the leader, cut off from the other replicas (it still reaches
+//!      chunkservers and clients), takes the remove, which it can never commit, and
+//!      hears every holder's heartbeat;
+//! 3. the remove lost: the single master loses power halfway through the batch's sync and
+//!    starts again on its log without it; the group's other replicas elect a leader
+//!    without it, and the cut heals;
 //! 4. the hidden file must still be there; renamed back (undeleted), it must read back
 //!    whole.
 //!
-//! The run fails if the remove was not lost (the phase then tested nothing), or if the
-//! file, back, does not read as written.
+//! The run fails if the master did not log the remove, if it judged no heartbeat of some
+//! holder after it did, or if the remove was not lost (the phase then tested nothing);
+//! and if the file, back, does not read as written.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use tessera_core::pb;
@@ -62,8 +71,14 @@ async fn delete_once(c: &workload::C, to: &str, path: &str) {
 }
 
 /// Steps 2 and 3 with a single master: its log slowed, and the power cut halfway
-/// through the remove's sync. Returns false if nothing was tested (reported).
-async fn single(cluster: &mut Cluster, checks: &Shared, run: &ClientRun, hidden: &str) -> bool {
+/// through the remove's sync. Returns the master's node, or None if the remove was not
+/// lost (reported).
+async fn single(
+    cluster: &mut Cluster,
+    checks: &Shared,
+    run: &ClientRun,
+    hidden: &str,
+) -> Option<String> {
     let node = cluster.clients[run.id].0.clone();
     // 2. The log slow: each sync outlasts a heartbeat interval, but not a call's
     // deadline. A mkdir's sync first; while it lasts, the remove arrives, sent once, and
@@ -76,7 +91,7 @@ async fn single(cluster: &mut Cluster, checks: &Shared, run: &ClientRun, hidden:
             cluster,
             format!("a sync of {slow:?} outlasts a call's {:?}", k.rpc_timeout),
         );
-        return false;
+        return None;
     }
     cluster.master_store.set_delay(slow);
     let c = cluster.client(run.id);
@@ -107,20 +122,26 @@ async fn single(cluster: &mut Cluster, checks: &Shared, run: &ClientRun, hidden:
             cluster,
             format!("the remove of {hidden} was durable before the crash: nothing was tested"),
         );
-        return false;
+        return None;
     }
 
-    true
+    Some("master".to_string())
 }
 
 /// Steps 2 and 3 with a master group: the leader cut off from the other replicas (it
 /// still reaches chunkservers and clients) takes the remove, which it can never commit,
-/// and hears every holder's heartbeat; the others elect a leader without it.
-async fn group(cluster: &mut Cluster, checks: &Shared, run: &ClientRun, hidden: &str) -> bool {
+/// and hears every holder's heartbeat; the others elect a leader without it. Returns the
+/// cut-off leader's node, or None (reported).
+async fn group(
+    cluster: &mut Cluster,
+    checks: &Shared,
+    run: &ClientRun,
+    hidden: &str,
+) -> Option<String> {
     let node = cluster.clients[run.id].0.clone();
     let Some(l) = cluster.leader() else {
         fail(checks, cluster, "no leader after healing".into());
-        return false;
+        return None;
     };
     cluster.cut_replica(l, &[]);
     let (c, h, to) = (
@@ -145,12 +166,12 @@ async fn group(cluster: &mut Cluster, checks: &Shared, run: &ClientRun, hidden: 
                 cluster,
                 "the other replicas elected no leader within 60 s".into(),
             );
-            return false;
+            return None;
         }
         madsim::time::sleep(Duration::from_millis(200)).await;
     }
     cluster.mend_replica(l, &[], &[]);
-    true
+    Some(cluster.replicas[l].node.clone())
 }
 
 /// The phase (see the module's doc), on client `run`'s node.
@@ -165,8 +186,20 @@ pub async fn lost_remove(cluster: &mut Cluster, checks: &Shared, run: &ClientRun
     let hidden = node
         .spawn(async move {
             workload::patiently(|| c.mkdir(DIR, true)).await?;
-            workload::patiently(|| c.create(&p, 0)).await?;
+            // Made by an attempt whose answer was lost: made all the same.
+            workload::patiently(|| async {
+                match c.create(&p, 0).await {
+                    Err(tessera_core::FsError::AlreadyExists(_)) => Ok(()),
+                    r => r,
+                }
+            })
+            .await?;
             workload::patiently(|| c.write(&p, 0, d.clone())).await?;
+            let info = workload::get_chunks(&c, &p)
+                .await
+                .map_err(tessera_core::FsError::Unavailable)?;
+            let holders: BTreeSet<String> =
+                info.chunks.into_iter().flat_map(|c| c.replicas).collect();
             workload::patiently(|| c.delete(&p, false)).await?;
             let entries = workload::patiently(|| c.list(DIR, true)).await?;
             let hidden: Vec<String> = entries
@@ -179,8 +212,8 @@ pub async fn lost_remove(cluster: &mut Cluster, checks: &Shared, run: &ClientRun
                 })
                 .collect();
             match hidden.as_slice() {
-                [one] if one.starts_with('/') => Ok(one.clone()),
-                [one] => Ok(format!("{DIR}/{one}")),
+                [one] if one.starts_with('/') => Ok((one.clone(), holders)),
+                [one] => Ok((format!("{DIR}/{one}"), holders)),
                 _ => Err(tessera_core::FsError::Internal(format!(
                     "{DIR} holds hidden names {hidden:?}"
                 ))),
@@ -188,7 +221,7 @@ pub async fn lost_remove(cluster: &mut Cluster, checks: &Shared, run: &ClientRun
         })
         .await
         .expect("a client task of the lost-remove phase died");
-    let hidden = match hidden {
+    let (hidden, holders) = match hidden {
         Ok(h) => h,
         Err(e) => {
             fail(
@@ -200,13 +233,49 @@ pub async fn lost_remove(cluster: &mut Cluster, checks: &Shared, run: &ClientRun
         }
     };
 
-    // 2 and 3: the remove is lost.
-    let tested = if cluster.replicas.is_empty() {
+    // 2 and 3: the remove is lost, by the master node named.
+    let took = if cluster.replicas.is_empty() {
         single(cluster, checks, run, &hidden).await
     } else {
         group(cluster, checks, run, &hidden).await
     };
-    if !tested {
+    let Some(took) = took else {
+        return;
+    };
+    // It took the remove, and judged a heartbeat of every holder after: had it ordered
+    // copies deleted then, they would be gone.
+    let (logged, unheard): (Option<(String, u64)>, Vec<String>) = {
+        let c = checks.lock().expect("checks");
+        let logged = c.removes_logged.get(&hidden).cloned();
+        let unheard = holders
+            .iter()
+            .filter(|a| {
+                let heard = c.heartbeats_judged.get(&(took.clone(), (*a).clone()));
+                logged
+                    .as_ref()
+                    .is_none_or(|(_, at)| heard.is_none_or(|h| h <= at))
+            })
+            .cloned()
+            .collect();
+        (logged, unheard)
+    };
+    if logged.as_ref().is_none_or(|(n, _)| *n != took) {
+        fail(
+            checks,
+            cluster,
+            format!("{took} did not log the remove of {hidden} ({logged:?}): nothing was tested"),
+        );
+        return;
+    }
+    if !unheard.is_empty() || holders.is_empty() {
+        fail(
+            checks,
+            cluster,
+            format!(
+                "{took} judged no heartbeat of holders {unheard:?} (of {holders:?}) after it took the \
+                 remove of {hidden}: nothing was tested"
+            ),
+        );
         return;
     }
 
@@ -230,9 +299,7 @@ pub async fn lost_remove(cluster: &mut Cluster, checks: &Shared, run: &ClientRun
         .await
         .expect("a client task of the lost-remove phase died");
     match back {
-        Ok(got) if got == data => {
-            checks.lock().expect("checks").reads_checked += 1;
-        }
+        Ok(got) if got == data => {}
         Ok(got) => fail(
             checks,
             cluster,

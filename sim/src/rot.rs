@@ -8,17 +8,21 @@
 //! Deleting that copy, as any other corrupt one is, would fall the chunk back to its
 //! older copies and lose the acknowledged mutation. The phase makes the state on purpose:
 //!
-//! 1. a file of its own, written whole on all R copies (two blocks and more);
+//! 1. a file of its own, written whole on all R copies (more than two blocks), on a
+//!    cluster of exactly R chunkservers (with a spare, the goal would be restored from
+//!    the one current copy before it rots);
 //! 2. the other R−1 holders of its first chunk killed, and one small write acknowledged
 //!    into its second block, by the one copy left;
 //! 3. a bit of the first block flipped on that copy (the older copies hold that block as
-//!    it was), its server restarted (so its read cache no longer hides the rot), and the
-//!    killed servers started again, stale;
+//!    it was) while its server is down (so its read cache no longer hides the rot); the
+//!    killed servers started again, stale, and then it;
 //! 4. the file read back whole: the read (or the clone that restores the chunk's goal)
 //!    finds the rot, and the master must have the copy mended from the older ones.
 //!
-//! The run fails if the state could not be made, if no mend succeeds within two minutes,
-//! or if the file reads back anything but what was acknowledged.
+//! The run fails if the state could not be made, if that copy is not answered mended
+//! within two minutes, or if the file reads back anything but what was acknowledged.
+//! The file stays in the client's model, so the checks after healing judge it (and each
+//! of its replicas) too.
 
 use std::time::Duration;
 
@@ -37,6 +41,13 @@ fn fail(checks: &Shared, cluster: &Cluster, what: String) {
         .lock()
         .expect("checks")
         .violation(cluster.true_ms(), format!("last copy rot: {what}"));
+}
+
+/// Starts servers `which` again.
+fn restart(cluster: &mut Cluster, which: &[usize]) {
+    for &i in which {
+        cluster.restart_server(i);
+    }
 }
 
 /// Runs `op` on client `run`'s node, with the run (its model) lent to it and given back.
@@ -58,34 +69,35 @@ where
 pub async fn last_copy_rot(cluster: &mut Cluster, checks: &Shared, run: &mut ClientRun) {
     let path = format!("/c{}/rot", run.id);
     let r = cluster.knobs.replication as usize;
-    if r < 2 || r > cluster.servers.len() {
-        fail(
-            checks,
-            cluster,
-            format!("needs 2 to {} copies, not {r}", cluster.servers.len()),
-        );
-        return;
-    }
-    // 1. The file, whole on every copy: more than two blocks, in its first chunk.
+    // Exactly R servers: with a spare, the chunk's goal would be restored from the one
+    // current copy before it rots.
+    assert!(
+        r >= 2 && r == cluster.servers.len(),
+        "the last copy rot needs as many chunkservers as copies (2 or more), not {} for {r}",
+        cluster.servers.len()
+    );
+    // 1. The file, whole on every copy: two blocks and more, in its first chunk (the
+    // write goes into the second block and on, the rot into the first).
     let len = (2 * BLOCK_SIZE + 1 + rand() % BLOCK_SIZE).min(cluster.knobs.chunk_size);
-    if len <= 2 * BLOCK_SIZE {
-        fail(
-            checks,
-            cluster,
-            format!(
-                "chunks of {} bytes hold fewer than three blocks",
-                cluster.knobs.chunk_size
-            ),
-        );
-        return;
-    }
+    assert!(
+        len > 2 * BLOCK_SIZE,
+        "chunks of {} bytes are too small for the last copy rot",
+        cluster.knobs.chunk_size
+    );
     let data = workload::pattern(run.id, 7_000_000, len);
     let (p, d) = (path.clone(), data.clone());
     let made = on_client(cluster, run, |c, mut run| async move {
         let out = async {
             let dir = p.rsplit_once('/').map_or("/", |x| x.0).to_string();
             workload::patiently(|| c.mkdir(&dir, true)).await?;
-            workload::patiently(|| c.create(&p, 0)).await?;
+            // Made by an attempt whose answer was lost: made all the same.
+            workload::patiently(|| async {
+                match c.create(&p, 0).await {
+                    Err(tessera_core::FsError::AlreadyExists(_)) => Ok(()),
+                    r => r,
+                }
+            })
+            .await?;
             run.model.files.insert(p.clone(), Default::default());
             let wrote = workload::patiently(|| c.write(&p, 0, d.clone())).await;
             let f = run.model.files.get_mut(&p).expect("just made");
@@ -172,9 +184,7 @@ pub async fn last_copy_rot(cluster: &mut Cluster, checks: &Shared, run: &mut Cli
         .versions
         .server_version(&kept, h);
     if let Err(e) = wrote {
-        for &i in &others {
-            cluster.restart_server(i);
-        }
+        restart(cluster, &others);
         fail(
             checks,
             cluster,
@@ -183,9 +193,7 @@ pub async fn last_copy_rot(cluster: &mut Cluster, checks: &Shared, run: &mut Cli
         return;
     }
     if older.iter().any(|v| v.is_none() || *v >= current) || current.is_none() {
-        for &i in &others {
-            cluster.restart_server(i);
-        }
+        restart(cluster, &others);
         fail(
             checks,
             cluster,
@@ -198,19 +206,20 @@ pub async fn last_copy_rot(cluster: &mut Cluster, checks: &Shared, run: &mut Cli
 
     // 3. The one current copy rots in its first block, which every older copy holds as
     // it is (checked byte for byte); then the older copies come back.
-    let ours = cluster.servers[keep].disk.data(h).unwrap_or_default();
+    let ours = cluster.servers[keep]
+        .disk
+        .durable_data(h)
+        .unwrap_or_default();
     let first = 0..BLOCK_SIZE as usize;
     let same = others.iter().all(|&i| {
-        cluster.servers[i].disk.data(h).is_some_and(|d| {
+        cluster.servers[i].disk.durable_data(h).is_some_and(|d| {
             d.len() >= first.end
                 && ours.len() >= first.end
                 && d[first.clone()] == ours[first.clone()]
         })
     });
     if !same {
-        for &i in &others {
-            cluster.restart_server(i);
-        }
+        restart(cluster, &others);
         fail(
             checks,
             cluster,
@@ -219,15 +228,11 @@ pub async fn last_copy_rot(cluster: &mut Cluster, checks: &Shared, run: &mut Cli
         return;
     }
     let at = (rand() % BLOCK_SIZE) as usize;
-    let mended_before = checks.lock().expect("checks").mends;
     // Its server restarts too, so that its read cache (which holds what was just
     // written) no longer hides the rot: reads and clones of the block come from disk.
     cluster.kill_server(keep);
     if !cluster.flip_bit(keep, h, at, (rand() % 8) as u8) {
-        cluster.restart_server(keep);
-        for &i in &others {
-            cluster.restart_server(i);
-        }
+        restart(cluster, &holders);
         fail(
             checks,
             cluster,
@@ -240,9 +245,11 @@ pub async fn last_copy_rot(cluster: &mut Cluster, checks: &Shared, run: &mut Cli
         t = cluster.true_ms(),
         "last copy rot: chunk {h} v{current:?} on {kept} flipped at {at}; older copies v{older:?} restart"
     );
-    for &i in holders.iter() {
-        cluster.restart_server(i);
-    }
+    // The older copies first, and heard by the master, so that they answer the mend's
+    // reads when it comes (a source that does not answer is skipped).
+    restart(cluster, &others);
+    madsim::time::sleep(2 * cluster.knobs.heartbeat + Duration::from_millis(500)).await;
+    cluster.restart_server(keep);
 
     // 4. Read back: the acknowledged write must be there, and the copy mended.
     let p = path.clone();
@@ -253,7 +260,6 @@ pub async fn last_copy_rot(cluster: &mut Cluster, checks: &Shared, run: &mut Cli
     let model = run.model.files[&path].clone();
     match read {
         Ok(got) => {
-            checks.lock().expect("checks").reads_checked += 1;
             if let Err(e) = model.check_read(0, u64::MAX, &got) {
                 fail(
                     checks,
@@ -270,8 +276,11 @@ pub async fn last_copy_rot(cluster: &mut Cluster, checks: &Shared, run: &mut Cli
     }
     let deadline = cluster.true_ms() + 120_000;
     loop {
-        let now = checks.lock().expect("checks").mends;
-        if now[0] > mended_before[0] {
+        let (mended, counts) = {
+            let c = checks.lock().expect("checks");
+            (c.mended.contains(&(kept.clone(), h)), c.mends)
+        };
+        if mended {
             return;
         }
         if cluster.true_ms() > deadline {
@@ -280,8 +289,7 @@ pub async fn last_copy_rot(cluster: &mut Cluster, checks: &Shared, run: &mut Cli
                 cluster,
                 format!(
                     "chunk {h}'s one current copy on {kept} rotted in a block its older copies hold; \
-                     not mended within 120 s (mends ok/failed: {:?} -> {now:?})",
-                    mended_before
+                     not mended within 120 s (mends in the run, ok/failed: {counts:?})"
                 ),
             );
             return;

@@ -25,8 +25,9 @@ pub struct Scenario {
     /// After healing, the only current copy of a chunk rots in a block its older copies
     /// hold, and must be mended (`rot.rs`).
     pub last_copy_rot: bool,
-    /// After healing, the master loses power with the remove of a deleted file unsynced;
-    /// the file, undeleted, must read back whole (`lost_remove.rs`).
+    /// After healing, the master (a single one, or a group's cut-off leader) loses the
+    /// remove of a deleted file it took after its holders reported; the file, undeleted,
+    /// must read back whole (`lost_remove.rs`).
     pub lost_remove: bool,
     /// Healing also means every stale copy (a version below the master's) is deleted.
     pub stale_collected: bool,
@@ -261,7 +262,14 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         match runs.first_mut() {
             Some(run) if !shared => {
                 crate::rot::last_copy_rot(&mut cluster, &checks, run).await;
-                liveness(&cluster, &checks, sc.heal_within, false, sc.stale_collected).await
+                liveness(
+                    &cluster,
+                    &checks,
+                    sc.heal_within,
+                    sc.faults.beyond_claim,
+                    sc.stale_collected,
+                )
+                .await
             }
             _ => {
                 fail(
@@ -279,7 +287,14 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         match runs.first() {
             Some(run) => {
                 crate::lost_remove::lost_remove(&mut cluster, &checks, run).await;
-                liveness(&cluster, &checks, sc.heal_within, false, sc.stale_collected).await
+                liveness(
+                    &cluster,
+                    &checks,
+                    sc.heal_within,
+                    sc.faults.beyond_claim,
+                    sc.stale_collected,
+                )
+                .await
             }
             None => {
                 fail(&checks, &cluster, "the lost remove needs a client".into());

@@ -38,6 +38,7 @@ use std::collections::{BTreeMap, VecDeque};
 pub use admin::TROUBLED_LISTED;
 pub use chunks::{Chunk, ChunkTable, Replicas, ServerIdx};
 pub use config::MasterConfig;
+pub use gc::deleted_at;
 pub use locks::{LockSet, Mode, PathLocks};
 pub use meta::{Applied, Meta};
 pub use namespace::{DELETED_PREFIX, FileMeta, Namespace, Node};

@@ -83,10 +83,21 @@ pub struct Checks {
     pub stored: Option<appends::Stored>,
     /// (server, chunk) copies the scrubber reported corrupt.
     pub scrub_found: HashSet<(String, u64)>,
-    /// Orders to mend a corrupt last copy a chunkserver took (server, request), until
-    /// answered; and how many were answered mended, and failed.
-    pub mends_asked: HashSet<(String, u64)>,
+    /// Orders to mend a corrupt last copy a chunkserver took (server, request) and the
+    /// chunk each is for, until answered (or the server crashed); how many were answered
+    /// mended, and failed; and the (server, chunk) copies answered mended.
+    pub mends_asked: HashMap<(String, u64), u64>,
     pub mends: [u64; 2],
+    pub mended: HashSet<(String, u64)>,
+    /// Paths a master logged removed (by its node), and when (the step count): the
+    /// lost-remove phase's evidence that the master took the remove it then loses.
+    pub removes_logged: HashMap<String, (String, u64)>,
+    /// When each (master node, chunkserver address) heartbeat was last judged by a
+    /// master (the step count).
+    pub heartbeats_judged: HashMap<(String, String), u64>,
+    /// Deleted (hidden) paths a client asked to remove: the only ones a master may
+    /// remove before the collector's delay is up.
+    pub removes_asked: HashSet<String>,
     /// Copies seen on a chunkserver at a version below the master's: (server, chunk,
     /// version), each counted once.
     pub stale_seen: HashSet<(String, u64, u64)>,

@@ -157,6 +157,55 @@ pub fn master_step(
         tr.add(call.to.as_bytes());
         tr.add(&call.req.encode_to_vec());
     }
+    // What any master (a deposed leader too) took: heartbeats judged, removes logged,
+    // removes of deleted files clients asked for.
+    if let ms::Input::Request { req, .. } = input {
+        use tessera_core::pb::master_request::Req as MReq;
+        match &req.req {
+            Some(MReq::Heartbeat(hb)) => {
+                c.heartbeats_judged
+                    .insert((node.to_string(), hb.address.clone()), c.steps);
+            }
+            Some(MReq::Delete(d))
+                if d.path
+                    .rsplit('/')
+                    .next()
+                    .is_some_and(|n| tessera_core::master::deleted_at(n).is_some()) =>
+            {
+                c.removes_asked.insert(d.path.clone());
+            }
+            _ => {}
+        }
+    }
+    let gc_delay = master.config().gc_delay.as_millis() as u64;
+    for (_, rec) in &effects.log {
+        if let Some(tessera_core::pb::log_record::Op::Remove(o)) = &rec.op {
+            c.removes_logged
+                .insert(o.path.clone(), (node.to_string(), c.steps));
+            // The collector removes a deleted file only once it has been deleted for
+            // the delay (it can be read and undeleted until then); a client may remove
+            // one at once.
+            let deleted = o
+                .path
+                .rsplit('/')
+                .next()
+                .and_then(tessera_core::master::deleted_at);
+            if let Some(ms) = deleted
+                && !c.removes_asked.contains(&o.path)
+                && ms.saturating_add(gc_delay) > now.as_millis()
+            {
+                c.violation(
+                    t,
+                    format!(
+                        "{node} removed {}, deleted at {ms} ms, at {} ms by its clock: before \
+                         the collector's delay of {gc_delay} ms was up",
+                        o.path,
+                        now.as_millis()
+                    ),
+                );
+            }
+        }
+    }
     // In a master group, only the newest leader's master is judged by its tables (see
     // `Checks::top_epoch`).
     let epoch = master.epoch();
@@ -320,8 +369,8 @@ pub fn chunkserver_step(
             if let Some(tessera_core::pb::chunk_request::Req::SetVersion(o)) = &req.req {
                 c.versions.server_ordered(node, *id, o.handle, o.version);
             }
-            if let Some(tessera_core::pb::chunk_request::Req::Mend(_)) = &req.req {
-                c.mends_asked.insert((node.to_string(), *id));
+            if let Some(tessera_core::pb::chunk_request::Req::Mend(m)) = &req.req {
+                c.mends_asked.insert((node.to_string(), *id), m.handle);
             }
         }
         cs::Input::CallResult { id, result } => {
@@ -344,8 +393,11 @@ pub fn chunkserver_step(
         tr.add_u64(r.encoded_len() as u64);
         tr.add_u64(r.error.as_ref().map_or(0, |e| e.code as u64));
         c.versions.server_answered(node, *id, r.error.is_none());
-        if c.mends_asked.remove(&(node.to_string(), *id)) {
+        if let Some(h) = c.mends_asked.remove(&(node.to_string(), *id)) {
             c.mends[usize::from(r.error.is_some())] += 1;
+            if r.error.is_none() {
+                c.mended.insert((node.to_string(), h));
+            }
         }
     }
     for (id, op) in &effects.store {
