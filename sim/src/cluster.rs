@@ -831,32 +831,29 @@ impl Cluster {
 
     /// Kills the master; its store keeps some prefix of its unsynced batches.
     pub fn kill_master(&mut self) {
-        if !self.master_alive {
-            return;
-        }
-        self.handle.kill(self.master_id);
-        let lost = self.master_store.crash(|n| {
+        self.kill_master_keeping(|n| {
             if n == 0 {
                 0
             } else {
                 (madsim::rand::random::<u64>() % (n as u64 + 1)) as usize
             }
         });
-        self.master_alive = false;
-        let mut c = self.checks.lock().expect("checks");
-        c.fault("master_crash", 1);
-        c.fault("log_tail_loss", u64::from(lost > 0));
-        c.versions.master_crashed("master");
     }
 
     /// Kills the master as a power loss that reaches the disk before any unsynced batch
     /// does: every one is lost. Returns how many.
     pub fn kill_master_losing_unsynced(&mut self) -> usize {
+        self.kill_master_keeping(|_| 0)
+    }
+
+    /// Kills the master; its store keeps `keep(n)` of its `n` unsynced batches. Returns
+    /// how many were lost.
+    fn kill_master_keeping(&mut self, keep: impl FnOnce(usize) -> usize) -> usize {
         if !self.master_alive {
             return 0;
         }
         self.handle.kill(self.master_id);
-        let lost = self.master_store.crash(|_| 0);
+        let lost = self.master_store.crash(keep);
         self.master_alive = false;
         let mut c = self.checks.lock().expect("checks");
         c.fault("master_crash", 1);

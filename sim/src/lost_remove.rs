@@ -38,17 +38,11 @@ use tessera_core::pb;
 
 use crate::check::Shared;
 use crate::cluster::Cluster;
+use crate::run::rand;
 use crate::workload::{self, ClientRun};
 
-fn rand() -> u64 {
-    madsim::rand::random()
-}
-
 fn fail(checks: &Shared, cluster: &Cluster, what: String) {
-    checks
-        .lock()
-        .expect("checks")
-        .violation(cluster.true_ms(), format!("lost remove: {what}"));
+    crate::run::fail(checks, cluster, format!("lost remove: {what}"));
 }
 
 const DIR: &str = "/lost-remove";

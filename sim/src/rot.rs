@@ -30,17 +30,11 @@ use tessera_core::types::BLOCK_SIZE;
 
 use crate::check::Shared;
 use crate::cluster::Cluster;
+use crate::run::rand;
 use crate::workload::{self, ClientRun};
 
-fn rand() -> u64 {
-    madsim::rand::random()
-}
-
 fn fail(checks: &Shared, cluster: &Cluster, what: String) {
-    checks
-        .lock()
-        .expect("checks")
-        .violation(cluster.true_ms(), format!("last copy rot: {what}"));
+    crate::run::fail(checks, cluster, format!("last copy rot: {what}"));
 }
 
 /// Starts servers `which` again.
@@ -127,27 +121,41 @@ pub async fn last_copy_rot(cluster: &mut Cluster, checks: &Shared, run: &mut Cli
             return;
         }
     };
-    let Some(chunk) = info.chunks.iter().find(|c| c.index == 0).cloned() else {
-        fail(
-            checks,
-            cluster,
-            format!("{path} has no first chunk: {info:?}"),
-        );
-        return;
-    };
+    // Every copy listed: a copy that failed to be made with the chunk (a slow disk, a
+    // call timed out) is made by re-replication, within two minutes.
+    let mut info = info;
+    let deadline = cluster.true_ms() + 120_000;
     let index = |addr: &str| cluster.servers.iter().position(|s| s.addr == addr);
-    let holders: Vec<usize> = chunk.replicas.iter().filter_map(|a| index(a)).collect();
-    if holders.len() != r {
-        fail(
-            checks,
-            cluster,
-            format!(
-                "{path}'s first chunk has {} copies listed, not {r}: {chunk:?}",
-                holders.len()
-            ),
-        );
-        return;
-    }
+    let (chunk, holders) = loop {
+        let chunk = info.chunks.iter().find(|c| c.index == 0).cloned();
+        let holders: Vec<usize> = chunk
+            .iter()
+            .flat_map(|c| c.replicas.iter().filter_map(|a| index(a)))
+            .collect();
+        if let Some(chunk) = chunk
+            && holders.len() == r
+        {
+            break (chunk, holders);
+        }
+        if cluster.true_ms() > deadline {
+            fail(
+                checks,
+                cluster,
+                format!("{path}'s first chunk has not {r} copies listed within 120 s: {info:?}"),
+            );
+            return;
+        }
+        madsim::time::sleep(Duration::from_secs(1)).await;
+        let p = path.clone();
+        match on_client(cluster, run, |c, run| async move {
+            (workload::get_chunks(&c, &p).await, run)
+        })
+        .await
+        {
+            Ok(i) => info = i,
+            Err(_) => continue,
+        }
+    };
     let h = chunk.handle;
     let keep = holders[(rand() % r as u64) as usize];
     let others: Vec<usize> = holders.iter().copied().filter(|&i| i != keep).collect();

@@ -143,7 +143,7 @@ pub fn run_traced(sc: &Scenario, seed: u64, trace_dir: Option<std::path::PathBuf
     rt.block_on(async move { world(sc, seed, trace_dir).await })
 }
 
-fn rand() -> u64 {
+pub(crate) fn rand() -> u64 {
     madsim::rand::random()
 }
 
@@ -256,12 +256,17 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         sc.stale_collected,
     )
     .await;
-    // The scripted rot of a last current copy, on the healed cluster; then healed again
-    // (the chunk back at its goal) before everything is read back.
-    let healed = if healed && sc.last_copy_rot {
+    // The scripted phases, on the healed cluster (`rot.rs`, `lost_remove.rs`); then
+    // healed again (every chunk back at its goal) before everything is read back.
+    let healed = if healed && (sc.last_copy_rot || sc.lost_remove) {
         match runs.first_mut() {
             Some(run) if !shared => {
-                crate::rot::last_copy_rot(&mut cluster, &checks, run).await;
+                if sc.last_copy_rot {
+                    crate::rot::last_copy_rot(&mut cluster, &checks, run).await;
+                }
+                if sc.lost_remove {
+                    crate::lost_remove::lost_remove(&mut cluster, &checks, run).await;
+                }
                 liveness(
                     &cluster,
                     &checks,
@@ -275,29 +280,8 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
                 fail(
                     &checks,
                     &cluster,
-                    "the last copy rot needs a private client's run".into(),
+                    "the scripted phases need a private client's run".into(),
                 );
-                false
-            }
-        }
-    } else {
-        healed
-    };
-    let healed = if healed && sc.lost_remove {
-        match runs.first() {
-            Some(run) => {
-                crate::lost_remove::lost_remove(&mut cluster, &checks, run).await;
-                liveness(
-                    &cluster,
-                    &checks,
-                    sc.heal_within,
-                    sc.faults.beyond_claim,
-                    sc.stale_collected,
-                )
-                .await
-            }
-            None => {
-                fail(&checks, &cluster, "the lost remove needs a client".into());
                 false
             }
         }
@@ -416,7 +400,7 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
     }
 }
 
-fn fail(checks: &Shared, cluster: &Cluster, what: String) {
+pub(crate) fn fail(checks: &Shared, cluster: &Cluster, what: String) {
     checks
         .lock()
         .expect("checks")
