@@ -14,8 +14,10 @@
 //! 2. the other R−1 holders of its first chunk killed, and one small write acknowledged
 //!    into its second block, by the one copy left;
 //! 3. a bit of the first block flipped on that copy (the older copies hold that block as
-//!    it was) while its server is down (so its read cache no longer hides the rot); the
-//!    killed servers started again, stale, and then it;
+//!    it was) while its server is down (so its read cache no longer hides the rot), and
+//!    with two older copies or more, one of those in that block too (the mend must take
+//!    the block only from a copy whose bytes match); the killed servers started again,
+//!    stale, and then it;
 //! 4. the file read back whole: the read (or the clone that restores the chunk's goal)
 //!    finds the rot, and the master must have the copy mended from the older ones.
 //!
@@ -253,6 +255,19 @@ pub async fn last_copy_rot(cluster: &mut Cluster, checks: &Shared, run: &mut Cli
         t = cluster.true_ms(),
         "last copy rot: chunk {h} v{current:?} on {kept} flipped at {at}; older copies v{older:?} restart"
     );
+    // With two older copies and more, one has rotted in that block too: the mend must
+    // judge each source's bytes by the copy's own checksums, and take the block from
+    // another (whichever it asks first).
+    if others.len() >= 2 {
+        let bad = others[(rand() % others.len() as u64) as usize];
+        let at = (rand() % BLOCK_SIZE) as usize;
+        if cluster.flip_bit(bad, h, at, (rand() % 8) as u8) {
+            tracing::info!(
+                "last copy rot: the older copy of chunk {h} on {} flipped at {at} too",
+                cluster.servers[bad].addr
+            );
+        }
+    }
     // The older copies first, and heard by the master, so that they answer the mend's
     // reads when it comes (a source that does not answer is skipped).
     restart(cluster, &others);
