@@ -11,13 +11,14 @@
 //! 1. a file of its own, written whole on all R copies (more than two blocks), on a
 //!    cluster of exactly R chunkservers (with a spare, the goal would be restored from
 //!    the one current copy before it rots);
-//! 2. the other R−1 holders of its first chunk killed, and one small write acknowledged
-//!    into its second block, by the one copy left;
+//! 2. the other R−1 holders of its first chunk killed: with two or more, one first,
+//!    and a small write into the first block taken by the rest; then the rest, and one
+//!    small write acknowledged into its second block, by the one copy left (so the older
+//!    copies hold two versions, and only the newer one the first block as it is now: the
+//!    mend must judge each source's bytes by the copy's own checksums);
 //! 3. a bit of the first block flipped on that copy (the older copies hold that block as
-//!    it was) while its server is down (so its read cache no longer hides the rot), and
-//!    with two older copies or more, one of those in that block too (the mend must take
-//!    the block only from a copy whose bytes match); the killed servers started again,
-//!    stale, and then it;
+//!    it was) while its server is down (so its read cache no longer hides the rot); the
+//!    killed servers started again, stale, and then it;
 //! 4. the file read back whole: the read (or the clone that restores the chunk's goal)
 //!    finds the rot, and the master must have the copy mended from the older ones.
 //!
@@ -162,31 +163,50 @@ pub async fn last_copy_rot(cluster: &mut Cluster, checks: &Shared, run: &mut Cli
     let keep = holders[(rand() % r as u64) as usize];
     let others: Vec<usize> = holders.iter().copied().filter(|&i| i != keep).collect();
 
-    // 2. The others down; one write into the second block, taken by the one copy left.
+    // 2. The others down, in two steps when there are two or more: the first misses a
+    // write into the first block, which the rest take; then the rest go down too and one
+    // write into the second block is taken by the one copy left. The older copies then
+    // hold two versions, and only the newer holds the first block as it is now.
     // Their versions as they go down (a crashed server's word is forgotten).
-    let older: Vec<Option<u64>> = {
-        let c = checks.lock().expect("checks");
-        others
-            .iter()
-            .map(|&i| c.versions.server_version(&cluster.servers[i].addr, h))
-            .collect()
+    let oldest = if others.len() >= 2 { 1 } else { 0 };
+    let version_of = |cluster: &Cluster, i: usize| {
+        checks
+            .lock()
+            .expect("checks")
+            .versions
+            .server_version(&cluster.servers[i].addr, h)
     };
-    for &i in &others {
-        cluster.kill_server(i);
-    }
-    let off = BLOCK_SIZE + rand() % (len - BLOCK_SIZE - 100);
-    let small = workload::pattern(run.id, 7_000_001, 100);
-    let (p, d) = (path.clone(), small.clone());
-    let wrote = on_client(cluster, run, |c, mut run| async move {
-        let wrote = workload::patiently(|| c.write(&p, off, d.clone())).await;
-        let f = run.model.files.get_mut(&p).expect("modelled");
-        match &wrote {
-            Ok(()) => f.write_ok(off, &d),
-            Err(_) => f.write_failed(off, &d),
+    let mut older: Vec<Option<u64>> = Vec::new();
+    let mut wrote = Ok(());
+    for (step, down) in [&others[..oldest], &others[oldest..]]
+        .into_iter()
+        .enumerate()
+    {
+        for &i in down {
+            older.push(version_of(cluster, i));
+            cluster.kill_server(i);
         }
-        (wrote, run)
-    })
-    .await;
+        if down.is_empty() || wrote.is_err() {
+            continue;
+        }
+        let (off, seq) = if step == 0 {
+            (rand() % (BLOCK_SIZE - 100), 7_000_002)
+        } else {
+            (BLOCK_SIZE + rand() % (len - BLOCK_SIZE - 100), 7_000_001)
+        };
+        let d = workload::pattern(run.id, seq, 100);
+        let p = path.clone();
+        wrote = on_client(cluster, run, |c, mut run| async move {
+            let wrote = workload::patiently(|| c.write(&p, off, d.clone())).await;
+            let f = run.model.files.get_mut(&p).expect("modelled");
+            match &wrote {
+                Ok(()) => f.write_ok(off, &d),
+                Err(_) => f.write_failed(off, &d),
+            }
+            (wrote, run)
+        })
+        .await;
+    }
     let kept = cluster.servers[keep].addr.clone();
     let current = checks
         .lock()
@@ -214,14 +234,14 @@ pub async fn last_copy_rot(cluster: &mut Cluster, checks: &Shared, run: &mut Cli
         return;
     }
 
-    // 3. The one current copy rots in its first block, which every older copy holds as
-    // it is (checked byte for byte); then the older copies come back.
+    // 3. The one current copy rots in its first block, which the newer older copies
+    // hold as it is (checked byte for byte); then the older copies come back.
     let ours = cluster.servers[keep]
         .disk
         .durable_data(h)
         .unwrap_or_default();
     let first = 0..BLOCK_SIZE as usize;
-    let same = others.iter().all(|&i| {
+    let same = others[oldest..].iter().all(|&i| {
         cluster.servers[i].disk.durable_data(h).is_some_and(|d| {
             d.len() >= first.end
                 && ours.len() >= first.end
@@ -233,7 +253,7 @@ pub async fn last_copy_rot(cluster: &mut Cluster, checks: &Shared, run: &mut Cli
         fail(
             checks,
             cluster,
-            format!("chunk {h}: the older copies' first block differs from {kept}'s"),
+            format!("chunk {h}: the newer older copies' first block differs from {kept}'s"),
         );
         return;
     }
@@ -255,19 +275,6 @@ pub async fn last_copy_rot(cluster: &mut Cluster, checks: &Shared, run: &mut Cli
         t = cluster.true_ms(),
         "last copy rot: chunk {h} v{current:?} on {kept} flipped at {at}; older copies v{older:?} restart"
     );
-    // With two older copies and more, one has rotted in that block too: the mend must
-    // judge each source's bytes by the copy's own checksums, and take the block from
-    // another (whichever it asks first).
-    if others.len() >= 2 {
-        let bad = others[(rand() % others.len() as u64) as usize];
-        let at = (rand() % BLOCK_SIZE) as usize;
-        if cluster.flip_bit(bad, h, at, (rand() % 8) as u8) {
-            tracing::info!(
-                "last copy rot: the older copy of chunk {h} on {} flipped at {at} too",
-                cluster.servers[bad].addr
-            );
-        }
-    }
     // The older copies first, and heard by the master, so that they answer the mend's
     // reads when it comes (a source that does not answer is skipped).
     restart(cluster, &others);
