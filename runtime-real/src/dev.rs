@@ -6,6 +6,9 @@ use std::path::PathBuf;
 
 use crate::server::{self, Knobs};
 
+/// The master address commands use when given none: a dev cluster's on its default port.
+pub const DEFAULT_MASTER: &str = "127.0.0.1:7070";
+
 pub async fn run(
     dir: PathBuf,
     chunkservers: usize,
@@ -71,13 +74,16 @@ pub async fn run(
         tasks.spawn(async move { server::run_chunkserver(d, listen, m, rack, &k).await });
     }
     let root = std::fs::canonicalize(&dir).unwrap_or(dir);
-    let (masters_line, env) = if masters == 1 {
-        (format!("master on {master}"), String::new())
+    let masters_line = if masters == 1 {
+        format!("master on {master}")
     } else {
-        (
-            format!("{masters} master replicas on {master}"),
-            format!("\x20 export TESSERA_MASTER={master}\n"),
-        )
+        format!("{masters} master replicas on {master}")
+    };
+    // Commands find this cluster by themselves only at the address they default to.
+    let env = if master == DEFAULT_MASTER {
+        String::new()
+    } else {
+        format!("\x20 export TESSERA_MASTER={master}\n")
     };
     println!(
         "Tessera dev cluster: {masters_line}, {chunkservers} chunkservers on ports {}-{}, data in {}.\n\
@@ -88,12 +94,11 @@ pub async fn run(
          \x20 tessera ls /demo\n\
          \x20 tessera get /demo/file copy\n\
          \x20 tessera admin masters\n\
-         (file commands use {} unless --master or TESSERA_MASTER says otherwise)\n\
+         (without --master or TESSERA_MASTER, commands ask {DEFAULT_MASTER})\n\
          Ctrl-C stops the cluster; run this again and the data is still there.",
         port + masters as u16,
         port + (masters + chunkservers) as u16 - 1,
         root.display(),
-        addrs[0],
     );
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {

@@ -22,7 +22,7 @@ use tessera_core::pb;
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// The dev cluster's master, the default for file commands.
-const DEV_MASTER: &str = "127.0.0.1:7070";
+const DEV_MASTER: &str = tessera::dev::DEFAULT_MASTER;
 /// Bytes written per call by put and append (each call is pushed, committed and synced
 /// on every replica, so larger calls mean fewer syncs per byte).
 const PIECE: usize = 16 << 20;
@@ -106,9 +106,11 @@ enum Cmd {
         #[command(flatten)]
         knobs: Knobs,
     },
-    /// Run a whole cluster on this machine: a master and chunkservers on loopback, each
-    /// its own process, data under one directory. Ctrl-C stops it; run it again and the
-    /// data is still there.
+    /// Run a whole cluster on this machine: a master and chunkservers on loopback, all in
+    /// this one process (each server with its own port and data directory, under one
+    /// directory). Ctrl-C stops it; run it again and the data is still there. To kill
+    /// one server alone, start them as separate `tessera master` and `tessera
+    /// chunkserver` processes instead.
     Dev {
         /// Where the cluster keeps its data.
         #[arg(long, default_value = "./tessera-dev")]
@@ -922,10 +924,64 @@ async fn copy_out(c: &Tessera, path: &str, local: &str) -> Result<(), String> {
         }
         return out.flush().map_err(|e| format!("{local}: {e}"));
     }
-    let f = std::fs::File::create(local).map_err(|e| format!("{local}: {e}"))?;
-    f.set_len(st.length).map_err(|e| format!("{local}: {e}"))?;
+    // Into a directory: under the file's own name there, as cp does.
+    let local = match std::fs::metadata(local) {
+        Ok(m) if m.is_dir() => {
+            let name = path.rsplit('/').next().unwrap_or(path);
+            std::path::Path::new(local)
+                .join(name)
+                .to_string_lossy()
+                .into_owned()
+        }
+        _ => local.to_string(),
+    };
+    let local = local.as_str();
+    // A regular file (or none yet) is written whole beside it and renamed over it at the
+    // end, so a get that fails leaves what was there as it was. Anything else (a device,
+    // a pipe) is written into directly.
+    let existing = std::fs::metadata(local).ok();
+    let direct = existing.as_ref().is_some_and(|m| !m.is_file());
+    let into = if direct {
+        local.to_string()
+    } else {
+        let p = std::path::Path::new(local);
+        let name = p
+            .file_name()
+            .map_or_else(|| local.into(), |n| n.to_string_lossy());
+        p.with_file_name(format!(".{name}.tessera-get-{}", std::process::id()))
+            .to_string_lossy()
+            .into_owned()
+    };
+    let done = copy_out_into(c, path, &into, local, st.length).await;
+    if direct {
+        return done;
+    }
+    let done = done.and_then(|()| {
+        if let Some(m) = &existing {
+            std::fs::set_permissions(&into, m.permissions())
+                .map_err(|e| format!("{local}: {e}"))?;
+        }
+        std::fs::rename(&into, local).map_err(|e| format!("{local}: {e}"))
+    });
+    if done.is_err() {
+        let _ = std::fs::remove_file(&into);
+    }
+    done
+}
+
+/// Writes the `length` bytes of `path` into the local file `into` (`local` names it in
+/// errors).
+async fn copy_out_into(
+    c: &Tessera,
+    path: &str,
+    into: &str,
+    local: &str,
+    length: u64,
+) -> Result<(), String> {
+    let f = std::fs::File::create(into).map_err(|e| format!("{local}: {e}"))?;
+    f.set_len(length).map_err(|e| format!("{local}: {e}"))?;
     let chunk = c.chunk_size(path).await.map_err(|e| say(e, path))?;
-    let progress = bar(Some(st.length));
+    let progress = bar(Some(length));
     let f = std::sync::Arc::new(f);
     let (c2, path2, local2, bar2) = (
         c.clone(),
@@ -933,7 +989,7 @@ async fn copy_out(c: &Tessera, path: &str, local: &str) -> Result<(), String> {
         local.to_string(),
         progress.clone(),
     );
-    let done = for_each_range(chunk_ranges(0, st.length, chunk), move |start, end| {
+    let done = for_each_range(chunk_ranges(0, length, chunk), move |start, end| {
         let (c, f, path, local, bar) = (
             c2.clone(),
             f.clone(),

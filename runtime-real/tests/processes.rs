@@ -671,7 +671,7 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
         "{err}"
     );
 
-    let c = Cluster::start(root, 3);
+    let mut c = Cluster::start(root, 3);
     std::thread::sleep(Duration::from_secs(2));
     // A path that does not exist.
     let out = c.cli(&["get", "/no/such/file", root.join("x").to_str().unwrap()]);
@@ -806,6 +806,54 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("already exists"));
     assert!(c.ok(&["cat", "/after-junk"]).stdout == want);
+
+    // A get into a directory lands under the file's own name there, as cp does.
+    let into = root.join("into");
+    std::fs::create_dir(&into).unwrap();
+    c.ok(&["get", "/after-junk", into.to_str().unwrap()]);
+    assert!(same(&into.join("after-junk"), &want));
+
+    // A get that fails leaves the local file as it was, and nothing beside it: the only
+    // copy's server is down.
+    let g = root.join("g");
+    random_file(&g, 300_000, 4);
+    c.ok(&[
+        "put",
+        "--replication",
+        "1",
+        g.to_str().unwrap(),
+        "/one-copy",
+    ]);
+    let holder = lib.chunks("/one-copy")[0].replicas[0].address.clone();
+    let i = c.servers.iter().position(|s| s.0 == holder).unwrap();
+    c.kill_server(i);
+    let keep = root.join("keep");
+    std::fs::write(&keep, b"precious local data").unwrap();
+    let out = c.cli(&[
+        "get",
+        "/one-copy",
+        keep.to_str().unwrap(),
+        "--retry-for",
+        "2s",
+    ]);
+    assert!(!out.status.success());
+    assert_eq!(std::fs::read(&keep).unwrap(), b"precious local data");
+    let left: Vec<_> = std::fs::read_dir(root)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("tessera-get"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let fresh = root.join("fresh");
+    let out = c.cli(&[
+        "get",
+        "/one-copy",
+        fresh.to_str().unwrap(),
+        "--retry-for",
+        "2s",
+    ]);
+    assert!(!out.status.success() && !fresh.exists());
 }
 
 #[test]
