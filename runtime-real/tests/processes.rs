@@ -837,7 +837,12 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
         "2s",
     ]);
     assert!(!out.status.success());
-    assert_eq!(std::fs::read(&keep).unwrap(), b"precious local data");
+    let now = std::fs::read(&keep).unwrap();
+    assert!(
+        now == b"precious local data",
+        "a failed get changed the local file: {} bytes now",
+        now.len()
+    );
     let left: Vec<_> = std::fs::read_dir(root)
         .unwrap()
         .filter_map(|e| e.ok())
