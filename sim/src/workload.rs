@@ -2344,8 +2344,8 @@ pub async fn verify_replicas(
                     Judge::PlainAppends => ch.plain_appends[path]
                         .check(&d, base, base + d.len() as u64, rs)
                         .map(|_| ()),
-                    Judge::Records => ch.appends[path]
-                        .check(
+                    Judge::Records => {
+                        let found = ch.appends[path].check(
                             &d,
                             base,
                             base + cs,
@@ -2353,8 +2353,10 @@ pub async fn verify_replicas(
                             rs,
                             Some(&handles),
                             ch.stored.as_ref(),
-                        )
-                        .map(|_| ()),
+                        );
+                        // Each replica's records are read back and judged: they count.
+                        found.map(|n| ch.records_checked += n as u64)
+                    }
                 }
             };
             if let Err(e) = verdict {
