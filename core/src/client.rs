@@ -776,14 +776,21 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         // A name shared by every put to `path` would let one put delete or write into
         // another's file mid-copy, and rename the mixture into place as its own.
         let tmp = format!("{path}{COPYING}.{:016x}", self.rt.random_u64());
+        // The temporary name is this put's own business: errors speak of `path`.
+        let own = |e: FsError| {
+            PutError::Fs(e.map_message(|m| {
+                m.replace(&format!("{tmp:?}"), &format!("{path:?}"))
+                    .replace(&tmp, path)
+            }))
+        };
         match self.create(&tmp, replication).await {
             // Nobody else uses this name: it exists because our first attempt made it
             // and its reply was lost.
             Ok(()) | Err(FsError::AlreadyExists(_)) => {}
-            Err(e) => return Err(PutError::Fs(e)),
+            Err(e) => return Err(own(e)),
         }
         let result = match write(tmp.clone()).await {
-            Ok(()) => self.rename(&tmp, path).await.map_err(PutError::Fs),
+            Ok(()) => self.rename(&tmp, path).await.map_err(own),
             Err(e) => Err(PutError::Write(e)),
         };
         if result.is_err() {

@@ -95,6 +95,28 @@ impl FsError {
         }
     }
 
+    /// The same error with its message passed through `f` (a leader's address is not a
+    /// message and stays as it is).
+    pub fn map_message(self, f: impl FnOnce(String) -> String) -> FsError {
+        use FsError::*;
+        match self {
+            NotFound(m) => NotFound(f(m)),
+            AlreadyExists(m) => AlreadyExists(f(m)),
+            NotADirectory(m) => NotADirectory(f(m)),
+            IsADirectory(m) => IsADirectory(f(m)),
+            NotEmpty(m) => NotEmpty(f(m)),
+            InvalidArgument(m) => InvalidArgument(f(m)),
+            StaleVersion(m) => StaleVersion(f(m)),
+            ChunkNotFound(m) => ChunkNotFound(f(m)),
+            Corrupt(m) => Corrupt(f(m)),
+            NoSpace(m) => NoSpace(f(m)),
+            Unavailable(m) => Unavailable(f(m)),
+            Io(m) => Io(f(m)),
+            Internal(m) => Internal(f(m)),
+            NotLeader(l) => NotLeader(l),
+        }
+    }
+
     /// Whether asking again (possibly elsewhere) may succeed.
     pub fn is_retryable(&self) -> bool {
         matches!(

@@ -49,9 +49,10 @@ struct MasterAddr {
     #[arg(long, env = "TESSERA_MASTER", default_value = DEV_MASTER)]
     master: String,
     /// How long a command keeps trying while the master or chunkservers do not answer:
-    /// a master restart takes a few seconds, and writes to files that existed before it
-    /// wait out the lease period after it (0s tries once).
-    #[arg(long, env = "TESSERA_RETRY_FOR", default_value = "90s", value_parser = humantime::parse_duration)]
+    /// a master restart or failover takes a few seconds, and writes to files that existed
+    /// before it wait out the lease period after it (about 72 s with the default 60 s
+    /// lease), so the default leaves room for both (0s tries once).
+    #[arg(long, env = "TESSERA_RETRY_FOR", default_value = "120s", value_parser = humantime::parse_duration)]
     retry_for: Duration,
 }
 
@@ -150,6 +151,9 @@ enum Cmd {
     /// (it is written as PATH._COPYING_.<random> and renamed); a failed put leaves
     /// nothing (a put that is killed leaves that file, for `rm` to remove).
     ///
+    /// Onto an existing directory, the file goes under it with the local file's name
+    /// (as cp does).
+    ///
     /// Of two puts to one path at once, at most one succeeds, and the file then holds
     /// its bytes; the other fails with "already exists" and leaves nothing.
     Put {
@@ -183,7 +187,8 @@ enum Cmd {
         #[command(flatten)]
         m: MasterAddr,
     },
-    /// Rename a file or directory.
+    /// Rename a file or directory; onto an existing directory, move it under that
+    /// directory with its own name (as mv does).
     Mv {
         src: String,
         dst: String,
@@ -452,7 +457,7 @@ fn say(e: FsError, what: &str) -> String {
         Some(m) => (m.master.as_str(), humantime::format_duration(m.retry_for)),
         None => (
             DEV_MASTER,
-            humantime::format_duration(Duration::from_secs(90)),
+            humantime::format_duration(Duration::from_secs(120)),
         ),
     };
     match e {
@@ -492,7 +497,36 @@ fn say(e: FsError, what: &str) -> String {
         FsError::Unavailable(m) if m.contains("no live replica") => format!(
             "{what}: {m} after {patience}: every server holding it is down or has not reported since the master started; `tessera admin fsck {what}` shows where its copies are"
         ),
-        e => format!("{what}: {e}"),
+        // "/a: already exists", not "/a: already exists: /a".
+        e => {
+            let (full, msg) = (e.to_string(), e.to_pb().message);
+            let kind = full
+                .strip_suffix(msg.as_str())
+                .and_then(|k| k.strip_suffix(": "));
+            match kind {
+                Some(kind) if msg == what => format!("{what}: {kind}"),
+                Some(kind) => match msg.strip_prefix(what).and_then(|r| r.strip_prefix(": ")) {
+                    Some(rest) => format!("{what}: {kind}: {rest}"),
+                    None => format!("{what}: {full}"),
+                },
+                None => format!("{what}: {full}"),
+            }
+        }
+    }
+}
+
+/// `to` as a command that copies or moves `from` there means it: an existing directory
+/// takes the entry under `from`'s own name, as cp and mv do.
+async fn into_dir(c: &Tessera, from: &str, to: &str) -> Result<String, String> {
+    match c.stat(to).await {
+        Ok(st) if st.is_dir => {
+            let name = from.trim_end_matches('/').rsplit('/').next().unwrap_or("");
+            if name.is_empty() || name == "-" {
+                return Err(format!("{to}: is a directory"));
+            }
+            Ok(format!("{}/{name}", to.trim_end_matches('/')))
+        }
+        _ => Ok(to.to_string()),
     }
 }
 
@@ -553,10 +587,17 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             .delete(&path, recursive)
             .await
             .map_err(|e| say(e, &path)),
-        Cmd::Mv { src, dst, m } => client(&m)
-            .rename(&src, &dst)
-            .await
-            .map_err(|e| say(e, &src)),
+        Cmd::Mv { src, dst, m } => {
+            let c = client(&m);
+            let dst = into_dir(&c, &src, &dst).await?;
+            if dst.trim_end_matches('/') == src.trim_end_matches('/') {
+                return Err(format!("{src}: is already there"));
+            }
+            c.rename(&src, &dst).await.map_err(|e| match e {
+                FsError::AlreadyExists(_) => format!("{dst}: already exists"),
+                e => say(e, &src),
+            })
+        }
         Cmd::Stat { path, m } => {
             let c = client(&m);
             let s = c.stat(&path).await.map_err(|e| say(e, &path));
@@ -582,9 +623,14 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             // Written under a temporary name and renamed when complete, so the file
             // appears whole or not at all; a failed put removes what it wrote.
             let c = client(&m);
+            let path = into_dir(&c, &local, &path).await?;
             c.put_with(&path, replication, |tmp| {
-                let (c, local) = (&c, &local);
-                async move { copy_in(c, local, &tmp, Dest::At(0)).await }
+                let (c, local, path) = (&c, &local, &path);
+                async move {
+                    copy_in(c, local, &tmp, Dest::At(0))
+                        .await
+                        .map_err(|e| e.replace(&tmp, path))
+                }
             })
             .await
             .map_err(|e| match e {
@@ -934,6 +980,23 @@ async fn copy_out(c: &Tessera, path: &str, local: &str) -> Result<(), String> {
                 .into_owned()
         }
         _ => local.to_string(),
+    };
+    // Through a symbolic link, as cp writes: the link stays, its target gets the bytes.
+    let local = match std::fs::symlink_metadata(&local) {
+        Ok(m) if m.file_type().is_symlink() => match std::fs::canonicalize(&local) {
+            Ok(target) => target.to_string_lossy().into_owned(),
+            // A dangling link: the file it names, made now.
+            Err(_) => match std::fs::read_link(&local) {
+                Ok(t) => std::path::Path::new(&local)
+                    .parent()
+                    .unwrap_or(std::path::Path::new("."))
+                    .join(t)
+                    .to_string_lossy()
+                    .into_owned(),
+                Err(e) => return Err(format!("{local}: {e}")),
+            },
+        },
+        _ => local,
     };
     let local = local.as_str();
     // A regular file (or none yet) is written whole beside it and renamed over it at the

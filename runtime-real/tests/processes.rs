@@ -637,6 +637,74 @@ fn commands_ride_out_a_master_restart() {
     c.ok(&["stat", "/made-meanwhile"]);
 }
 
+/// File commands treat an existing directory, a symbolic link and their own errors as
+/// cp and mv would; a name that would garble listings is refused.
+#[test]
+fn file_commands_behave_as_cp_and_mv_do() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path();
+    let c = Cluster::start(root, 3);
+    std::thread::sleep(Duration::from_secs(2));
+    let local = root.join("notes.txt");
+    std::fs::write(&local, b"first copy").unwrap();
+    let local = local.to_str().unwrap();
+    let err = |out: Output| -> String {
+        assert!(!out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).trim().to_string()
+    };
+    c.ok(&["mkdir", "/d"]);
+    c.ok(&["mkdir", "/e"]);
+
+    // put onto a directory: under it, with the local file's name.
+    c.ok(&["put", local, "/d"]);
+    assert_eq!(c.ok(&["cat", "/d/notes.txt"]).stdout, b"first copy");
+    // Again: the file is there, and the error says so once.
+    assert_eq!(
+        err(c.cli(&["put", local, "/d"])),
+        "tessera: /d/notes.txt: already exists"
+    );
+    // Under a missing parent: the user's path, not the put's temporary name.
+    let e = err(c.cli(&["put", local, "/nope/f"]));
+    assert!(
+        !e.contains("_COPYING_") && e.starts_with("tessera: /nope/f: not found"),
+        "{e}"
+    );
+    assert_eq!(err(c.cli(&["rm", "/zz"])), "tessera: /zz: not found");
+
+    // mv onto a directory: under it, with its own name.
+    c.ok(&["mv", "/d/notes.txt", "/e"]);
+    assert_eq!(c.ok(&["cat", "/e/notes.txt"]).stdout, b"first copy");
+    assert!(!c.cli(&["stat", "/d/notes.txt"]).status.success());
+    assert!(err(c.cli(&["mv", "/e/notes.txt", "/e"])).contains("already there"));
+
+    // get through a symbolic link writes the link's target; the link stays.
+    let target = root.join("target.txt");
+    std::fs::write(&target, b"old").unwrap();
+    let link = root.join("link.txt");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    c.ok(&["get", "/e/notes.txt", link.to_str().unwrap()]);
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(std::fs::read(&target).unwrap(), b"first copy");
+
+    // Names with control characters are refused; nothing is made.
+    for bad in ["/e/a\nb", "/e/tab\there"] {
+        let e = err(c.cli(&["mkdir", bad]));
+        assert!(e.contains("control characters"), "{e}");
+        let e = err(c.cli(&["put", local, bad]));
+        assert!(
+            e.contains("control characters") && !e.contains("_COPYING_"),
+            "{e}"
+        );
+    }
+    let listing = String::from_utf8(c.ok(&["ls", "/e"]).stdout).unwrap();
+    assert_eq!(listing.lines().count(), 1, "{listing}");
+}
+
 #[test]
 fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -127,7 +127,7 @@ impl Chunkserver {
             // First contact: the id is stored for good before anything this master says
             // is acted on, and this reply's orders wait for the next one.
             if !self.joining {
-                tracing::info!(server = %self.cfg.address, cluster_id = hb.cluster_id, "joining the cluster");
+                tracing::info!(server = %self.cfg.address, cluster_id = %format_args!("{:016x}", hb.cluster_id), "joining the cluster");
                 self.joining = true;
                 let meta = self.identity(hb.cluster_id, self.epoch);
                 self.store(

@@ -249,7 +249,7 @@ impl Master {
                 .log(Op::ClusterId(pb::ClusterIdOp { cluster_id }))
                 .expect("a cluster without an id takes one");
             self.cluster_id_seq = seq;
-            tracing::info!(cluster_id, "cluster id made");
+            tracing::info!(cluster_id = %format_args!("{cluster_id:016x}"), "cluster id made");
         }
         self
     }

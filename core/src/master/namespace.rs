@@ -30,7 +30,17 @@ pub const DELETED_PREFIX: &str = ".tessera-deleted-";
 /// garbage collector takes such a name for a deleted entry and reclaims it when its
 /// time stamp says so, so a file moved to one would be gone for good. A deleted entry
 /// may still be renamed *from* (undelete), read or deleted at once.
+///
+/// A new name may not hold control characters either (a newline, a tab, an escape):
+/// listings print one entry per line, and a name that moves a terminal's cursor or
+/// splits a line would make every listing of its directory lie. Names made before this
+/// rule stay readable, movable and removable.
 pub fn refuse_reserved(path: &str) -> Result<(), FsError> {
+    if let Some(c) = path.chars().find(|c| c.is_control()) {
+        return Err(FsError::InvalidArgument(format!(
+            "{path:?}: names may not hold control characters ({c:?})"
+        )));
+    }
     match path.split('/').find(|c| c.starts_with(DELETED_PREFIX)) {
         Some(c) => Err(FsError::InvalidArgument(format!(
             "{path}: names starting with {DELETED_PREFIX} are reserved for deleted entries ({c})"

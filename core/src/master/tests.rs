@@ -491,6 +491,36 @@ fn names_kept_for_deleted_entries_are_refused() {
 }
 
 #[test]
+fn new_names_with_control_characters_are_refused() {
+    let mut h = H::new();
+    h.call(mkdir("/d"));
+    h.call(create("/d/keep"));
+    let refused = |r: pb::MasterResponse| {
+        matches!(
+            r.error.map(|e| FsError::from_pb(&e)),
+            Some(FsError::InvalidArgument(m)) if m.contains("control characters")
+        )
+    };
+    for req in [
+        create("/d/a\nb"),
+        create("/d/tab\there"),
+        mkdir("/d/esc\u{1b}[2J"),
+        rename("/d/keep", "/d/del\u{7f}"),
+        MReq::Mkdir(pb::MkdirRequest {
+            path: "/x\r/y".into(),
+            parents: true,
+        }),
+    ] {
+        let what = format!("{req:?}");
+        assert!(refused(h.call(req)), "{what} was not refused");
+    }
+    assert_eq!(listing(&mut h, "/d", true), vec!["/d/keep"]);
+    assert_eq!(listing(&mut h, "/", true), vec!["/d"]);
+    // Spaces and other scripts are names like any other.
+    assert!(is_ok(&h.call(create("/d/a name é 日本"))));
+}
+
+#[test]
 fn requests_waiting_for_locks_are_bounded() {
     let mut h = H::with(MasterConfig {
         max_queued: 2,
