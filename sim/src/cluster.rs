@@ -794,6 +794,9 @@ impl Cluster {
                     cluster_id,
                     changing: vec![],
                     copy: false,
+                    // Heartbeats are not authenticated: a forged term could end a new
+                    // leader's quiet period for the server it names (a known limit).
+                    epoch: 0,
                 })),
                 ..Default::default()
             };

@@ -11,8 +11,12 @@
 //! and then crash before the term was on disk, the deposed leader could give it orders
 //! again after the restart. Until the write is done, calls of the new term are refused
 //! as unavailable (the master tries again later) and a heartbeat reply's orders are
-//! ignored (the next reply brings them again). A new leader grants no lease for a lease
-//! period after it starts anyway, and heartbeats come far more often.
+//! ignored (the next reply brings them again).
+//!
+//! Once a newer term is stored, the server gives up every lease it holds: a deposed
+//! leader granted them. Its heartbeats carry the term stored, so a new leader that has
+//! heard one of its own term from every server that may hold a lease knows no old lease
+//! is left, and grants again without waiting out a lease period.
 
 use super::{Chunkserver, IDENTITY_HANDLE, Pending, StoreOp};
 use crate::error::FsError;
@@ -75,6 +79,19 @@ impl Chunkserver {
 
     pub(super) fn epoch_stored(&mut self, epoch: u64, ok: bool) {
         if ok {
+            if epoch > self.epoch {
+                // Every lease held now came from a deposed leader (the new one's grants
+                // wait for this write): they end here, so that a heartbeat carrying the
+                // new term shows the new leader no older lease is left on this server,
+                // and it need not wait out a whole lease period (`master/leases.rs`).
+                let mut dropped = 0;
+                for c in self.chunks.values_mut() {
+                    dropped += usize::from(c.lease_until.take().is_some());
+                }
+                if dropped > 0 {
+                    tracing::info!(server = %self.cfg.address, epoch, dropped, "leases of a deposed master leader given up");
+                }
+            }
             self.epoch = self.epoch.max(epoch);
         } else if self.storing_epoch == epoch {
             // The next message of that term tries again.

@@ -80,6 +80,8 @@ impl Chunkserver {
                 cluster_id: self.cluster_id,
                 changing,
                 copy: false,
+                // Leases of older terms were given up as this one was stored (`epoch.rs`).
+                epoch: self.epoch,
             })),
             ..Default::default()
         };

@@ -98,6 +98,10 @@ impl Master {
                 return;
             }
         };
+        if self.epoch > 0 && r.epoch >= self.epoch {
+            // It holds no lease from an older term (`leases.rs`).
+            self.leases.fenced(&r.address, self.now);
+        }
         match arrival {
             Arrival::Known => {}
             Arrival::Revived => {

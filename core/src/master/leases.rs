@@ -14,6 +14,19 @@
 //! so it grants none on existing chunks for one lease period plus the skew, plus the
 //! call timeout: a grant the crashed master sent may still be on its way (a request
 //! arrives before its caller's deadline or never).
+//!
+//! A master group's new leader can often end that quiet period within a few heartbeats.
+//! Before a master grants a server its first lease, it logs the server as a lease holder
+//! with its term (`LeaseHolderOp`), so every server that may hold a lease from an older
+//! term is in the new leader's log: the record was durable before that grant went out. A
+//! chunkserver gives up every lease it holds as it stores a newer term, and takes no
+//! order from an older one after (`chunkserver/epoch.rs`); each heartbeat carries the
+//! term it has stored. Once every server logged in an older term has sent a heartbeat
+//! of this leader's term or later, no lease from before is left anywhere, and the quiet
+//! period is over. A holder that never reports (down for good) leaves the whole period
+//! to run, as before. Once it is over either way, the leader logs that holders of older
+//! terms are forgotten, so the list stays as short as the set of servers it grants to.
+//! A master that runs alone has no term to fence with and always waits the period out.
 
 use crate::types::HashMap;
 
@@ -75,6 +88,13 @@ pub struct Leases {
     quiet_below: ChunkHandle,
     /// Grants waiting for their version reservation to be durable, by log record.
     unreserved: std::collections::BTreeMap<LogSeq, Vec<ChunkHandle>>,
+    /// A group leader's quiet period: the servers logged as lease holders in an older
+    /// term that have not yet shown they hold none from it (None: not fencing).
+    holders_left: Option<std::collections::BTreeSet<String>>,
+    /// Whether the holders of older terms have been forgotten in the log.
+    forgot: bool,
+    /// Whether the quiet period ended before its time (every holder fenced).
+    ended_early: bool,
 }
 
 impl Leases {
@@ -87,7 +107,51 @@ impl Leases {
             // crashed at the latest now), and its lease run a period from then.
             quiet_until: now + cfg.call_timeout + cfg.lease_duration + cfg.max_clock_skew,
             unreserved: Default::default(),
+            holders_left: None,
+            forgot: false,
+            ended_early: false,
         }
+    }
+
+    /// A group leader's start: the quiet period may end early once each of `holders`
+    /// (those logged in an older term) has shown it holds no lease from one.
+    pub fn fence(&mut self, now: Time, holders: std::collections::BTreeSet<String>) {
+        if holders.is_empty() {
+            self.quiet_until = self.quiet_until.min(now);
+            self.ended_early = true;
+            tracing::info!("no server may hold a lease of an older term: no quiet period");
+        }
+        self.holders_left = Some(holders);
+    }
+
+    /// `server` sent a heartbeat of this leader's term: it holds no older lease.
+    pub fn fenced(&mut self, server: &str, now: Time) {
+        let Some(left) = &mut self.holders_left else {
+            return;
+        };
+        if left.remove(server) && left.is_empty() && self.quiet_until > now {
+            tracing::info!(
+                server,
+                early_ms = millis(self.quiet_until.saturating_sub(now)),
+                "every server that may hold an older term's lease has given them up: the quiet period is over"
+            );
+            self.quiet_until = now;
+            self.ended_early = true;
+        }
+    }
+
+    /// Whether this leader's quiet period ended early (see the module comment).
+    pub fn quiet_ended_early(&self) -> bool {
+        self.ended_early
+    }
+
+    /// Whether the quiet period is over and older holders can be forgotten (once).
+    fn forget_due(&mut self, now: Time) -> bool {
+        if self.forgot || self.holders_left.is_none() || now < self.quiet_until {
+            return false;
+        }
+        self.forgot = true;
+        true
     }
 
     pub fn forget(&mut self, h: ChunkHandle) {
@@ -448,6 +512,17 @@ impl Master {
                 (s, req)
             })
             .collect();
+        if let Some(p) = primary {
+            // Named before the grant can go out: a later leader must know to fence it.
+            let address = self.servers.get(p).addr.clone();
+            if self.meta.lease_holders.get(&address) != Some(&self.epoch) {
+                self.log(Op::LeaseHolder(pb::LeaseHolderOp {
+                    address,
+                    term: self.epoch,
+                    forget_before: 0,
+                }))?;
+            }
+        }
         let (seq, _) = self.log(Op::ReserveVersion(pb::ReserveVersionOp {
             handle: h,
             version,
@@ -673,6 +748,23 @@ impl Master {
                 }
                 self.retired_at.insert((h, s), self.now);
             }
+        }
+    }
+
+    /// A group leader whose quiet period is over logs, once, that lease holders named
+    /// in older terms are forgotten: none of their leases is left.
+    pub(super) fn forget_old_lease_holders(&mut self) {
+        if !self.leases.forget_due(self.now)
+            || !self.meta.lease_holders.values().any(|&t| t < self.epoch)
+        {
+            return;
+        }
+        if let Err(e) = self.log(Op::LeaseHolder(pb::LeaseHolderOp {
+            address: String::new(),
+            term: self.epoch,
+            forget_before: self.epoch,
+        })) {
+            panic!("forgetting older lease holders: {e}");
         }
     }
 

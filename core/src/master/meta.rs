@@ -35,6 +35,9 @@ pub struct Meta {
     /// below its goal (`fallback.rs`), with every server that may hold its current
     /// version. Logged, so a restarted master keeps them too.
     pub fallbacks: BTreeMap<ChunkHandle, Fallback>,
+    /// Servers that may hold a lease some master granted: address -> the term of the
+    /// master that named it (`LeaseHolderOp`, see `leases.rs`).
+    pub lease_holders: BTreeMap<String, u64>,
     /// The chunk size of files whose create record (or checkpoint entry) names none: the
     /// master's configured default when it recovers. Records made before files kept
     /// their own size have none; no cluster was deployed then, so this only serves old
@@ -89,6 +92,7 @@ impl Meta {
             cluster_id: 0,
             retries: Retries::default(),
             fallbacks: BTreeMap::new(),
+            lease_holders: BTreeMap::new(),
             default_chunk_size,
         }
     }
@@ -225,6 +229,24 @@ impl Meta {
                 }
                 self.ns.set_length(&o.path, o.length, t)?
             }
+            Some(Op::LeaseHolder(o)) => match (o.address.is_empty(), o.forget_before) {
+                (false, 0) => {
+                    let t = self
+                        .lease_holders
+                        .entry(o.address.clone())
+                        .or_insert(o.term);
+                    *t = (*t).max(o.term);
+                }
+                (true, before) if before > 0 => {
+                    self.lease_holders.retain(|_, t| *t >= before);
+                }
+                _ => {
+                    return Err(FsError::Internal(format!(
+                        "a lease holder record names {:?} and forgets before term {}",
+                        o.address, o.forget_before
+                    )));
+                }
+            },
             Some(Op::ClusterId(o)) => {
                 // A second id would turn away every chunkserver that took the first.
                 if self.cluster_id != 0 || o.cluster_id == 0 {
@@ -418,6 +440,15 @@ impl Meta {
             // A group's snapshot adds its members (`group::members`).
             group_members: Default::default(),
             group_retired: Vec::new(),
+            lease_holders: self
+                .lease_holders
+                .iter()
+                .map(|(address, &term)| pb::LeaseHolderOp {
+                    address: address.clone(),
+                    term,
+                    forget_before: 0,
+                })
+                .collect(),
         }
     }
 
@@ -480,6 +511,12 @@ impl Meta {
                 }
                 _ => return Err(bad(format!("reserved version of chunk {}", r.handle))),
             }
+        }
+        for l in &cp.lease_holders {
+            if l.address.is_empty() || l.forget_before != 0 {
+                return Err(bad(format!("lease holder {l:?}")));
+            }
+            meta.lease_holders.insert(l.address.clone(), l.term);
         }
         for e in &cp.fallbacks {
             let Some(c) = meta.chunks.get(e.handle) else {

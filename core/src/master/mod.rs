@@ -261,6 +261,14 @@ impl Master {
     pub fn take_over(cfg: MasterConfig, now: Time, meta: Meta, seq: LogSeq, epoch: u64) -> Master {
         let mut m = Master::from_meta(cfg, now, meta, seq);
         m.epoch = epoch;
+        let older: std::collections::BTreeSet<String> = m
+            .meta
+            .lease_holders
+            .iter()
+            .filter(|&(_, &t)| t < epoch)
+            .map(|(a, _)| a.clone())
+            .collect();
+        m.leases.fence(now, older);
         m
     }
 
@@ -845,6 +853,7 @@ impl Master {
 
     fn on_tick(&mut self) {
         self.leases.purge(self.now, self.cfg.max_clock_skew);
+        self.forget_old_lease_holders();
         self.check_liveness();
         self.schedule_clones();
         self.collect_garbage();

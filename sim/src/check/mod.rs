@@ -92,6 +92,8 @@ pub struct Checks {
     /// Paths a master logged removed (by its node), and when (the step count): the
     /// lost-remove phase's evidence that the master took the remove it then loses.
     pub removes_logged: HashMap<String, (String, u64)>,
+    /// (master node, term) whose quiet period ended early (`master/leases.rs`).
+    pub quiet_ended: std::collections::HashSet<(String, u64)>,
     /// When each (master node, chunkserver address) heartbeat was last judged by a
     /// master (the step count).
     pub heartbeats_judged: HashMap<(String, String), u64>,

@@ -242,6 +242,10 @@ pub fn master_step(
             _ => {}
         }
     }
+    // A new leader that fenced every older lease holder instead of waiting.
+    if master.leases().quiet_ended_early() && c.quiet_ended.insert((node.to_string(), epoch)) {
+        *c.faults.entry("quiet_ended_early").or_default() += 1;
+    }
     // The master's leases, in true time, for the holders' leases to be measured against.
     let skew = master.config().max_clock_skew;
     c.leases.master_saw(
