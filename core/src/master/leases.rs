@@ -145,6 +145,12 @@ impl Leases {
         self.ended_early
     }
 
+    /// The first chunk handle made after this master started: the quiet period holds
+    /// only the chunks below it.
+    pub fn quiet_below(&self) -> ChunkHandle {
+        self.quiet_below
+    }
+
     /// Whether the quiet period is over and older holders can be forgotten (once).
     fn forget_due(&mut self, now: Time) -> bool {
         if self.forgot || self.holders_left.is_none() || now < self.quiet_until {

@@ -72,6 +72,22 @@ impl LeaseBoard {
         self.master = leases;
     }
 
+    /// Every lease some live server believes valid at `now` (true time), on a chunk
+    /// below `below`: (server, chunk, end).
+    pub fn valid_below(&self, now: i64, below: ChunkHandle) -> Vec<(String, ChunkHandle, i64)> {
+        let mut out: Vec<(String, ChunkHandle, i64)> = self
+            .held
+            .iter()
+            .flat_map(|(s, ls)| {
+                ls.iter()
+                    .filter(|&(&h, &until)| until > now && h < below)
+                    .map(|(&h, &until)| (s.clone(), h, until))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
     pub fn forget(&mut self, server: &str) {
         self.held.remove(server);
     }

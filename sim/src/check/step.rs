@@ -245,6 +245,18 @@ pub fn master_step(
     // A new leader that fenced every older lease holder instead of waiting.
     if master.leases().quiet_ended_early() && c.quiet_ended.insert((node.to_string(), epoch)) {
         *c.faults.entry("quiet_ended_early").or_default() += 1;
+        // Every server that may hold an older term's lease has given them up: none may
+        // be left on a chunk that existed when this leader started.
+        let left = c.leases.valid_below(t, master.leases().quiet_below());
+        if !left.is_empty() {
+            c.violation(
+                t,
+                format!(
+                    "{node} (term {epoch}) ended its quiet period early while older leases \
+                     were still held (server, chunk, until ms): {left:?}"
+                ),
+            );
+        }
     }
     // The master's leases, in true time, for the holders' leases to be measured against.
     let skew = master.config().max_clock_skew;
