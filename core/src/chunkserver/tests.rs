@@ -756,6 +756,95 @@ fn leases_extend_only_while_written() {
     assert_eq!(extensions(&mut h), vec![1]);
 }
 
+/// The next heartbeat the server sends.
+fn next_heartbeat(h: &mut H) -> (u64, pb::HeartbeatRequest) {
+    h.run(Input::Tick);
+    let c = h.calls.pop().unwrap();
+    let Outgoing::Master(pb::MasterRequest {
+        req: Some(MReq::Heartbeat(hb)),
+        ..
+    }) = c.req
+    else {
+        panic!()
+    };
+    (c.id, hb)
+}
+
+/// A server gives up every lease as it stores a newer master term, and its heartbeats
+/// say which term it has stored: a new leader counts on both to end its quiet period
+/// early (`master/leases.rs`).
+#[test]
+fn a_newer_term_ends_every_lease_and_heartbeats_carry_the_term() {
+    let mut h = H::new();
+    for handle in [1, 2] {
+        let r = h.req(R::SetVersion(pb::SetVersionRequest {
+            epoch: 1,
+            handle,
+            version: 1,
+            create: true,
+            lease_ms: 60_000,
+            valid_ms: 0,
+            chunk_size: CHUNK,
+            ..Default::default()
+        }));
+        // The first order of term 1 waits for the term to be stored; then it is taken.
+        if r.error.is_some() {
+            let r = h.req(R::SetVersion(pb::SetVersionRequest {
+                epoch: 1,
+                handle,
+                version: 1,
+                create: true,
+                lease_ms: 60_000,
+                valid_ms: 0,
+                chunk_size: CHUNK,
+                ..Default::default()
+            }));
+            assert!(r.error.is_none(), "{r:?}");
+        }
+    }
+    assert!(h.cs.is_primary(1, h.now) && h.cs.is_primary(2, h.now));
+    let (id, hb) = next_heartbeat(&mut h);
+    assert_eq!(hb.epoch, 1);
+    // A reply of term 3 (a new leader): stored, and the leases of term 1 end with it.
+    let reply = |epoch| pb::MasterResponse {
+        resp: Some(pb::master_response::Resp::Heartbeat(
+            pb::HeartbeatResponse {
+                epoch,
+                extended_leases: vec![1, 2],
+                lease_duration_ms: 60_000,
+                ..Default::default()
+            },
+        )),
+        ..Default::default()
+    };
+    h.run(Input::CallResult {
+        id,
+        result: Ok(Reply::Master(reply(3))),
+    });
+    assert_eq!(h.cs.master_epoch(), 3);
+    assert!(!h.cs.is_primary(1, h.now) && !h.cs.is_primary(2, h.now));
+    let (id, hb) = next_heartbeat(&mut h);
+    assert_eq!(hb.epoch, 3);
+    assert!(hb.lease_extensions.is_empty());
+    // The deposed leader can neither extend nor grant again.
+    h.run(Input::CallResult {
+        id,
+        result: Ok(Reply::Master(reply(1))),
+    });
+    assert!(!h.cs.is_primary(1, h.now));
+    let r = h.req(R::SetVersion(pb::SetVersionRequest {
+        epoch: 1,
+        handle: 1,
+        version: 2,
+        lease_ms: 60_000,
+        valid_ms: 60_000,
+        chunk_size: CHUNK,
+        ..Default::default()
+    }));
+    assert!(r.error.is_some());
+    assert!(!h.cs.is_primary(1, h.now));
+}
+
 #[test]
 fn lease_counts_from_arrival_not_from_processing() {
     // A grant that waited in the queue (here: 900 ms) must not outlive the master's view,

@@ -173,6 +173,21 @@ impl H {
             server_id,
             cluster_id,
             changing: changing.to_vec(),
+            epoch: 0,
+        }))
+    }
+
+    /// A member's heartbeat with no chunks, from a server that has stored master term
+    /// `epoch`.
+    fn heartbeat_in_term(&mut self, addr: &str, epoch: u64) -> pb::MasterResponse {
+        self.call(MReq::Heartbeat(pb::HeartbeatRequest {
+            address: addr.into(),
+            rack: "r".into(),
+            capacity_bytes: 1 << 30,
+            server_id: server_id(addr),
+            cluster_id: self.m.cluster_id(),
+            epoch,
+            ..Default::default()
         }))
     }
 
@@ -2207,6 +2222,116 @@ fn a_first_grant_lost_in_a_crash_still_waits_out_the_quiet_period() {
     h2.advance(Duration::from_secs(12));
     cluster(&mut h2, 3, 3);
     assert!(h2.write_target("/f", 0).is_ok());
+}
+
+/// A group's new leader grants leases on existing chunks as soon as every server logged
+/// as a lease holder in an older term has sent a heartbeat of its term (such a server
+/// gave up its older leases), not a lease period later; a heartbeat of an older term
+/// proves nothing. Holders of older terms are forgotten once the quiet period is over.
+#[test]
+fn a_new_leader_grants_once_every_older_lease_holder_shows_its_term() {
+    let holders = |log: &[(LogSeq, pb::LogRecord)]| -> Vec<(String, u64, u64)> {
+        log.iter()
+            .filter_map(|(_, r)| match &r.op {
+                Some(Op::LeaseHolder(o)) => Some((o.address.clone(), o.term, o.forget_before)),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut h = H::new();
+    h.advance(Duration::from_secs(12));
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    h.call(create("/g"));
+    let f = h.write_target("/f", 0).unwrap();
+    let g = h.write_target("/g", 0).unwrap();
+    // Each primary was named, once, before its grant went out.
+    let mut named: Vec<String> = holders(&h.log).into_iter().map(|(a, _, _)| a).collect();
+    let mut primaries = vec![f.primary.clone(), g.primary.clone()];
+    primaries.dedup();
+    named.sort();
+    primaries.sort();
+    assert_eq!(named, primaries, "{:?}", holders(&h.log));
+    assert!(holders(&h.log).iter().all(|&(_, t, fb)| t == 0 && fb == 0));
+    // The state a new leader of term 2 starts from, through a checkpoint.
+    let mut meta = crate::master::Meta::new(cfg().chunk_size);
+    for (_, r) in &h.log {
+        meta.apply(r).unwrap();
+    }
+    let seq = h.log.last().unwrap().0;
+    let meta = crate::master::Meta::restore(&meta.checkpoint(seq), cfg().chunk_size).unwrap();
+    assert_eq!(meta.lease_holders.len(), primaries.len());
+    let start = Time(20_000);
+    let mut h2 = H {
+        m: Master::take_over(cfg(), start, meta, seq, 2),
+        now: start,
+        next_id: 1,
+        log: vec![],
+        calls: vec![],
+    };
+    for i in 0..3 {
+        h2.heartbeat_in_term(&format!("cs{i}"), 1);
+    }
+    let quiet = |h: &mut H| matches!(h.write_target("/f", 0), Err(FsError::Unavailable(m)) if m.contains("no leases"));
+    assert!(quiet(&mut h2), "granted on heartbeats of an older term");
+    // Every holder but one shows the new term: still quiet.
+    let (last, rest) = primaries.split_last().unwrap();
+    for p in rest {
+        h2.heartbeat_in_term(p, 2);
+    }
+    assert!(
+        quiet(&mut h2),
+        "granted before every older holder showed the new term"
+    );
+    // The last one too: no lease of an older term is left anywhere.
+    h2.advance(Duration::from_secs(1));
+    h2.heartbeat_in_term(last, 2);
+    assert!(h2.m.leases().quiet_ended_early());
+    for r in std::iter::once(&f.primary).chain(&f.secondaries) {
+        h2.heartbeat(r, "r", &[(f.handle, f.version)]);
+    }
+    let t = h2.write_target("/f", 0).unwrap();
+    assert!(t.version > f.version);
+    // The holders of term 0 are forgotten on the next tick; this leader's stay.
+    h2.step(Input::Tick);
+    h2.sync();
+    let forgot = holders(&h2.log);
+    assert!(forgot.contains(&(String::new(), 2, 2)), "{forgot:?}");
+    let mut replay = crate::master::Meta::new(cfg().chunk_size);
+    for (_, r) in h.log.iter().chain(&h2.log) {
+        replay.apply(r).unwrap();
+    }
+    assert_eq!(
+        replay.lease_holders.into_iter().collect::<Vec<_>>(),
+        vec![(t.primary.clone(), 2)]
+    );
+}
+
+/// A master that runs alone has no term to fence with: it waits the whole period out.
+#[test]
+fn a_lone_master_restarted_waits_out_the_quiet_period_whatever_heartbeats_say() {
+    let mut h = H::new();
+    h.advance(Duration::from_secs(12));
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    h.write_target("/f", 0).unwrap();
+    let m = Master::recover(cfg(), Time(20_000), None, h.log.clone()).unwrap();
+    let mut h2 = H {
+        m,
+        now: Time(20_000),
+        next_id: 1,
+        log: vec![],
+        calls: vec![],
+    };
+    for i in 0..3 {
+        h2.heartbeat_in_term(&format!("cs{i}"), 0);
+        h2.heartbeat_in_term(&format!("cs{i}"), 7);
+    }
+    assert!(matches!(
+        h2.write_target("/f", 0),
+        Err(FsError::Unavailable(_))
+    ));
+    assert!(!h2.m.leases().quiet_ended_early());
 }
 
 #[test]
