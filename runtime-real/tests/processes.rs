@@ -1359,7 +1359,7 @@ fn start_replica(root: &Path, i: usize, addr: &str, peers: &str, flags: &[&str])
         .args(["--listen", addr, "--peers", peers])
         .args(flags)
         .args(CHUNK_SIZE)
-        .args(KNOBS)
+        .args(knobs_but(flags))
         .stdout(Stdio::null())
         .stderr(Stdio::from(log))
         .spawn()
@@ -1368,6 +1368,16 @@ fn start_replica(root: &Path, i: usize, addr: &str, peers: &str, flags: &[&str])
 
 /// Starts `n` chunkservers (in `root/cs{i}`, two racks) that find the master at
 /// `masters`.
+/// `KNOBS` without those `flags` set otherwise (each knob is a flag and its value).
+fn knobs_but(flags: &[&str]) -> Vec<&'static str> {
+    KNOBS
+        .chunks(2)
+        .filter(|k| !flags.contains(&k[0]))
+        .flatten()
+        .copied()
+        .collect()
+}
+
 fn start_chunkservers(root: &Path, n: usize, masters: &str) -> Vec<Child> {
     (0..n)
         .map(|i| {
@@ -1404,8 +1414,10 @@ fn a_master_group_of_processes_survives_its_leaders_kills() {
     let traces = root.join("traces");
     let trace_dir = traces.to_str().unwrap().to_string();
     // Each replica's first start forms the group (--bootstrap); restarts recover.
+    // The default lease: a new leader must not wait it out (72 s with the call timeout)
+    // before appends to existing files go on, but fence the servers that may hold one.
     let start_master = |i: usize, first: bool| -> Child {
-        let mut flags = vec!["--trace-dir", trace_dir.as_str()];
+        let mut flags = vec!["--trace-dir", trace_dir.as_str(), "--lease", "60s"];
         if first {
             flags.push("--bootstrap");
         }
@@ -1440,7 +1452,12 @@ fn a_master_group_of_processes_survives_its_leaders_kills() {
     };
     let mut files = Vec::new();
     let mut pauses = Vec::new();
+    let mut append_pauses = Vec::new();
     ok(&["mkdir", "-p", "/g"]);
+    let piece = root.join("piece");
+    std::fs::write(&piece, b"one more line\n").unwrap();
+    let piece = piece.to_str().unwrap();
+    ok(&["append", piece, "/g/log"]);
     for round in 0..4u64 {
         let local = root.join(format!("in{round}"));
         let want = random_file(&local, 5 * MIB + 123, round);
@@ -1464,8 +1481,31 @@ fn a_master_group_of_processes_survives_its_leaders_kills() {
             l + 1
         );
         pauses.push(pause);
+        // An existing chunk: a new lease, which waits for every older lease to be gone.
+        let (_, pause) = ok(&["append", piece, "/g/log"]);
+        eprintln!("round {round}: then an append to an existing file took {pause:?}");
+        append_pauses.push(pause);
         procs[l] = Some(start_master(l, false));
     }
+    // Each new leader ended its quiet period by fencing, not by waiting a lease out.
+    let early: usize = (0..3)
+        .map(|i| {
+            std::fs::read_to_string(root.join(format!("master{}.log", i + 1)))
+                .unwrap_or_default()
+                .matches("has given them up: the quiet period is over")
+                .count()
+        })
+        .sum();
+    assert!(
+        early >= 4,
+        "{early} quiet periods ended early in 4 failovers\n{}",
+        log_tails(root)
+    );
+    let log_len = String::from_utf8_lossy(&ok(&["stat", "/g/log"]).0.stdout).to_string();
+    assert!(
+        log_len.contains("length: 70"),
+        "five appends of 14 bytes: {log_len}"
+    );
     let out = String::from_utf8_lossy(&ok(&["admin", "masters"]).0.stdout).to_string();
     eprintln!("{out}");
     for round in 0..4 {
@@ -1478,7 +1518,8 @@ fn a_master_group_of_processes_survives_its_leaders_kills() {
         assert!(same(&got, want), "{path} came back different");
     }
     pauses.sort();
-    eprintln!("pauses after a kill: {pauses:?}");
+    append_pauses.sort();
+    eprintln!("pauses after a kill: {pauses:?}; appends to an existing file: {append_pauses:?}");
     // Two of the three replicas die: no majority, so no change is taken, and both a
     // command and `admin masters` fail saying so.
     for p in procs.iter_mut().take(2) {
