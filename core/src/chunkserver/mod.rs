@@ -287,6 +287,9 @@ enum Pending {
 struct LeaseGrant {
     /// The lease's end on this server's clock.
     until: Time,
+    /// The term of the master that granted it: a lease whose version write lands after
+    /// a newer term was stored is not taken (`epoch.rs`).
+    epoch: u64,
     /// The chunk size of the chunk's file (see `Chunk::lease_chunk_size`).
     chunk_size: u64,
 }
@@ -953,10 +956,19 @@ impl Chunkserver {
                             // below. The master grants each version's lease afresh.
                             c.lease_until = None;
                         }
-                        if let Some(l) = lease {
-                            c.lease_until = Some(l.until);
-                            c.lease_from = now;
-                            c.lease_chunk_size = l.chunk_size;
+                        match lease {
+                            // Granted by a leader deposed while the version was being
+                            // written: this server's heartbeats already say it holds no
+                            // lease of an older term, so it takes none.
+                            Some(l) if l.epoch < self.epoch => {
+                                tracing::info!(chunk = h, server = %self.cfg.address, granted = l.epoch, ours = self.epoch, "a deposed leader's lease not taken");
+                            }
+                            Some(l) => {
+                                c.lease_until = Some(l.until);
+                                c.lease_from = now;
+                                c.lease_chunk_size = l.chunk_size;
+                            }
+                            None => {}
                         }
                         self.corrupt.remove(&h);
                         self.kept.remove(&h);

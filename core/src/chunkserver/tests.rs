@@ -845,6 +845,76 @@ fn a_newer_term_ends_every_lease_and_heartbeats_carry_the_term() {
     assert!(!h.cs.is_primary(1, h.now));
 }
 
+/// A grant of the old term that arrives while the new term is being stored is taken as a
+/// version, yet its lease is not, when its write lands after the term's: the server
+/// already says it holds no lease of an older term.
+#[test]
+fn a_deposed_leaders_grant_landing_after_the_new_term_takes_no_lease() {
+    let mut h = H::new();
+    let grant = |handle| pb::ChunkRequest {
+        req: Some(R::SetVersion(pb::SetVersionRequest {
+            epoch: 1,
+            handle,
+            version: 1,
+            create: true,
+            lease_ms: 60_000,
+            valid_ms: 0,
+            chunk_size: CHUNK,
+            ..Default::default()
+        })),
+    };
+    let reply = |epoch| pb::MasterResponse {
+        resp: Some(pb::master_response::Resp::Heartbeat(
+            pb::HeartbeatResponse {
+                epoch,
+                lease_duration_ms: 60_000,
+                ..Default::default()
+            },
+        )),
+        ..Default::default()
+    };
+    // Term 1 stored.
+    let (id, _) = next_heartbeat(&mut h);
+    h.run(Input::CallResult {
+        id,
+        result: Ok(Reply::Master(reply(1))),
+    });
+    assert_eq!(h.cs.master_epoch(), 1);
+    // Term 3 starts being stored; meanwhile the old leader's grant comes, and is taken.
+    let (id, _) = next_heartbeat(&mut h);
+    let now = h.now;
+    let e = h.cs.handle(
+        now,
+        Input::CallResult {
+            id,
+            result: Ok(Reply::Master(reply(3))),
+        },
+    );
+    let mut writes: Vec<_> = e.store;
+    let e = h.cs.handle(
+        now,
+        Input::Request {
+            id: 77,
+            req: grant(5),
+            arrived: now,
+        },
+    );
+    writes.extend(e.store);
+    assert_eq!(writes.len(), 2, "the term's write, then the version's");
+    // The writes land in order: the term first.
+    for (id, op) in writes {
+        let result = h.disk.exec(op);
+        h.cs.handle(now, Input::StoreDone { id, result });
+    }
+    assert_eq!(h.cs.master_epoch(), 3);
+    assert!(
+        !h.cs.is_primary(5, now),
+        "a lease of term 1 taken after term 3 was stored"
+    );
+    let (_, hb) = next_heartbeat(&mut h);
+    assert_eq!(hb.epoch, 3);
+}
+
 #[test]
 fn lease_counts_from_arrival_not_from_processing() {
     // A grant that waited in the queue (here: 900 ms) must not outlive the master's view,

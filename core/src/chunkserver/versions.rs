@@ -62,6 +62,7 @@ impl Chunkserver {
             }
             Some(LeaseGrant {
                 until: arrived + Duration::from_millis(r.lease_ms),
+                epoch: r.epoch,
                 chunk_size: r.chunk_size,
             })
         } else {
