@@ -683,6 +683,20 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             cmd: AdminCmd::Masters { change: Some(c) },
             m,
         } => {
+            // Asking again is answered as done (a lost answer); say so rather than nothing.
+            if let MastersCmd::Add { id, address } = &c {
+                let rows = tessera::admin::masters(&m.master).await;
+                let member = rows.iter().any(|(_, r)| {
+                    r.as_ref().is_ok_and(|s| {
+                        s.members
+                            .get(id)
+                            .is_some_and(|a| a.trim() == address.trim())
+                    })
+                });
+                if member {
+                    eprintln!("replica {id} is a member at {address} already: nothing to do");
+                }
+            }
             let req = match c {
                 MastersCmd::Add { id, address } => pb::ChangeMembersRequest {
                     add: id,
