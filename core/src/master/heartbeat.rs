@@ -98,9 +98,10 @@ impl Master {
                 return;
             }
         };
+        self.servers.get_mut(idx).epoch = r.epoch;
         if self.epoch > 0 && r.epoch >= self.epoch {
             // It holds no lease from an older term (`leases.rs`).
-            self.leases.fenced(&r.address, self.now);
+            self.leases.fenced(&r.address, r.server_id, self.now);
         }
         match arrival {
             Arrival::Known => {}

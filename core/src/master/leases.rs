@@ -90,7 +90,7 @@ pub struct Leases {
     unreserved: std::collections::BTreeMap<LogSeq, Vec<ChunkHandle>>,
     /// A group leader's quiet period: the servers logged as lease holders in an older
     /// term that have not yet shown they hold none from it (None: not fencing).
-    holders_left: Option<std::collections::BTreeSet<String>>,
+    holders_left: Option<std::collections::BTreeSet<(String, u64)>>,
     /// Whether the holders of older terms have been forgotten in the log.
     forgot: bool,
     /// Whether the quiet period ended before its time (every holder fenced).
@@ -115,7 +115,7 @@ impl Leases {
 
     /// A group leader's start: the quiet period may end early once each of `holders`
     /// (those logged in an older term) has shown it holds no lease from one.
-    pub fn fence(&mut self, now: Time, holders: std::collections::BTreeSet<String>) {
+    pub fn fence(&mut self, now: Time, holders: std::collections::BTreeSet<(String, u64)>) {
         if holders.is_empty() {
             self.quiet_until = self.quiet_until.min(now);
             self.ended_early = true;
@@ -124,12 +124,13 @@ impl Leases {
         self.holders_left = Some(holders);
     }
 
-    /// `server` sent a heartbeat of this leader's term: it holds no older lease.
-    pub fn fenced(&mut self, server: &str, now: Time) {
+    /// `server` (with id `id`) sent a heartbeat of this leader's term: it holds no older
+    /// lease. Another server at the same address proves nothing of the one logged.
+    pub fn fenced(&mut self, server: &str, id: u64, now: Time) {
         let Some(left) = &mut self.holders_left else {
             return;
         };
-        if left.remove(server) && left.is_empty() && self.quiet_until > now {
+        if left.remove(&(server.to_string(), id)) && left.is_empty() && self.quiet_until > now {
             tracing::info!(
                 server,
                 early_ms = millis(self.quiet_until.saturating_sub(now)),
@@ -151,9 +152,9 @@ impl Leases {
         self.quiet_below
     }
 
-    /// Whether the quiet period is over and older holders can be forgotten (once).
+    /// Whether the quiet period is over, to be logged (once).
     fn forget_due(&mut self, now: Time) -> bool {
-        if self.forgot || self.holders_left.is_none() || now < self.quiet_until {
+        if self.forgot || now < self.quiet_until {
             return false;
         }
         self.forgot = true;
@@ -482,6 +483,15 @@ impl Master {
                     "chunk {h}: no live up-to-date replica"
                 )));
             }
+            // A replica still storing this leader's term would refuse the version (and
+            // be demoted for it, or leave a void lease as primary): a heartbeat away.
+            if let Some(&s) = live.iter().find(|&&s| !self.on_my_term(s)) {
+                return Err(FsError::Unavailable(format!(
+                    "chunk {h}: {} has not yet taken master term {}",
+                    self.servers.get(s).addr,
+                    self.epoch
+                )));
+            }
             live
         };
         let primary = targets[self.rng.below(targets.len() as u64) as usize];
@@ -520,12 +530,14 @@ impl Master {
             .collect();
         if let Some(p) = primary {
             // Named before the grant can go out: a later leader must know to fence it.
-            let address = self.servers.get(p).addr.clone();
-            if self.meta.lease_holders.get(&address) != Some(&self.epoch) {
+            let s = self.servers.get(p);
+            let key = (s.addr.clone(), s.id);
+            if self.meta.lease_holders.get(&key) != Some(&self.epoch) {
                 self.log(Op::LeaseHolder(pb::LeaseHolderOp {
-                    address,
+                    address: key.0,
                     term: self.epoch,
                     forget_before: 0,
+                    server_id: key.1,
                 }))?;
             }
         }
@@ -597,9 +609,12 @@ impl Master {
             .iter()
             .map(|&s| self.servers.get(s).rack.as_str())
             .collect();
+        let epoch = self.epoch;
         let cands: Vec<Candidate<'_>> = self
             .servers
             .live()
+            // New copies go only to servers that take this leader's orders already.
+            .filter(|(_, s)| epoch == 0 || s.epoch >= epoch)
             .map(|(idx, s)| Candidate {
                 idx,
                 rack: &s.rack,
@@ -757,11 +772,17 @@ impl Master {
         }
     }
 
-    /// A group leader whose quiet period is over logs, once, that lease holders named
-    /// in older terms are forgotten: none of their leases is left.
+    /// Whether `s` has said it stored this master's term (always, for a master alone).
+    pub(super) fn on_my_term(&self, s: ServerIdx) -> bool {
+        self.epoch == 0 || self.servers.get(s).epoch >= self.epoch
+    }
+
+    /// A group leader whose quiet period is over logs so, once: no lease of an older
+    /// term is left, its holders are forgotten, and later leaders may fence.
     pub(super) fn forget_old_lease_holders(&mut self) {
-        if !self.leases.forget_due(self.now)
-            || !self.meta.lease_holders.values().any(|&t| t < self.epoch)
+        if self.epoch == 0
+            || self.meta.leases_settled_in >= self.epoch
+            || !self.leases.forget_due(self.now)
         {
             return;
         }
@@ -769,6 +790,7 @@ impl Master {
             address: String::new(),
             term: self.epoch,
             forget_before: self.epoch,
+            server_id: 0,
         })) {
             panic!("forgetting older lease holders: {e}");
         }

@@ -35,9 +35,13 @@ pub struct Meta {
     /// below its goal (`fallback.rs`), with every server that may hold its current
     /// version. Logged, so a restarted master keeps them too.
     pub fallbacks: BTreeMap<ChunkHandle, Fallback>,
-    /// Servers that may hold a lease some master granted: address -> the term of the
-    /// master that named it (`LeaseHolderOp`, see `leases.rs`).
-    pub lease_holders: BTreeMap<String, u64>,
+    /// Servers that may hold a lease some master granted: (address, server id) -> the
+    /// term of the master that named it (`LeaseHolderOp`, see `leases.rs`).
+    pub lease_holders: BTreeMap<(String, u64), u64>,
+    /// The latest term whose leader's quiet period ended (0: none). Only after one has
+    /// are all the holders of leases that may be out named in the log: a log from before
+    /// holders were named says nothing of its leases.
+    pub leases_settled_in: u64,
     /// The chunk size of files whose create record (or checkpoint entry) names none: the
     /// master's configured default when it recovers. Records made before files kept
     /// their own size have none; no cluster was deployed then, so this only serves old
@@ -93,6 +97,7 @@ impl Meta {
             retries: Retries::default(),
             fallbacks: BTreeMap::new(),
             lease_holders: BTreeMap::new(),
+            leases_settled_in: 0,
             default_chunk_size,
         }
     }
@@ -231,14 +236,13 @@ impl Meta {
             }
             Some(Op::LeaseHolder(o)) => match (o.address.is_empty(), o.forget_before) {
                 (false, 0) => {
-                    let t = self
-                        .lease_holders
-                        .entry(o.address.clone())
-                        .or_insert(o.term);
+                    let key = (o.address.clone(), o.server_id);
+                    let t = self.lease_holders.entry(key).or_insert(o.term);
                     *t = (*t).max(o.term);
                 }
                 (true, before) if before > 0 => {
                     self.lease_holders.retain(|_, t| *t >= before);
+                    self.leases_settled_in = self.leases_settled_in.max(before);
                 }
                 _ => {
                     return Err(FsError::Internal(format!(
@@ -443,12 +447,14 @@ impl Meta {
             lease_holders: self
                 .lease_holders
                 .iter()
-                .map(|(address, &term)| pb::LeaseHolderOp {
+                .map(|((address, server_id), &term)| pb::LeaseHolderOp {
                     address: address.clone(),
                     term,
                     forget_before: 0,
+                    server_id: *server_id,
                 })
                 .collect(),
+            leases_settled_in: self.leases_settled_in,
         }
     }
 
@@ -516,8 +522,10 @@ impl Meta {
             if l.address.is_empty() || l.forget_before != 0 {
                 return Err(bad(format!("lease holder {l:?}")));
             }
-            meta.lease_holders.insert(l.address.clone(), l.term);
+            meta.lease_holders
+                .insert((l.address.clone(), l.server_id), l.term);
         }
+        meta.leases_settled_in = cp.leases_settled_in;
         for e in &cp.fallbacks {
             let Some(c) = meta.chunks.get(e.handle) else {
                 return Err(bad(format!("fallbacks of unknown chunk {}", e.handle)));

@@ -261,14 +261,15 @@ impl Master {
     pub fn take_over(cfg: MasterConfig, now: Time, meta: Meta, seq: LogSeq, epoch: u64) -> Master {
         let mut m = Master::from_meta(cfg, now, meta, seq);
         m.epoch = epoch;
-        let older: std::collections::BTreeSet<String> = m
-            .meta
-            .lease_holders
-            .iter()
-            .filter(|&(_, &t)| t < epoch)
-            .map(|(a, _)| a.clone())
-            .collect();
-        m.leases.fence(now, older);
+        // Fencing needs every holder of a lease that may be out named in the log: so it
+        // is once some leader's quiet period has ended (a log from before holders were
+        // named leaves the first leader to wait it out). Holders named in this very term
+        // were granted by an earlier master of it, whose leases no term change ends.
+        let h = &m.meta.lease_holders;
+        if m.meta.leases_settled_in > 0 && h.values().all(|&t| t < epoch) {
+            let older: std::collections::BTreeSet<(String, u64)> = h.keys().cloned().collect();
+            m.leases.fence(now, older);
+        }
         m
     }
 

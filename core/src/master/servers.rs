@@ -25,6 +25,8 @@ pub struct Server {
     pub window_start: Time,
     /// Clones running with this server as source or target.
     pub clones_in_flight: u32,
+    /// The master term its last heartbeat said it had stored.
+    pub epoch: u64,
 }
 
 impl Server {
@@ -102,6 +104,7 @@ impl Registry {
                     recent_creations: 0,
                     window_start: now,
                     clones_in_flight: 0,
+                    epoch: 0,
                 });
                 self.by_addr.insert(addr.to_string(), i);
                 i
