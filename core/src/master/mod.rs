@@ -262,11 +262,13 @@ impl Master {
         let mut m = Master::from_meta(cfg, now, meta, seq);
         m.epoch = epoch;
         // Fencing needs every holder of a lease that may be out named in the log: so it
-        // is once some leader's quiet period has ended (a log from before holders were
-        // named leaves the first leader to wait it out). Holders named in this very term
-        // were granted by an earlier master of it, whose leases no term change ends.
+        // is once some leader's quiet period has ended, or when no chunk was ever made (a
+        // log from before holders were named leaves the first leader to wait it out).
+        // Holders named in this very term were granted by an earlier master of it, whose
+        // leases no term change ends.
         let h = &m.meta.lease_holders;
-        if m.meta.leases_settled_in > 0 && h.values().all(|&t| t < epoch) {
+        let known = m.meta.leases_settled_in > 0 || m.meta.next_handle <= 1;
+        if known && h.values().all(|&t| t < epoch) {
             let older: std::collections::BTreeSet<(String, u64)> = h.keys().cloned().collect();
             m.leases.fence(now, older);
         }

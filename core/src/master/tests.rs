@@ -2271,9 +2271,16 @@ fn a_new_leader_grants_once_every_older_lease_holder_shows_its_term() {
         log: vec![],
         calls: vec![],
     };
-    let h0 = H::new();
-    // The group's first leader: its log names no holders yet, so it waits the period out
-    // (11 s here), and then logs that it is over.
+    // A log from before holders were named, with a lease out.
+    let mut h0 = H::new();
+    h0.advance(Duration::from_secs(12));
+    cluster(&mut h0, 3, 3);
+    h0.call(create("/old"));
+    h0.write_target("/old", 0).unwrap();
+    h0.log
+        .retain(|(_, r)| !matches!(r.op, Some(Op::LeaseHolder(_))));
+    // The group's first leader on it: no holder is named, so it waits the period out (11 s
+    // here), and then logs that it is over.
     let (meta, seq) = meta_of(&[&h0.log]);
     let mut h1 = take_over(meta, seq, Time(1_000), 1);
     assert!(!h1.m.leases().quiet_ended_early());
