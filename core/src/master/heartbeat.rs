@@ -98,7 +98,11 @@ impl Master {
                 return;
             }
         };
-        self.servers.get_mut(idx).epoch = r.epoch;
+        // The term of the very server registered there; a reordered report lowers nothing.
+        let s = self.servers.get_mut(idx);
+        if r.server_id == s.id {
+            s.epoch = s.epoch.max(r.epoch);
+        }
         if self.epoch > 0 && r.epoch >= self.epoch {
             // It holds no lease from an older term (`leases.rs`).
             self.leases.fenced(&r.address, r.server_id, self.now);

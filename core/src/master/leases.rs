@@ -85,6 +85,8 @@ pub struct Leases {
     /// No lease on a chunk below `quiet_below` (those that existed at start-up) before
     /// this time (see the module comment).
     quiet_until: Time,
+    /// Where the quiet period ends by time alone, however early fencing ended it.
+    quiet_bound: Time,
     quiet_below: ChunkHandle,
     /// Grants waiting for their version reservation to be durable, by log record.
     unreserved: std::collections::BTreeMap<LogSeq, Vec<ChunkHandle>>,
@@ -105,6 +107,7 @@ impl Leases {
             granting: HashMap::default(),
             // A grant the last master sent may still arrive a call timeout from now (it
             // crashed at the latest now), and its lease run a period from then.
+            quiet_bound: now + cfg.call_timeout + cfg.lease_duration + cfg.max_clock_skew,
             quiet_until: now + cfg.call_timeout + cfg.lease_duration + cfg.max_clock_skew,
             unreserved: Default::default(),
             holders_left: None,
@@ -144,6 +147,11 @@ impl Leases {
     /// Whether this leader's quiet period ended early (see the module comment).
     pub fn quiet_ended_early(&self) -> bool {
         self.ended_early
+    }
+
+    /// Where the quiet period would have ended by time alone.
+    pub fn quiet_bound(&self) -> Time {
+        self.quiet_bound
     }
 
     /// The first chunk handle made after this master started: the quiet period holds
@@ -610,11 +618,13 @@ impl Master {
             .map(|&s| self.servers.get(s).rack.as_str())
             .collect();
         let epoch = self.epoch;
+        let gate = epoch > 0 && self.now < self.leases.quiet_bound();
         let cands: Vec<Candidate<'_>> = self
             .servers
             .live()
-            // New copies go only to servers that take this leader's orders already.
-            .filter(|(_, s)| epoch == 0 || s.epoch >= epoch)
+            // New copies go only to servers that take this leader's orders already (see
+            // `on_my_term`).
+            .filter(|(_, s)| !gate || s.epoch >= epoch)
             .map(|(idx, s)| Candidate {
                 idx,
                 rack: &s.rack,
@@ -772,9 +782,15 @@ impl Master {
         }
     }
 
-    /// Whether `s` has said it stored this master's term (always, for a master alone).
+    /// Whether `s` may be sent grants and new copies: it has said it stored this
+    /// master's term (always, for a master alone). Only until the quiet period would
+    /// have ended by time: a server that never reports the term (its identity write
+    /// failing, a binary from before heartbeats carried it) then gets them as before,
+    /// and refuses what it cannot take, rather than stall its chunks for good.
     pub(super) fn on_my_term(&self, s: ServerIdx) -> bool {
-        self.epoch == 0 || self.servers.get(s).epoch >= self.epoch
+        self.epoch == 0
+            || self.servers.get(s).epoch >= self.epoch
+            || self.now >= self.leases.quiet_bound()
     }
 
     /// A group leader whose quiet period is over logs so, once: no lease of an older

@@ -87,6 +87,8 @@ impl Registry {
                     }
                     replaced = s.id != 0;
                     s.id = id;
+                    // Another server: the term it has stored is its own to report.
+                    s.epoch = 0;
                 }
                 i
             }
