@@ -721,7 +721,8 @@ fn recovery_flags_inconsistent_metadata() {
     assert_eq!(cs.chunks().map(|c| c.0).collect::<Vec<_>>(), vec![1]);
 }
 
-fn extensions(h: &mut H) -> Vec<u64> {
+/// The next heartbeat the server sends.
+fn next_heartbeat(h: &mut H) -> (u64, pb::HeartbeatRequest) {
     h.run(Input::Tick);
     let c = h.calls.pop().unwrap();
     let Outgoing::Master(pb::MasterRequest {
@@ -731,7 +732,41 @@ fn extensions(h: &mut H) -> Vec<u64> {
     else {
         panic!()
     };
-    hb.lease_extensions
+    (c.id, hb)
+}
+
+/// The chunks the next heartbeat asks to have their leases extended.
+fn extensions(h: &mut H) -> Vec<u64> {
+    next_heartbeat(h).1.lease_extensions
+}
+
+/// A lease grant (a new chunk at version 1) from a master of term `epoch`.
+fn grant_in_term(epoch: u64, handle: u64) -> R {
+    R::SetVersion(pb::SetVersionRequest {
+        epoch,
+        handle,
+        version: 1,
+        create: true,
+        lease_ms: 60_000,
+        valid_ms: 0,
+        chunk_size: CHUNK,
+        ..Default::default()
+    })
+}
+
+/// A master of term `epoch` answering a heartbeat, extending `extended`.
+fn heartbeat_reply(epoch: u64, extended: &[u64]) -> Result<Reply, RpcError> {
+    Ok(Reply::Master(pb::MasterResponse {
+        resp: Some(pb::master_response::Resp::Heartbeat(
+            pb::HeartbeatResponse {
+                epoch,
+                extended_leases: extended.to_vec(),
+                lease_duration_ms: 60_000,
+                ..Default::default()
+            },
+        )),
+        ..Default::default()
+    }))
 }
 
 #[test]
@@ -756,20 +791,6 @@ fn leases_extend_only_while_written() {
     assert_eq!(extensions(&mut h), vec![1]);
 }
 
-/// The next heartbeat the server sends.
-fn next_heartbeat(h: &mut H) -> (u64, pb::HeartbeatRequest) {
-    h.run(Input::Tick);
-    let c = h.calls.pop().unwrap();
-    let Outgoing::Master(pb::MasterRequest {
-        req: Some(MReq::Heartbeat(hb)),
-        ..
-    }) = c.req
-    else {
-        panic!()
-    };
-    (c.id, hb)
-}
-
 /// A server gives up every lease as it stores a newer master term, and its heartbeats
 /// say which term it has stored: a new leader counts on both to end its quiet period
 /// early (`master/leases.rs`).
@@ -777,28 +798,9 @@ fn next_heartbeat(h: &mut H) -> (u64, pb::HeartbeatRequest) {
 fn a_newer_term_ends_every_lease_and_heartbeats_carry_the_term() {
     let mut h = H::new();
     for handle in [1, 2] {
-        let r = h.req(R::SetVersion(pb::SetVersionRequest {
-            epoch: 1,
-            handle,
-            version: 1,
-            create: true,
-            lease_ms: 60_000,
-            valid_ms: 0,
-            chunk_size: CHUNK,
-            ..Default::default()
-        }));
         // The first order of term 1 waits for the term to be stored; then it is taken.
-        if r.error.is_some() {
-            let r = h.req(R::SetVersion(pb::SetVersionRequest {
-                epoch: 1,
-                handle,
-                version: 1,
-                create: true,
-                lease_ms: 60_000,
-                valid_ms: 0,
-                chunk_size: CHUNK,
-                ..Default::default()
-            }));
+        if h.req(grant_in_term(1, handle)).error.is_some() {
+            let r = h.req(grant_in_term(1, handle));
             assert!(r.error.is_none(), "{r:?}");
         }
     }
@@ -806,20 +808,9 @@ fn a_newer_term_ends_every_lease_and_heartbeats_carry_the_term() {
     let (id, hb) = next_heartbeat(&mut h);
     assert_eq!(hb.epoch, 1);
     // A reply of term 3 (a new leader): stored, and the leases of term 1 end with it.
-    let reply = |epoch| pb::MasterResponse {
-        resp: Some(pb::master_response::Resp::Heartbeat(
-            pb::HeartbeatResponse {
-                epoch,
-                extended_leases: vec![1, 2],
-                lease_duration_ms: 60_000,
-                ..Default::default()
-            },
-        )),
-        ..Default::default()
-    };
     h.run(Input::CallResult {
         id,
-        result: Ok(Reply::Master(reply(3))),
+        result: heartbeat_reply(3, &[1, 2]),
     });
     assert_eq!(h.cs.master_epoch(), 3);
     assert!(!h.cs.is_primary(1, h.now) && !h.cs.is_primary(2, h.now));
@@ -829,7 +820,7 @@ fn a_newer_term_ends_every_lease_and_heartbeats_carry_the_term() {
     // The deposed leader can neither extend nor grant again.
     h.run(Input::CallResult {
         id,
-        result: Ok(Reply::Master(reply(1))),
+        result: heartbeat_reply(1, &[1, 2]),
     });
     assert!(!h.cs.is_primary(1, h.now));
     let r = h.req(R::SetVersion(pb::SetVersionRequest {
@@ -851,33 +842,11 @@ fn a_newer_term_ends_every_lease_and_heartbeats_carry_the_term() {
 #[test]
 fn a_deposed_leaders_grant_landing_after_the_new_term_takes_no_lease() {
     let mut h = H::new();
-    let grant = |handle| pb::ChunkRequest {
-        req: Some(R::SetVersion(pb::SetVersionRequest {
-            epoch: 1,
-            handle,
-            version: 1,
-            create: true,
-            lease_ms: 60_000,
-            valid_ms: 0,
-            chunk_size: CHUNK,
-            ..Default::default()
-        })),
-    };
-    let reply = |epoch| pb::MasterResponse {
-        resp: Some(pb::master_response::Resp::Heartbeat(
-            pb::HeartbeatResponse {
-                epoch,
-                lease_duration_ms: 60_000,
-                ..Default::default()
-            },
-        )),
-        ..Default::default()
-    };
     // Term 1 stored.
     let (id, _) = next_heartbeat(&mut h);
     h.run(Input::CallResult {
         id,
-        result: Ok(Reply::Master(reply(1))),
+        result: heartbeat_reply(1, &[]),
     });
     assert_eq!(h.cs.master_epoch(), 1);
     // Term 3 starts being stored; meanwhile the old leader's grant comes, and is taken.
@@ -887,7 +856,7 @@ fn a_deposed_leaders_grant_landing_after_the_new_term_takes_no_lease() {
         now,
         Input::CallResult {
             id,
-            result: Ok(Reply::Master(reply(3))),
+            result: heartbeat_reply(3, &[]),
         },
     );
     let mut writes: Vec<_> = e.store;
@@ -895,7 +864,9 @@ fn a_deposed_leaders_grant_landing_after_the_new_term_takes_no_lease() {
         now,
         Input::Request {
             id: 77,
-            req: grant(5),
+            req: pb::ChunkRequest {
+                req: Some(grant_in_term(1, 5)),
+            },
             arrived: now,
         },
     );

@@ -25,7 +25,10 @@
 //! of this leader's term or later, no lease from before is left anywhere, and the quiet
 //! period is over. A holder that never reports (down for good) leaves the whole period
 //! to run, as before. Once it is over either way, the leader logs that holders of older
-//! terms are forgotten, so the list stays as short as the set of servers it grants to.
+//! terms are forgotten, so the list stays as short as the set of servers it grants to;
+//! only a log with such a record (or no chunk at all) is known to name every holder, so
+//! only then may a leader fence. Until the period would have ended by time, grants and
+//! new copies go only to servers that have reported the term (`on_my_term`).
 //! A master that runs alone has no term to fence with and always waits the period out.
 
 use crate::types::HashMap;
@@ -101,14 +104,15 @@ pub struct Leases {
 
 impl Leases {
     pub fn starting(now: Time, cfg: &MasterConfig, next_handle: ChunkHandle) -> Leases {
+        // A grant the last master sent may still arrive a call timeout from now (it
+        // crashed at the latest now), and its lease run a period from then.
+        let quiet = now + cfg.call_timeout + cfg.lease_duration + cfg.max_clock_skew;
         Leases {
             quiet_below: next_handle,
             held: HashMap::default(),
             granting: HashMap::default(),
-            // A grant the last master sent may still arrive a call timeout from now (it
-            // crashed at the latest now), and its lease run a period from then.
-            quiet_bound: now + cfg.call_timeout + cfg.lease_duration + cfg.max_clock_skew,
-            quiet_until: now + cfg.call_timeout + cfg.lease_duration + cfg.max_clock_skew,
+            quiet_bound: quiet,
+            quiet_until: quiet,
             unreserved: Default::default(),
             holders_left: None,
             forgot: false,
@@ -617,14 +621,11 @@ impl Master {
             .iter()
             .map(|&s| self.servers.get(s).rack.as_str())
             .collect();
-        let epoch = self.epoch;
-        let gate = epoch > 0 && self.now < self.leases.quiet_bound();
         let cands: Vec<Candidate<'_>> = self
             .servers
             .live()
-            // New copies go only to servers that take this leader's orders already (see
-            // `on_my_term`).
-            .filter(|(_, s)| !gate || s.epoch >= epoch)
+            // New copies go only to servers that take this leader's orders already.
+            .filter(|&(idx, _)| self.on_my_term(idx))
             .map(|(idx, s)| Candidate {
                 idx,
                 rack: &s.rack,

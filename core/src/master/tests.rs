@@ -479,32 +479,40 @@ fn a_listing_shows_nothing_that_is_not_durable() {
     }
 }
 
-#[test]
-fn names_kept_for_deleted_entries_are_refused() {
+/// A master holding `/d/keep` refuses each of `reqs`, a request for a new name, as an
+/// invalid argument saying `why`, and makes nothing; returned for more.
+fn refuses_new_names(why: &str, reqs: Vec<MReq>) -> H {
     let mut h = H::new();
     h.call(mkdir("/d"));
     h.call(create("/d/keep"));
-    let refused = |r: pb::MasterResponse| {
-        matches!(
-            r.error.map(|e| FsError::from_pb(&e)),
-            Some(FsError::InvalidArgument(m)) if m.contains("reserved")
-        )
-    };
-    for req in [
-        rename("/d/keep", "/d/.tessera-deleted-1-keep"),
-        rename("/d/keep", "/d/.tessera-deleted-/x"),
-        create("/d/.tessera-deleted-1-f"),
-        mkdir("/.tessera-deleted-1-d"),
-        MReq::Mkdir(pb::MkdirRequest {
-            path: "/a/.tessera-deleted-9/b".into(),
-            parents: true,
-        }),
-    ] {
+    for req in reqs {
         let what = format!("{req:?}");
-        assert!(refused(h.call(req)), "{what} was not refused");
+        let refused = matches!(
+            h.call(req).error.map(|e| FsError::from_pb(&e)),
+            Some(FsError::InvalidArgument(m)) if m.contains(why)
+        );
+        assert!(refused, "{what} was not refused");
     }
     assert_eq!(listing(&mut h, "/d", true), vec!["/d/keep"]);
     assert_eq!(listing(&mut h, "/", true), vec!["/d"]);
+    h
+}
+
+#[test]
+fn names_kept_for_deleted_entries_are_refused() {
+    let mut h = refuses_new_names(
+        "reserved",
+        vec![
+            rename("/d/keep", "/d/.tessera-deleted-1-keep"),
+            rename("/d/keep", "/d/.tessera-deleted-/x"),
+            create("/d/.tessera-deleted-1-f"),
+            mkdir("/.tessera-deleted-1-d"),
+            MReq::Mkdir(pb::MkdirRequest {
+                path: "/a/.tessera-deleted-9/b".into(),
+                parents: true,
+            }),
+        ],
+    );
     // Names that merely contain the prefix, or start with a part of it, are the user's.
     assert!(is_ok(&h.call(create("/d/x.tessera-deleted-1"))));
     assert!(is_ok(&h.call(create("/d/.tessera-del"))));
@@ -519,30 +527,19 @@ fn names_kept_for_deleted_entries_are_refused() {
 
 #[test]
 fn new_names_with_control_characters_are_refused() {
-    let mut h = H::new();
-    h.call(mkdir("/d"));
-    h.call(create("/d/keep"));
-    let refused = |r: pb::MasterResponse| {
-        matches!(
-            r.error.map(|e| FsError::from_pb(&e)),
-            Some(FsError::InvalidArgument(m)) if m.contains("control characters")
-        )
-    };
-    for req in [
-        create("/d/a\nb"),
-        create("/d/tab\there"),
-        mkdir("/d/esc\u{1b}[2J"),
-        rename("/d/keep", "/d/del\u{7f}"),
-        MReq::Mkdir(pb::MkdirRequest {
-            path: "/x\r/y".into(),
-            parents: true,
-        }),
-    ] {
-        let what = format!("{req:?}");
-        assert!(refused(h.call(req)), "{what} was not refused");
-    }
-    assert_eq!(listing(&mut h, "/d", true), vec!["/d/keep"]);
-    assert_eq!(listing(&mut h, "/", true), vec!["/d"]);
+    let mut h = refuses_new_names(
+        "control characters",
+        vec![
+            create("/d/a\nb"),
+            create("/d/tab\there"),
+            mkdir("/d/esc\u{1b}[2J"),
+            rename("/d/keep", "/d/del\u{7f}"),
+            MReq::Mkdir(pb::MkdirRequest {
+                path: "/x\r/y".into(),
+                parents: true,
+            }),
+        ],
+    );
     // Spaces and other scripts are names like any other.
     assert!(is_ok(&h.call(create("/d/a name é 日本"))));
 }
