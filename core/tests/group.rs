@@ -283,3 +283,81 @@ fn a_read_past_a_dead_first_replica_is_answered_by_the_leader() {
         assert_eq!(reader.current_master(), leader);
     });
 }
+
+/// After the leader's death, a client that keeps asking for it is answered soon after
+/// the new leader serves: its waits between attempts, while it looks for a leader, stay
+/// short (`LEADER_SEARCH_BACKOFF`), instead of doubling to seconds while the election
+/// runs. Five kills, so elections end at several points of the client's waits.
+#[test]
+fn a_client_finds_the_new_leader_soon_after_it_serves() {
+    use std::sync::{Arc, Mutex};
+    use tessera_core::client::LEADER_SEARCH_BACKOFF;
+    use tessera_core::types::Time;
+    let rt = TestRuntime::new(7);
+    let net = MemNet::new(rt.clone());
+    let rt2 = rt.clone();
+    rt.block_on(async move {
+        let rt = rt2;
+        let (stores, mut handles) = start_group(&rt, &net);
+        let client = client_of(&rt, &net, MASTERS);
+        client.mkdir("/d", false).await.unwrap();
+        let mut late = Vec::new();
+        for k in 0..5 {
+            let leader = client.current_master();
+            let l: usize = leader[1..].parse::<usize>().unwrap() - 1;
+            handles[l].abort();
+            stores[l].crash();
+            net.kill(&leader);
+            let killed = rt.now();
+            // Asks the others every 10 ms whether one serves as leader.
+            let served: Arc<Mutex<Option<Time>>> = Arc::default();
+            let (rt3, net3, seen) = (rt.clone(), net.clone(), served.clone());
+            let others: Vec<String> = (1..=3)
+                .map(|i| format!("m{i}"))
+                .filter(|a| *a != leader)
+                .collect();
+            rt.spawn(async move {
+                loop {
+                    for a in &others {
+                        let ask = pb::MasterRequest {
+                            req: Some(pb::master_request::Req::ReplicaStatus(pb::Empty {})),
+                            ..Default::default()
+                        };
+                        let deadline = rt3.now() + Duration::from_millis(100);
+                        let Ok(got) = net3.call(a, ask.encode_to_vec().into(), deadline).await
+                        else {
+                            continue;
+                        };
+                        if let Ok(pb::MasterResponse {
+                            resp: Some(pb::master_response::Resp::ReplicaStatus(s)),
+                            ..
+                        }) = pb::MasterResponse::decode(got)
+                            && s.serving
+                        {
+                            *seen.lock().unwrap() = Some(rt3.now());
+                            return;
+                        }
+                    }
+                    rt3.sleep(Duration::from_millis(10)).await;
+                }
+            });
+            client.mkdir(&format!("/after{k}"), false).await.unwrap();
+            let answered = rt.now();
+            let served = served.lock().unwrap().expect("a new leader served");
+            let gap = answered.saturating_sub(served);
+            eprintln!(
+                "kill {k}: a leader served {:?} after the kill, the client was answered {gap:?} after that",
+                served.saturating_sub(killed)
+            );
+            late.push(gap);
+            // Back, to be a voter again before the next kill.
+            handles[l] = start_replica(&rt, &net, &stores[l], l as u64 + 1, false);
+            rt.sleep(Duration::from_secs(3)).await;
+        }
+        let worst = late.iter().max().copied().unwrap();
+        assert!(
+            worst <= LEADER_SEARCH_BACKOFF + Duration::from_millis(50),
+            "the client was answered up to {worst:?} after a new leader served: {late:?}"
+        );
+    });
+}
