@@ -1183,6 +1183,8 @@ pub fn merge_fsck(all: &mut pb::FsckResponse, page: pb::FsckResponse) -> (String
     all.empty += page.empty;
     all.over_replicated += page.over_replicated;
     all.single_rack += page.single_rack;
+    all.beyond_servers += page.beyond_servers;
+    all.live_servers = page.live_servers;
     all.learning_for_ms = page.learning_for_ms;
     all.chunk_size = page.chunk_size;
     (page.next, page.next_chunk)

@@ -155,10 +155,15 @@ pub fn fsck_files_text(files: &[pb::FsckFile], last: &mut String) -> String {
 /// The summary under the files: status and totals.
 pub fn fsck_summary_text(path: &str, r: &pb::FsckResponse) -> String {
     let mut out = String::new();
+    // Chunks that want more copies than there are live servers wait for the operator,
+    // not for repairs: said so, not "repairing".
+    let repairable = r.under_replicated.saturating_sub(r.beyond_servers);
     let status = if r.missing > 0 {
         "MISSING DATA"
-    } else if r.under_replicated > 0 || r.single_rack > 0 {
+    } else if repairable > 0 || r.single_rack > 0 {
         "HEALTHY, REPAIRING"
+    } else if r.beyond_servers > 0 {
+        "HEALTHY, UNDER-REPLICATED (replication above the live chunkservers)"
     } else {
         "HEALTHY"
     };
@@ -178,6 +183,15 @@ pub fn fsck_summary_text(path: &str, r: &pb::FsckResponse) -> String {
     let _ = writeln!(out, "over-replicated chunks: {}", r.over_replicated);
     let _ = writeln!(out, "empty chunks: {}", r.empty);
     let _ = writeln!(out, "chunks on one rack only: {}", r.single_rack);
+    if r.beyond_servers > 0 {
+        let _ = writeln!(
+            out,
+            "{} under-replicated chunks want more copies than the {} live chunkservers \
+             (one copy each): they stay so until chunkservers are added or their files' \
+             replication is lowered",
+            r.beyond_servers, r.live_servers
+        );
+    }
     learning_note(&mut out, r.learning_for_ms);
     out
 }
@@ -589,8 +603,44 @@ mod tests {
             chunk_size: 64 << 20,
             next: String::new(),
             next_chunk: 0,
+            beyond_servers: 0,
+            live_servers: 3,
         };
         insta::assert_snapshot!(fsck_text("/logs", &r));
+    }
+
+    /// Chunks that want more copies than there are live chunkservers are said to wait
+    /// for the operator, not to be repairing; any other under-replicated chunk is
+    /// repairing.
+    #[test]
+    fn a_replication_above_the_live_servers_is_not_called_repairing() {
+        let mut r = pb::FsckResponse {
+            total_files: 1,
+            total_chunks: 2,
+            under_replicated: 2,
+            beyond_servers: 2,
+            live_servers: 4,
+            ..Default::default()
+        };
+        let text = fsck_summary_text("/", &r);
+        assert!(
+            text.contains(
+                "status of /: HEALTHY, UNDER-REPLICATED (replication above the live chunkservers)"
+            ) && text.contains(
+                "2 under-replicated chunks want more copies than the 4 live chunkservers"
+            ),
+            "{text}"
+        );
+        r.under_replicated = 3;
+        let text = fsck_summary_text("/", &r);
+        assert!(text.contains("status of /: HEALTHY, REPAIRING"), "{text}");
+        r.beyond_servers = 0;
+        r.under_replicated = 0;
+        let text = fsck_summary_text("/", &r);
+        assert!(
+            text.contains("status of /: HEALTHY\n") && !text.contains("want more copies"),
+            "{text}"
+        );
     }
 
     fn replica(id: u64, role: &str, serving: bool) -> pb::ReplicaStatus {

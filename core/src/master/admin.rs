@@ -167,9 +167,11 @@ impl Master {
             addrs.sort();
         }
         let live_racks: HashSet<&str> = self.servers.live().map(|(_, s)| &*s.rack).collect();
+        let live_servers = self.servers.live().count();
         let mut out = pb::FsckResponse {
             learning_for_ms: self.learning_for_ms(),
             chunk_size: self.cfg.chunk_size,
+            live_servers: live_servers as u64,
             ..Default::default()
         };
         let (mut listed, mut last) = (0usize, String::new());
@@ -220,7 +222,12 @@ impl Master {
                 let (health, live) = self.health(c);
                 match health {
                     ChunkHealth::Healthy => out.healthy += 1,
-                    ChunkHealth::UnderReplicated => out.under_replicated += 1,
+                    ChunkHealth::UnderReplicated => {
+                        out.under_replicated += 1;
+                        if usize::from(c.goal) > live_servers {
+                            out.beyond_servers += 1;
+                        }
+                    }
                     ChunkHealth::Missing => out.missing += 1,
                     ChunkHealth::Empty => out.empty += 1,
                     ChunkHealth::OverReplicated => out.over_replicated += 1,

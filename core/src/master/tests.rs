@@ -2602,6 +2602,7 @@ fn report_and_fsck_show_servers_and_chunk_health() {
         (1, 3, 2)
     );
     assert_eq!(quiet.healthy, 2);
+    assert_eq!((quiet.beyond_servers, quiet.live_servers), (0, 3));
     let full = fsck(&mut h, "/d", true).unwrap();
     let paths: Vec<_> = full.files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(paths, vec!["/d/f", "/d/g"]);
@@ -2631,6 +2632,8 @@ fn report_and_fsck_show_servers_and_chunk_health() {
     let bad = fsck(&mut h, "/d", false).unwrap();
     assert_eq!(bad.files.len(), 2, "files with problems are listed");
     assert_eq!(bad.under_replicated, 2);
+    // Two live servers cannot hold three copies: no repair will, until one comes.
+    assert_eq!((bad.beyond_servers, bad.live_servers), (2, 2));
     let c = &bad.files[0].chunks[0];
     assert_eq!(c.health(), pb::ChunkHealth::UnderReplicated);
     let mut held: Vec<_> = c.replicas.iter().map(|r| r.address.as_str()).collect();
@@ -2647,6 +2650,12 @@ fn report_and_fsck_show_servers_and_chunk_health() {
     assert_eq!(after.files[0].chunks[0].deleting, vec!["cs2".to_string()]);
     let r = report(&mut h);
     assert_eq!((r.under_replicated, r.deleting), (1, 1));
+    // /d/g is short a copy, and four servers live could hold it.
+    let d = fsck(&mut h, "/d", false).unwrap();
+    assert_eq!(
+        (d.under_replicated, d.beyond_servers, d.live_servers),
+        (1, 0, 4)
+    );
     // Once cs2 no longer reports it, it is gone from the view.
     h.heartbeat("cs2", "rack2", &[(g.handle, 1)]);
     assert!(
