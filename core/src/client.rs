@@ -99,6 +99,8 @@ pub struct Client<R: Runtime, T: Transport> {
     targets: Arc<Mutex<TargetCache>>,
     /// Of the reads shadow masters answered this client, the one furthest behind.
     shadow: Arc<Mutex<Option<pb::ShadowAnswer>>>,
+    /// No retry loop of this client waits past this (`Client::until`).
+    until: Option<Time>,
 }
 
 /// (file, chunk index or `APPEND`) to the target and when to stop using it.
@@ -141,10 +143,12 @@ impl Retry {
         error: &FsError,
         cap: Duration,
     ) -> bool {
-        let wait = self.wait.min(cap);
-        if rt.now() + wait > self.until {
+        // The last attempt is made when the time is up, not a whole wait before it.
+        let now = rt.now();
+        if now >= self.until {
             return false;
         }
+        let wait = self.wait.min(cap).min(self.until.saturating_sub(now));
         self.waited += 1;
         // Said once, a few seconds in, so a person at a terminal knows why nothing happens.
         if self.waited == 5 {
@@ -188,7 +192,18 @@ impl<R: Runtime, T: Transport> Client<R, T> {
             append_index: Arc::default(),
             targets: Arc::default(),
             shadow: Arc::default(),
+            until: None,
         }
+    }
+
+    /// This client, giving up every operation at `t` at the latest: an operation made of
+    /// several steps (a put asks the master, then writes each chunk, each step retried
+    /// on its own) otherwise has `retry_for` for each step. A command's `--retry-for`,
+    /// counted from its start. An attempt already under way at `t` still runs to its
+    /// own deadline.
+    pub fn until(mut self, t: Time) -> Self {
+        self.until = Some(t);
+        self
     }
 
     /// Whether a shadow master answered any read of this client since it was made
@@ -261,8 +276,9 @@ impl<R: Runtime, T: Transport> Client<R, T> {
     }
 
     fn retry(&self) -> Retry {
+        let until = self.rt.now() + self.cfg.retry_for;
         Retry {
-            until: self.rt.now() + self.cfg.retry_for,
+            until: self.until.map_or(until, |u| u.min(until)),
             wait: self.cfg.backoff,
             waited: 0,
         }

@@ -69,7 +69,9 @@ pub fn split_last(path: &str) -> Result<(String, String), FsError> {
     let c = components(path)?;
     match c.split_last() {
         Some((last, parent)) => Ok((join(parent), (*last).to_string())),
-        None => Err(FsError::InvalidArgument("the root has no parent".into())),
+        None => Err(FsError::InvalidArgument(
+            "/ is the root directory: it cannot be made, moved, replaced or removed".into(),
+        )),
     }
 }
 

@@ -46,13 +46,13 @@ struct Cli {
 #[derive(clap::Args, Clone)]
 struct MasterAddr {
     /// The master to talk to.
-    #[arg(long, env = "TESSERA_MASTER", default_value = DEV_MASTER)]
+    #[arg(long, env = "TESSERA_MASTER", default_value = DEV_MASTER, global = true)]
     master: String,
     /// How long a command keeps trying while the master or chunkservers do not answer:
     /// a master restart or failover takes a few seconds, and writes to files that existed
     /// before it wait out the lease period after it (about 72 s with the default 60 s
     /// lease), so the default leaves room for both (0s tries once).
-    #[arg(long, env = "TESSERA_RETRY_FOR", default_value = "120s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "TESSERA_RETRY_FOR", default_value = "120s", value_parser = humantime::parse_duration, global = true)]
     retry_for: Duration,
 }
 
@@ -400,7 +400,10 @@ fn client(m: &MasterAddr) -> Client<TokioRuntime, GrpcTransport> {
     let mut cfg = ClientConfig::new(&m.master);
     cfg.rpc_timeout = Duration::from_secs(10);
     cfg.retry_for = m.retry_for;
-    Client::new(TokioRuntime, GrpcTransport::new(), cfg)
+    // The command as a whole keeps trying for --retry-for, not each of its steps.
+    use tessera_core::runtime::Runtime as _;
+    let until = TokioRuntime.now() + m.retry_for;
+    Client::new(TokioRuntime, GrpcTransport::new(), cfg).until(until)
 }
 
 /// `tessera ls`: a directory's entries, page by page, or a file's own line.
@@ -517,6 +520,21 @@ fn say(e: FsError, what: &str) -> String {
 
 /// `to` as a command that copies or moves `from` there means it: an existing directory
 /// takes the entry under `from`'s own name, as cp and mv do.
+/// Whether the local source of a put or append can be read, checked before anything in
+/// Tessera is made for it: a missing file must not leave a file (or a deleted
+/// `._COPYING_` entry) behind.
+fn readable(local: &str) -> Result<(), String> {
+    if local == "-" {
+        return Ok(());
+    }
+    let f = std::fs::File::open(local).map_err(|e| format!("{local}: {e}"))?;
+    let meta = f.metadata().map_err(|e| format!("{local}: {e}"))?;
+    if meta.is_dir() {
+        return Err(format!("{local}: is a directory"));
+    }
+    Ok(())
+}
+
 async fn into_dir(c: &Tessera, from: &str, to: &str) -> Result<String, String> {
     match c.stat(to).await {
         Ok(st) if st.is_dir => {
@@ -623,6 +641,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             // Written under a temporary name and renamed when complete, so the file
             // appears whole or not at all; a failed put removes what it wrote.
             let c = client(&m);
+            readable(&local)?;
             let path = into_dir(&c, &local, &path).await?;
             c.put_with(&path, replication, |tmp| {
                 let (c, local, path) = (&c, &local, &path);
@@ -641,6 +660,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
         }
         Cmd::Append { local, path, m } => {
             let c = client(&m);
+            readable(&local)?;
             match c.stat(&path).await {
                 Ok(_) => {}
                 Err(FsError::NotFound(_)) => match c.create(&path, 0).await {

@@ -703,6 +703,42 @@ fn file_commands_behave_as_cp_and_mv_do() {
     }
     let listing = String::from_utf8(c.ok(&["ls", "/e"]).stdout).unwrap();
     assert_eq!(listing.lines().count(), 1, "{listing}");
+
+    // A local source that is missing, or a directory, is refused before anything is
+    // made in Tessera: no file, and no deleted `._COPYING_` entry either.
+    let missing = root.join("missing.txt");
+    let missing = missing.to_str().unwrap();
+    let e = err(c.cli(&["put", missing, "/e/m"]));
+    assert!(e.starts_with(&format!("tessera: {missing}: ")), "{e}");
+    let e = err(c.cli(&["put", root.to_str().unwrap(), "/e/m"]));
+    assert!(e.ends_with("is a directory"), "{e}");
+    assert!(err(c.cli(&["append", missing, "/e/log"])).contains(missing));
+    let all = String::from_utf8(c.ok(&["ls", "--deleted", "/"]).stdout).unwrap();
+    assert!(!all.contains("_COPYING_"), "{all}");
+    assert!(!c.cli(&["stat", "/e/m"]).status.success());
+    assert!(!c.cli(&["stat", "/e/log"]).status.success());
+
+    // The root: said plainly.
+    assert!(err(c.cli(&["rm", "-r", "/"])).contains("/ is the root directory"));
+
+    // --master and --retry-for go anywhere on the line, after an admin subcommand too.
+    let out = Command::new(BIN)
+        .args([
+            "admin",
+            "report",
+            "--master",
+            &c.master_addr,
+            "--retry-for",
+            "5s",
+        ])
+        .env_remove("TESSERA_MASTER")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
