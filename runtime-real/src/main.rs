@@ -400,10 +400,10 @@ fn client(m: &MasterAddr) -> Client<TokioRuntime, GrpcTransport> {
     let mut cfg = ClientConfig::new(&m.master);
     cfg.rpc_timeout = Duration::from_secs(10);
     cfg.retry_for = m.retry_for;
-    // The command as a whole keeps trying for --retry-for, not each of its steps.
-    use tessera_core::runtime::Runtime as _;
-    let until = TokioRuntime.now() + m.retry_for;
-    Client::new(TokioRuntime, GrpcTransport::new(), cfg).until(until)
+    // Each step of a command keeps trying for --retry-for. Not `Client::until`: a hard
+    // end for the whole command would fail a long put, get or streamed append at the
+    // first failover after it (a review found this).
+    Client::new(TokioRuntime, GrpcTransport::new(), cfg)
 }
 
 /// `tessera ls`: a directory's entries, page by page, or a file's own line.
@@ -527,8 +527,9 @@ fn readable(local: &str) -> Result<(), String> {
     if local == "-" {
         return Ok(());
     }
-    let f = std::fs::File::open(local).map_err(|e| format!("{local}: {e}"))?;
-    let meta = f.metadata().map_err(|e| format!("{local}: {e}"))?;
+    // Not opened: opening and closing a named pipe here would leave its writer with no
+    // reader.
+    let meta = std::fs::metadata(local).map_err(|e| format!("{local}: {e}"))?;
     if meta.is_dir() {
         return Err(format!("{local}: is a directory"));
     }

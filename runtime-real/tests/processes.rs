@@ -713,7 +713,7 @@ fn file_commands_behave_as_cp_and_mv_do() {
     let e = err(c.cli(&["put", root.to_str().unwrap(), "/e/m"]));
     assert!(e.ends_with("is a directory"), "{e}");
     assert!(err(c.cli(&["append", missing, "/e/log"])).contains(missing));
-    let all = String::from_utf8(c.ok(&["ls", "--deleted", "/"]).stdout).unwrap();
+    let all = String::from_utf8(c.ok(&["ls", "--deleted", "/e"]).stdout).unwrap();
     assert!(!all.contains("_COPYING_"), "{all}");
     assert!(!c.cli(&["stat", "/e/m"]).status.success());
     assert!(!c.cli(&["stat", "/e/log"]).status.success());

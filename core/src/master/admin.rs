@@ -224,7 +224,9 @@ impl Master {
                     ChunkHealth::Healthy => out.healthy += 1,
                     ChunkHealth::UnderReplicated => {
                         out.under_replicated += 1;
-                        if usize::from(c.goal) > live_servers {
+                        // Only once it is on every live server: short of that,
+                        // re-replication still adds copies.
+                        if usize::from(c.goal) > live_servers && live.len() >= live_servers {
                             out.beyond_servers += 1;
                         }
                     }
