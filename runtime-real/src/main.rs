@@ -518,8 +518,6 @@ fn say(e: FsError, what: &str) -> String {
     }
 }
 
-/// `to` as a command that copies or moves `from` there means it: an existing directory
-/// takes the entry under `from`'s own name, as cp and mv do.
 /// Whether the local source of a put or append can be read, checked before anything in
 /// Tessera is made for it: a missing file must not leave a file (or a deleted
 /// `._COPYING_` entry) behind.
@@ -536,6 +534,8 @@ fn readable(local: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// `to` as a command that copies or moves `from` there means it: an existing directory
+/// takes the entry under `from`'s own name, as cp and mv do.
 async fn into_dir(c: &Tessera, from: &str, to: &str) -> Result<String, String> {
     match c.stat(to).await {
         Ok(st) if st.is_dir => {
