@@ -11,19 +11,21 @@ CACHE="${TESSERA_CACHE:-$HOME/.cache/tessera}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$CACHE/target}"
 SIM_TARGET="$CACHE/target-madsim"
 export CARGO_TERM_COLOR=never
+# Each stage's heading says how long the run has taken so far: CI has 90 minutes.
+stage() { echo "== $* [$((SECONDS / 60))m$((SECONDS % 60))s]"; }
 
-echo "== cargo fmt --check"
+stage "cargo fmt --check"
 cargo fmt --all --check
 # Clippy runs with the test profile, as `cargo test` builds, so both share rocksdb's C++
 # build (~17 minutes on two cores); Cargo.toml's `[profile.test.build-override]` makes
 # the build script's dependencies come out the same in both commands.
-echo "== cargo clippy"
+stage "cargo clippy"
 cargo clippy --profile test --workspace --all-targets --locked -- -D warnings
-echo "== cargo test"
+stage "cargo test"
 cargo test --workspace --locked
 
 sim() { RUSTFLAGS="--cfg madsim" CARGO_TARGET_DIR="$SIM_TARGET" cargo "$@"; }
-echo "== simulator: clippy and unit tests (--cfg madsim)"
+stage "simulator: clippy and unit tests (--cfg madsim)"
 sim clippy --profile test -p tessera-sim -p tessera-scenarios --all-targets --locked -- -D warnings
 sim test -p tessera-sim --locked
 sim build --release -p tessera-scenarios --locked
@@ -40,7 +42,7 @@ FRESH="${TESSERA_FRESH_SEEDS:-50}"
 SCENARIOS="${TESSERA_SCENARIOS:-steady chunkserver-crash partition master-restart disk-corruption gc beyond-claim concurrent-writers record-append stale-replica scrub stuck-disk last-copy-rot lost-remove lost-remove-group all-faults steady-large master-failover master-failover-5 master-replace}"
 COMMIT="$(git rev-parse HEAD 2>/dev/null || echo 0)"
 FRESH_FIRST=$(( 100000 + 0x${COMMIT:0:7} % 1000000 * 100 ))
-echo "== scenarios: seeds 1-$SEEDS and $FRESH fresh seeds from $FRESH_FIRST (commit ${COMMIT:0:12}): $SCENARIOS"
+stage "scenarios: seeds 1-$SEEDS and $FRESH fresh seeds from $FRESH_FIRST (commit ${COMMIT:0:12}): $SCENARIOS"
 LOGS="$(mktemp -d)"
 sweep() {
   local s="$1"
@@ -57,14 +59,14 @@ export -f sweep
 export RUNNER SEEDS FRESH FRESH_FIRST LOGS
 printf '%s\n' $SCENARIOS | xargs -P 2 -I{} bash -c 'sweep {}'
 RUNS=$(cat "$LOGS"/* | grep -c '^seed=')
-echo "== $RUNS seed-runs passed"
-echo "== regression seeds (scripts/regressions.txt)"
+stage "$RUNS seed-runs passed"
+stage "regression seeds (scripts/regressions.txt)"
 grep -v '^#' scripts/regressions.txt | while read -r scenario seed _; do
   if [ -n "$scenario" ]; then
     "$RUNNER" run "$scenario" --seed "$seed"
   fi
 done
-echo "== determinism: each scenario's first 3 seeds run twice, traces compared"
+stage "determinism: each scenario's first 3 seeds run twice, traces compared"
 for s in $SCENARIOS; do
   "$RUNNER" run "$s" --seeds 3 --first 1000 --check-determinism
 done
@@ -72,7 +74,7 @@ done
 # restarts, crashes and log damage: a master whose steps depend on anything its trace
 # does not hold (a clock read, an unseeded random draw, the process's hash keys) fails
 # here. Fresh seeds each commit.
-echo "== trace replay: simulator runs recorded, each master replayed with tessera replay node"
+stage "trace replay: simulator runs recorded, each master replayed with tessera replay node"
 TRACES="$(mktemp -d)"
 for s in master-restart all-faults concurrent-writers master-failover; do
   "$RUNNER" run "$s" --seeds 3 --first "$FRESH_FIRST" --trace-dir "$TRACES" > /dev/null
@@ -99,16 +101,16 @@ done
 # Workload replay: the client operations of recorded runs (a private workload, and
 # record appends) become the workload of other scenarios, under other seeds and faults,
 # with every checker; `--check-determinism` runs each twice.
-echo "== workload replay: recorded runs replayed under other scenarios and seeds"
+stage "workload replay: recorded runs replayed under other scenarios and seeds"
 "$RUNNER" run steady --seed "$FRESH_FIRST" --trace-dir "$TRACES/steady" > /dev/null
 "$RUNNER" run record-append --seed "$FRESH_FIRST" --trace-dir "$TRACES/appends" > /dev/null
 "$RUNNER" replay "$TRACES/steady" --scenario all-faults --seeds 3 --first 7 --check-determinism
 "$RUNNER" replay "$TRACES/steady" --scenario stale-replica --seeds 2 --first 11
 "$RUNNER" replay "$TRACES/appends" --scenario chunkserver-crash --seeds 2 --first 13
 rm -rf "$TRACES"
-echo "== planted bugs: each must be caught by the check it exists for"
+stage "planted bugs: each must be caught by the check it exists for"
 ./scripts/planted-bugs.sh
 # A short real fuzzing run of every cargo-fuzz target (their committed corpora already
 # ran under cargo test); new inputs go to a scratch directory, a crash fails the run.
-echo "== fuzz: every target for ${TESSERA_FUZZ_SECS:-30}s"
+stage "fuzz: every target for ${TESSERA_FUZZ_SECS:-30}s"
 ./scripts/fuzz.sh "${TESSERA_FUZZ_SECS:-30}"
