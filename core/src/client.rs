@@ -123,10 +123,16 @@ pub const LEADER_SEARCH_BACKOFF: Duration = Duration::from_millis(250);
 /// long as `retry_for` allows since the operation began. The one retry loop every
 /// operation shares.
 struct Retry {
+    began: Time,
     until: Time,
     wait: Duration,
     waited: u32,
+    warned: bool,
 }
+
+/// A retry loop still failing this long after it began says so, once: long enough that a
+/// master group's failover (one to two seconds) passes without a word.
+pub const STILL_TRYING_AFTER: Duration = Duration::from_secs(3);
 
 impl Retry {
     /// Waits before the next attempt; false once the operation's time is up (the caller
@@ -151,7 +157,8 @@ impl Retry {
         let wait = self.wait.min(cap).min(self.until.saturating_sub(now));
         self.waited += 1;
         // Said once, a few seconds in, so a person at a terminal knows why nothing happens.
-        if self.waited == 5 {
+        if !self.warned && now.saturating_sub(self.began) >= STILL_TRYING_AFTER {
+            self.warned = true;
             tracing::warn!(error = %error, "{what}: still trying");
         } else {
             tracing::debug!(attempt = self.waited, error = %error, "{what} failed; retrying");
@@ -276,11 +283,14 @@ impl<R: Runtime, T: Transport> Client<R, T> {
     }
 
     fn retry(&self) -> Retry {
-        let until = self.rt.now() + self.cfg.retry_for;
+        let now = self.rt.now();
+        let until = now + self.cfg.retry_for;
         Retry {
+            began: now,
             until: self.until.map_or(until, |u| u.min(until)),
             wait: self.cfg.backoff,
             waited: 0,
+            warned: false,
         }
     }
 

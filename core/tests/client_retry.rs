@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use prost::Message;
-use tessera_core::client::{Client, ClientConfig};
+use tessera_core::client::{Client, ClientConfig, STILL_TRYING_AFTER};
 use tessera_core::error::FsError;
 use tessera_core::pb;
 use tessera_core::runtime::{PartsReader, Runtime, Transport};
@@ -90,4 +90,52 @@ fn a_client_tries_for_its_whole_time_and_no_longer() {
             "a stat and a mkdir kept trying for {took:?} (without an end of their own: {alone:?})"
         );
     });
+}
+
+/// What the client logs at warning level or above while `body` runs.
+fn warnings_of(body: impl FnOnce()) -> String {
+    #[derive(Clone, Default)]
+    struct Buf(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let out = buf.clone();
+    let sub = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_writer(move || out.clone())
+        .finish();
+    tracing::subscriber::with_default(sub, body);
+    String::from_utf8_lossy(&buf.0.lock().unwrap()).into_owned()
+}
+
+/// A person at a terminal is told once why nothing happens, a few seconds in; a wait as
+/// long as a master group's failover (under two seconds) passes without a word.
+#[test]
+fn a_client_says_once_that_it_is_still_trying_a_few_seconds_in() {
+    for (retry_for, warned) in [(2, 0), (STILL_TRYING_AFTER.as_secs() + 1, 1), (20, 1)] {
+        let logged = warnings_of(|| {
+            let rt = TestRuntime::new(9);
+            let net = MemNet::new(rt.clone());
+            let rt2 = rt.clone();
+            rt.block_on(async move {
+                let rt = rt2;
+                busy_master(&rt, &net);
+                rt.sleep(Duration::from_millis(1)).await;
+                let c = client(&rt, &net, Duration::from_secs(retry_for));
+                assert!(c.stat("/x").await.is_err());
+            });
+        });
+        assert_eq!(
+            logged.matches("still trying").count(),
+            warned,
+            "trying for {retry_for} s logged: {logged}"
+        );
+    }
 }
