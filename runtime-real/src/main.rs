@@ -500,6 +500,18 @@ fn say(e: FsError, what: &str) -> String {
         FsError::Unavailable(m) if m.contains("no live replica") => format!(
             "{what}: {m} after {patience}: every server holding it is down or has not reported since the master started; `tessera admin fsck {what}` shows where its copies are"
         ),
+        // The address given for the master's is a chunkserver's (its answer says so).
+        FsError::InvalidArgument(m)
+            if m.contains(" is a chunkserver, and this is no chunkserver request") =>
+        {
+            let cs = m
+                .strip_prefix("malformed request: ")
+                .and_then(|r| r.split(" is a chunkserver").next())
+                .unwrap_or(master);
+            format!(
+                "{what}: {cs} is a chunkserver, not a master: --master (or TESSERA_MASTER) must name the cluster's master, or every replica of its master group (`tessera admin report` on the master lists the chunkservers)"
+            )
+        }
         // "/a: already exists", not "/a: already exists: /a".
         e => {
             let (full, msg) = (e.to_string(), e.to_pb().message);
@@ -545,8 +557,27 @@ async fn into_dir(c: &Tessera, from: &str, to: &str) -> Result<String, String> {
             }
             Ok(format!("{}/{name}", to.trim_end_matches('/')))
         }
+        // `to/` names a directory: not a file to make or replace there, as with cp.
+        _ if names_dir(to) => Err(format!("{to}: not a directory")),
         _ => Ok(to.to_string()),
     }
+}
+
+/// Whether `path` names a directory by its form: a trailing slash, as in `/a/b/`.
+fn names_dir(path: &str) -> bool {
+    path.len() > 1 && path.ends_with('/')
+}
+
+/// A path written with a trailing slash must name a directory, as it must for ls, rm and
+/// mv: `/a/f/` is no way to name the file `/a/f`. (One stat, for such paths only.)
+async fn slash_means_dir(c: &Tessera, path: &str) -> Result<(), String> {
+    if names_dir(path)
+        && let Ok(st) = c.stat(path).await
+        && !st.is_dir
+    {
+        return Err(format!("{path}: not a directory"));
+    }
+    Ok(())
 }
 
 async fn run(cmd: Cmd) -> Result<(), String> {
@@ -594,6 +625,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
         } => tessera::dev::run(dir, chunkservers, masters, port, &knobs).await,
         Cmd::Ls { path, deleted, m } => {
             let c = client(&m);
+            slash_means_dir(&c, &path).await?;
             let done = ls(&c, &path, deleted).await;
             note_shadow(&c);
             done
@@ -602,12 +634,14 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             .mkdir(&path, parents)
             .await
             .map_err(|e| say(e, &path)),
-        Cmd::Rm { path, recursive, m } => client(&m)
-            .delete(&path, recursive)
-            .await
-            .map_err(|e| say(e, &path)),
+        Cmd::Rm { path, recursive, m } => {
+            let c = client(&m);
+            slash_means_dir(&c, &path).await?;
+            c.delete(&path, recursive).await.map_err(|e| say(e, &path))
+        }
         Cmd::Mv { src, dst, m } => {
             let c = client(&m);
+            slash_means_dir(&c, &src).await?;
             let dst = into_dir(&c, &src, &dst).await?;
             if dst.trim_end_matches('/') == src.trim_end_matches('/') {
                 return Err(format!("{src}: is already there"));
@@ -622,6 +656,9 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             let s = c.stat(&path).await.map_err(|e| say(e, &path));
             note_shadow(&c);
             let s = s?;
+            if !s.is_dir && names_dir(&path) {
+                return Err(format!("{path}: not a directory"));
+            }
             println!(
                 "path: {}\ntype: {}\nlength: {}\nreplication: {}\nchunks: {}\nmodified_ms: {}",
                 s.path,
@@ -662,6 +699,11 @@ async fn run(cmd: Cmd) -> Result<(), String> {
         Cmd::Append { local, path, m } => {
             let c = client(&m);
             readable(&local)?;
+            if names_dir(&path) {
+                return Err(format!(
+                    "{path}: a trailing slash names a directory; append names a file"
+                ));
+            }
             match c.stat(&path).await {
                 Ok(_) => {}
                 Err(FsError::NotFound(_)) => match c.create(&path, 0).await {
@@ -985,6 +1027,9 @@ async fn copy_out(c: &Tessera, path: &str, local: &str) -> Result<(), String> {
     let st = c.stat(path).await.map_err(|e| say(e, path))?;
     if st.is_dir {
         return Err(format!("{path}: is a directory"));
+    }
+    if names_dir(path) {
+        return Err(format!("{path}: not a directory"));
     }
     if local == "-" {
         // In order, but with the next pieces already on their way.

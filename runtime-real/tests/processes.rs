@@ -677,6 +677,27 @@ fn file_commands_behave_as_cp_and_mv_do() {
     assert!(!c.cli(&["stat", "/d/notes.txt"]).status.success());
     assert!(err(c.cli(&["mv", "/e/notes.txt", "/e"])).contains("already there"));
 
+    // A trailing slash names a directory: not a way to name a file, nor to make one.
+    for cmd in [
+        &["cat", "/e/notes.txt/"][..],
+        &["stat", "/e/notes.txt/"],
+        &["ls", "/e/notes.txt/"],
+        &["rm", "/e/notes.txt/"],
+        &["mv", "/e/notes.txt/", "/e/moved"],
+        &["put", local, "/e/new/"],
+        &["append", local, "/e/notes.txt/"],
+    ] {
+        let e = err(c.cli(cmd));
+        assert!(
+            e.contains("not a directory") || e.contains("names a directory"),
+            "{cmd:?}: {e}"
+        );
+    }
+    assert_eq!(c.ok(&["cat", "/e/notes.txt"]).stdout, b"first copy");
+    assert!(!c.cli(&["stat", "/e/new"]).status.success());
+    assert!(!c.cli(&["stat", "/e/moved"]).status.success());
+    c.ok(&["ls", "/e/"]);
+
     // get through a symbolic link writes the link's target; the link stays.
     let target = root.join("target.txt");
     std::fs::write(&target, b"old").unwrap();
@@ -784,6 +805,19 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
     // A local file that does not exist.
     let out = c.cli(&["put", root.join("missing").to_str().unwrap(), "/f"]);
     assert!(!out.status.success());
+    // A chunkserver's address given for the master's: the answer says what answered.
+    let cs = c.servers[0].0.clone();
+    let out = Command::new(BIN)
+        .args(["ls", "/", "--master", &cs, "--retry-for", "2s"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains(&format!("{cs} is a chunkserver, not a master"))
+            && !err.contains("Protobuf"),
+        "{err}"
+    );
 
     // Well-framed calls with nonsense inside: undecodable bodies, and requests that
     // decode but make no sense. Each gets an error reply; nobody falls over.

@@ -684,10 +684,14 @@ impl Chunkserver {
                 self.release_held();
             }
             Input::DiskSpace { free } => self.disk_available = free,
+            // Most often a client that was given this server's address for its master's:
+            // the answer says what answered.
             Input::Malformed { id, error } => self.out.replies.push((
                 id,
                 err(FsError::InvalidArgument(format!(
-                    "malformed request: {error}"
+                    "malformed request: {} is a chunkserver, and this is no chunkserver \
+                     request ({error})",
+                    self.cfg.address
                 ))),
             )),
         }

@@ -392,10 +392,20 @@ impl Master {
             let free_at = l.expires + self.cfg.max_clock_skew;
             if now < free_at {
                 let wait = millis(free_at.saturating_sub(now));
+                let why = if self.servers.is_alive(l.primary) {
+                    "the previous lease".to_string()
+                } else {
+                    // Most often what a user waits for: name the server that is missing.
+                    format!(
+                        "its primary {} stopped reporting; its lease",
+                        self.servers.get(l.primary).addr
+                    )
+                };
                 self.reply_err(
                     id,
                     FsError::Unavailable(format!(
-                        "chunk {h}: previous lease may be valid for {wait} ms"
+                        "chunk {h}: {why} may still be valid for {wait} ms, and no new \
+                         primary is chosen before it ends"
                     )),
                 );
                 return;

@@ -1033,7 +1033,13 @@ fn no_new_lease_while_old_may_be_valid() {
             .is_alive(h.m.servers().find(&t.primary).unwrap())
     );
     let e = h.write_target("/f", 0).unwrap_err();
-    assert!(matches!(e, FsError::Unavailable(_)), "{e:?}");
+    // The answer names what the writer waits for: the missing primary, and how long (the
+    // 10 s lease and 1 s of skew, 6 s on).
+    let stopped = format!("its primary {} stopped reporting", t.primary);
+    assert!(
+        matches!(&e, FsError::Unavailable(m) if m.contains(&stopped) && m.contains("may still be valid for 5000 ms")),
+        "{e:?}"
+    );
     // Past expiry but within the skew bound: still refused.
     h.advance(Duration::from_millis(4500));
     for i in 0..3 {
