@@ -45,7 +45,12 @@ for p in $PLANTS; do
   rm -rf "$SRC"
   mkdir -p "$SRC"
   git ls-files -z | tar --null -T - -cf - | tar -xf - -C "$SRC"
-  (cd "$SRC" && git apply "$OLDPWD/$patch")
+  if ! (cd "$SRC" && git apply "$OLDPWD/$patch"); then
+    echo "plant=$p: the patch no longer applies to the code; regenerate it" >&2
+    failed=1
+    took
+    continue
+  fi
   if [ -n "$unit" ]; then
     # The unit test written for it must fail (it passes in the normal test run). A plant
     # that names a scenario too must also be caught by it, below.

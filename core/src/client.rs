@@ -123,14 +123,15 @@ pub const LEADER_SEARCH_BACKOFF: Duration = Duration::from_millis(250);
 /// long as `retry_for` allows since the operation began. The one retry loop every
 /// operation shares.
 struct Retry {
-    began: Time,
+    /// When the first attempt failed.
+    failing_since: Option<Time>,
     until: Time,
     wait: Duration,
     waited: u32,
     warned: bool,
 }
 
-/// A retry loop still failing this long after it began says so, once: long enough that a
+/// A retry loop still failing this long after its first failure says so, once: long enough that a
 /// master group's failover (one to two seconds) passes without a word.
 pub const STILL_TRYING_AFTER: Duration = Duration::from_secs(3);
 
@@ -157,7 +158,8 @@ impl Retry {
         let wait = self.wait.min(cap).min(self.until.saturating_sub(now));
         self.waited += 1;
         // Said once, a few seconds in, so a person at a terminal knows why nothing happens.
-        if !self.warned && now.saturating_sub(self.began) >= STILL_TRYING_AFTER {
+        let since = *self.failing_since.get_or_insert(now);
+        if !self.warned && now.saturating_sub(since) >= STILL_TRYING_AFTER {
             self.warned = true;
             tracing::warn!(error = %error, "{what}: still trying");
         } else {
@@ -286,7 +288,7 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         let now = self.rt.now();
         let until = now + self.cfg.retry_for;
         Retry {
-            began: now,
+            failing_since: None,
             until: self.until.map_or(until, |u| u.min(until)),
             wait: self.cfg.backoff,
             waited: 0,

@@ -547,8 +547,9 @@ fn readable(local: &str) -> Result<(), String> {
 }
 
 /// `to` as a command that copies or moves `from` there means it: an existing directory
-/// takes the entry under `from`'s own name, as cp and mv do.
-async fn into_dir(c: &Tessera, from: &str, to: &str) -> Result<String, String> {
+/// takes the entry under `from`'s own name, as cp and mv do. `from_dir`: whether `from`
+/// is a directory (only mv moves one), which a missing `to/` may name.
+async fn into_dir(c: &Tessera, from: &str, to: &str, from_dir: bool) -> Result<String, String> {
     match c.stat(to).await {
         Ok(st) if st.is_dir => {
             let name = from.trim_end_matches('/').rsplit('/').next().unwrap_or("");
@@ -557,9 +558,16 @@ async fn into_dir(c: &Tessera, from: &str, to: &str) -> Result<String, String> {
             }
             Ok(format!("{}/{name}", to.trim_end_matches('/')))
         }
-        // `to/` names a directory: not a file to make or replace there, as with cp.
-        _ if names_dir(to) => Err(format!("{to}: not a directory")),
-        _ => Ok(to.to_string()),
+        // `to/` names a directory: no file is made or replaced there, as with cp and mv;
+        // a directory may be moved to a new name written so.
+        Ok(_) if names_dir(to) => Err(format!("{to}: not a directory")),
+        Err(FsError::NotFound(_)) if names_dir(to) && !from_dir => {
+            Err(format!("{to}: not a directory"))
+        }
+        Err(FsError::NotFound(_)) | Ok(_) => Ok(to.to_string()),
+        // The master did not answer, or `to` cannot be a path: said once, now, not
+        // after a second wait by the command itself.
+        Err(e) => Err(say(e, to)),
     }
 }
 
@@ -571,13 +579,14 @@ fn names_dir(path: &str) -> bool {
 /// A path written with a trailing slash must name a directory, as it must for ls, rm and
 /// mv: `/a/f/` is no way to name the file `/a/f`. (One stat, for such paths only.)
 async fn slash_means_dir(c: &Tessera, path: &str) -> Result<(), String> {
-    if names_dir(path)
-        && let Ok(st) = c.stat(path).await
-        && !st.is_dir
-    {
-        return Err(format!("{path}: not a directory"));
+    if !names_dir(path) {
+        return Ok(());
     }
-    Ok(())
+    match c.stat(path).await {
+        Ok(st) if !st.is_dir => Err(format!("{path}: not a directory")),
+        Ok(_) | Err(FsError::NotFound(_)) => Ok(()),
+        Err(e) => Err(say(e, path)),
+    }
 }
 
 async fn run(cmd: Cmd) -> Result<(), String> {
@@ -642,13 +651,22 @@ async fn run(cmd: Cmd) -> Result<(), String> {
         Cmd::Mv { src, dst, m } => {
             let c = client(&m);
             slash_means_dir(&c, &src).await?;
-            let dst = into_dir(&c, &src, &dst).await?;
+            // Whether src is a directory matters only for a missing `dst/`.
+            let src_dir = names_dir(&dst) && c.stat(&src).await.is_ok_and(|s| s.is_dir);
+            let dst = into_dir(&c, &src, &dst, src_dir).await?;
             if dst.trim_end_matches('/') == src.trim_end_matches('/') {
                 return Err(format!("{src}: is already there"));
             }
             c.rename(&src, &dst).await.map_err(|e| match e {
                 FsError::AlreadyExists(_) => format!("{dst}: already exists"),
-                e => say(e, &src),
+                // Named after the path it is about: a missing parent of the destination
+                // is not a missing source.
+                e => {
+                    let msg = e.to_pb().message;
+                    let to = dst.trim_end_matches('/');
+                    let about_dst = msg == to || msg.starts_with(&format!("{to}: "));
+                    say(e, if about_dst { to } else { &src })
+                }
             })
         }
         Cmd::Stat { path, m } => {
@@ -680,7 +698,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             // appears whole or not at all; a failed put removes what it wrote.
             let c = client(&m);
             readable(&local)?;
-            let path = into_dir(&c, &local, &path).await?;
+            let path = into_dir(&c, &local, &path, false).await?;
             c.put_with(&path, replication, |tmp| {
                 let (c, local, path) = (&c, &local, &path);
                 async move {

@@ -676,6 +676,9 @@ fn file_commands_behave_as_cp_and_mv_do() {
     assert_eq!(c.ok(&["cat", "/e/notes.txt"]).stdout, b"first copy");
     assert!(!c.cli(&["stat", "/d/notes.txt"]).status.success());
     assert!(err(c.cli(&["mv", "/e/notes.txt", "/e"])).contains("already there"));
+    // A missing parent of the destination is named as such, not as a missing source.
+    let e = err(c.cli(&["mv", "/e/notes.txt", "/nodir/x"]));
+    assert!(e.starts_with("tessera: /nodir/x: not found"), "{e}");
 
     // A trailing slash names a directory: not a way to name a file, nor to make one.
     for cmd in [
@@ -697,6 +700,14 @@ fn file_commands_behave_as_cp_and_mv_do() {
     assert!(!c.cli(&["stat", "/e/new"]).status.success());
     assert!(!c.cli(&["stat", "/e/moved"]).status.success());
     c.ok(&["ls", "/e/"]);
+    // For a directory, a trailing slash is as good as none: moved to a new name so
+    // written, listed, stat'ed and removed.
+    c.ok(&["mkdir", "/dd"]);
+    c.ok(&["mv", "/dd/", "/renamed/"]);
+    c.ok(&["stat", "/renamed/"]);
+    c.ok(&["rm", "-r", "/renamed/"]);
+    assert!(!c.cli(&["stat", "/renamed"]).status.success());
+    assert!(!c.cli(&["stat", "/dd"]).status.success());
 
     // get through a symbolic link writes the link's target; the link stays.
     let target = root.join("target.txt");
@@ -806,18 +817,22 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
     let out = c.cli(&["put", root.join("missing").to_str().unwrap(), "/f"]);
     assert!(!out.status.success());
     // A chunkserver's address given for the master's: the answer says what answered.
+    // (A master's request either fails to decode there or decodes as an empty one.)
     let cs = c.servers[0].0.clone();
-    let out = Command::new(BIN)
-        .args(["ls", "/", "--master", &cs, "--retry-for", "2s"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success()
-            && err.contains(&format!("{cs} is a chunkserver, not a master"))
-            && !err.contains("Protobuf"),
-        "{err}"
-    );
+    for cmd in [&["ls", "/"][..], &["admin", "report"]] {
+        let out = Command::new(BIN)
+            .args(cmd)
+            .args(["--master", &cs, "--retry-for", "2s"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success()
+                && err.contains(&format!("{cs} is a chunkserver, not a master"))
+                && !err.contains("Protobuf"),
+            "{cmd:?}: {err}"
+        );
+    }
 
     // Well-framed calls with nonsense inside: undecodable bodies, and requests that
     // decode but make no sense. Each gets an error reply; nobody falls over.

@@ -630,10 +630,10 @@ impl Chunkserver {
         }
         match input {
             Input::Request { id, req, arrived } => match req.req {
-                None => self
-                    .out
-                    .replies
-                    .push((id, err(FsError::InvalidArgument("empty request".into())))),
+                None => {
+                    let e = self.not_a_chunkserver_request("empty request");
+                    self.out.replies.push((id, err(e)))
+                }
                 Some(Req::Push(p)) => self.on_push(id, p),
                 Some(r) => {
                     let master = match &r {
@@ -684,18 +684,23 @@ impl Chunkserver {
                 self.release_held();
             }
             Input::DiskSpace { free } => self.disk_available = free,
-            // Most often a client that was given this server's address for its master's:
-            // the answer says what answered.
-            Input::Malformed { id, error } => self.out.replies.push((
-                id,
-                err(FsError::InvalidArgument(format!(
-                    "malformed request: {} is a chunkserver, and this is no chunkserver \
-                     request ({error})",
-                    self.cfg.address
-                ))),
-            )),
+            Input::Malformed { id, error } => {
+                let e = self.not_a_chunkserver_request(&error);
+                self.out.replies.push((id, err(e)))
+            }
         }
         std::mem::take(&mut self.out)
+    }
+
+    /// The answer to a request that is none of a chunkserver's. Most often a client was
+    /// given this server's address for its master's (a master's request may even decode
+    /// as an empty chunkserver request): the answer says what answered.
+    fn not_a_chunkserver_request(&self, error: &str) -> FsError {
+        FsError::InvalidArgument(format!(
+            "malformed request: {} is a chunkserver, and this is no chunkserver request \
+             ({error})",
+            self.cfg.address
+        ))
     }
 
     fn fresh_id(&mut self) -> u64 {
