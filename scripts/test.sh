@@ -16,14 +16,14 @@ stage() { echo "== $* [$((SECONDS / 60))m$((SECONDS % 60))s]"; }
 
 stage "cargo fmt --check"
 cargo fmt --all --check
-# Clippy runs with the test profile, as `cargo test` builds, so both share rocksdb's C++
-# build (~17 minutes on two cores); Cargo.toml's `[profile.test.build-override]` makes
-# the build script's dependencies come out the same in both commands.
 # A plant whose patch no longer applies (the code around it changed) fails at once, not
 # an hour in.
 for plant in scripts/plants/*.patch; do
   git apply --check "$plant" || { echo "$plant no longer applies; regenerate it"; exit 1; }
 done
+# Clippy runs with the test profile, as `cargo test` builds, so both share rocksdb's C++
+# build (~17 minutes on two cores); Cargo.toml's `[profile.test.build-override]` makes
+# the build script's dependencies come out the same in both commands.
 stage "cargo clippy"
 cargo clippy --profile test --workspace --all-targets --locked -- -D warnings
 stage "cargo test"

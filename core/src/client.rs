@@ -131,8 +131,10 @@ struct Retry {
     warned: bool,
 }
 
-/// A retry loop still failing this long after its first failure says so, once: long enough that a
-/// master group's failover (one to two seconds) passes without a word.
+/// A retry loop still failing this long after its first failure says so, once: long
+/// enough that a master group's failover (one to two seconds) passes without a word.
+/// Counted from the failure, which an attempt that ran to its call deadline (10 s) makes
+/// late: the warning then comes with the second failure.
 pub const STILL_TRYING_AFTER: Duration = Duration::from_secs(3);
 
 impl Retry {

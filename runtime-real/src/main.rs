@@ -547,9 +547,9 @@ fn readable(local: &str) -> Result<(), String> {
 }
 
 /// `to` as a command that copies or moves `from` there means it: an existing directory
-/// takes the entry under `from`'s own name, as cp and mv do. `from_dir`: whether `from`
-/// is a directory (only mv moves one), which a missing `to/` may name.
-async fn into_dir(c: &Tessera, from: &str, to: &str, from_dir: bool) -> Result<String, String> {
+/// takes the entry under `from`'s own name, as cp and mv do. `moving`: `from` is a path
+/// in Tessera (mv), which may be a directory, and a directory may go to a missing `to/`.
+async fn into_dir(c: &Tessera, from: &str, to: &str, moving: bool) -> Result<String, String> {
     match c.stat(to).await {
         Ok(st) if st.is_dir => {
             let name = from.trim_end_matches('/').rsplit('/').next().unwrap_or("");
@@ -561,9 +561,13 @@ async fn into_dir(c: &Tessera, from: &str, to: &str, from_dir: bool) -> Result<S
         // `to/` names a directory: no file is made or replaced there, as with cp and mv;
         // a directory may be moved to a new name written so.
         Ok(_) if names_dir(to) => Err(format!("{to}: not a directory")),
-        Err(FsError::NotFound(_)) if names_dir(to) && !from_dir => {
-            Err(format!("{to}: not a directory"))
-        }
+        // Asked only then, so a master that does not answer is waited for once.
+        Err(FsError::NotFound(_)) if names_dir(to) && moving => match c.stat(from).await {
+            Ok(st) if st.is_dir => Ok(to.to_string()),
+            Ok(_) => Err(format!("{to}: not a directory")),
+            Err(e) => Err(say(e, from)),
+        },
+        Err(FsError::NotFound(_)) if names_dir(to) => Err(format!("{to}: not a directory")),
         Err(FsError::NotFound(_)) | Ok(_) => Ok(to.to_string()),
         // The master did not answer, or `to` cannot be a path: said once, now, not
         // after a second wait by the command itself.
@@ -651,11 +655,12 @@ async fn run(cmd: Cmd) -> Result<(), String> {
         Cmd::Mv { src, dst, m } => {
             let c = client(&m);
             slash_means_dir(&c, &src).await?;
-            // Whether src is a directory matters only for a missing `dst/`.
-            let src_dir = names_dir(&dst) && c.stat(&src).await.is_ok_and(|s| s.is_dir);
-            let dst = into_dir(&c, &src, &dst, src_dir).await?;
+            let dst = into_dir(&c, &src, &dst, true).await?;
             if dst.trim_end_matches('/') == src.trim_end_matches('/') {
-                return Err(format!("{src}: is already there"));
+                return Err(match c.stat(&src).await {
+                    Ok(_) => format!("{src}: is already there"),
+                    Err(e) => say(e, &src),
+                });
             }
             c.rename(&src, &dst).await.map_err(|e| match e {
                 FsError::AlreadyExists(_) => format!("{dst}: already exists"),
@@ -664,7 +669,9 @@ async fn run(cmd: Cmd) -> Result<(), String> {
                 e => {
                     let msg = e.to_pb().message;
                     let to = dst.trim_end_matches('/');
-                    let about_dst = msg == to || msg.starts_with(&format!("{to}: "));
+                    // The master's "`to`: parent `p`" (not "`p`", which may be an
+                    // ancestor of the source as well).
+                    let about_dst = msg.starts_with(&format!("{to}: "));
                     say(e, if about_dst { to } else { &src })
                 }
             })

@@ -679,6 +679,14 @@ fn file_commands_behave_as_cp_and_mv_do() {
     // A missing parent of the destination is named as such, not as a missing source.
     let e = err(c.cli(&["mv", "/e/notes.txt", "/nodir/x"]));
     assert!(e.starts_with("tessera: /nodir/x: not found"), "{e}");
+    // A missing source is said to be missing, whatever the destination.
+    for dst in ["/zz", "/new/"] {
+        let e = err(c.cli(&["mv", "/zz", dst]));
+        assert!(
+            e.starts_with("tessera: /zz: not found"),
+            "mv /zz {dst}: {e}"
+        );
+    }
 
     // A trailing slash names a directory: not a way to name a file, nor to make one.
     for cmd in [
