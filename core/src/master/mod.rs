@@ -342,6 +342,13 @@ impl Master {
         self.last_seq
     }
 
+    /// The master's clock: the latest time its driver has given it (it never goes back,
+    /// even when the machine's clock does). Its timers (leases, the collector's delay)
+    /// are measured by it.
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
     /// Whether any operation still waits for durability or locks.
     pub fn is_quiescent(&self) -> bool {
         self.held.is_empty()
