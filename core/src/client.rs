@@ -287,8 +287,7 @@ impl<R: Runtime, T: Transport> Client<R, T> {
     }
 
     fn retry(&self) -> Retry {
-        let now = self.rt.now();
-        let until = now + self.cfg.retry_for;
+        let until = self.rt.now() + self.cfg.retry_for;
         Retry {
             failing_since: None,
             until: self.until.map_or(until, |u| u.min(until)),
