@@ -59,6 +59,9 @@ enum Event {
     RaftTick,
     Checkpointed(group::checkpointer::Taken),
     MasterCopy(group::checkpointer::Handover),
+    /// Another replica's answer to a call of this one's, with messages in it, and when
+    /// it arrived.
+    Answer(pb::RaftBatch, Time),
 }
 
 /// Reads the replica's store: its log, or, with `bootstrap` and an empty store, a new
@@ -297,6 +300,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                 Step::Event(Event::RaftTick) => Input::RaftTick,
                 Step::Event(Event::Checkpointed(t)) => Input::Checkpointed(t),
                 Step::Event(Event::MasterCopy(h)) => Input::MasterCopy(h),
+                Step::Event(Event::Answer(batch, arrived)) => Input::Answer { batch, arrived },
             };
             let effects = step(&rt, &mut replica, &mut observer, &mut origins, input);
             dispatch(&rt, &transport, &tx, &opts, &mut out, effects);
@@ -308,7 +312,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
         // The master's records from every step of the batch, as one entry.
         let effects = step(&rt, &mut replica, &mut observer, &mut origins, Input::Flush);
         dispatch(&rt, &transport, &tx, &opts, &mut out, effects);
-        send(&rt, &transport, &opts, &mut out.outbox);
+        send(&rt, &transport, &tx, &opts, &mut out.outbox);
         if inbound.is_terminated() {
             tracing::warn!(addr = %listen, "master replica no longer served; stopping");
             break;
@@ -331,6 +335,7 @@ type Syncing<M> = Pin<Box<dyn Future<Output = (M, Result<u64, StoreError>)> + Se
 fn send<R: Runtime, T: Transport>(
     rt: &R,
     transport: &T,
+    tx: &mpsc::UnboundedSender<Event>,
     opts: &GroupOptions,
     outbox: &mut Vec<(String, pb::RaftMessage)>,
 ) {
@@ -347,30 +352,49 @@ fn send<R: Runtime, T: Transport>(
             }
             continue;
         }
-        let transport = transport.clone();
+        let (transport, rt2, tx) = (transport.clone(), rt.clone(), tx.clone());
         let deadline = rt.now() + opts.call_timeout;
         rt.spawn(async move {
             // Lost or refused: raft-rs sends again.
-            let _ = transport
-                .call(&to, msg.encode_to_vec().into(), deadline)
-                .await;
+            if let Ok(answer) = transport
+                .call_parts(&to, msg.encode_to_vec().into(), deadline)
+                .await
+            {
+                take_answer(&rt2, &tx, answer);
+            }
         });
     }
     for (to, msgs) in parts {
         let (transport, rt2, timeout) = (transport.clone(), rt.clone(), opts.call_timeout);
+        let tx = tx.clone();
         rt.spawn(async move {
             for msg in msgs {
                 let deadline = rt2.now() + timeout;
-                if transport
-                    .call(&to, msg.encode_to_vec().into(), deadline)
+                match transport
+                    .call_parts(&to, msg.encode_to_vec().into(), deadline)
                     .await
-                    .is_err()
                 {
+                    Ok(answer) => take_answer(&rt2, &tx, answer),
                     // The snapshot cannot arrive whole: the leader sends it again.
-                    return;
+                    Err(_) => return,
                 }
             }
         });
+    }
+}
+
+/// The messages another replica's answer carries (`group::answers`), for the replica.
+/// An answer that does not decode is dropped, as a lost one would be.
+fn take_answer<R: Runtime>(rt: &R, tx: &mpsc::UnboundedSender<Event>, answer: Parts) {
+    let Ok(resp) = pb::MasterResponse::decode(PartsReader::from(answer)) else {
+        tracing::warn!("a replica's answer did not decode; dropped");
+        return;
+    };
+    if let Some(pb::master_response::Resp::RaftBatch(batch)) = resp.resp
+        && !batch.messages.is_empty()
+    {
+        // Closed only once the replica stopped.
+        let _ = tx.unbounded_send(Event::Answer(batch, rt.now()));
     }
 }
 

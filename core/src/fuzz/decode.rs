@@ -218,6 +218,11 @@ fn group_request(body: &[u8]) -> bool {
     let store = LogStore::load(values).expect("a fresh store loads");
     let mut r = replica_on(store).expect("a fresh replica starts");
     let now = Time::from_millis(2_000);
+    // The same messages, as another replica's answer may carry them (`group::answers`).
+    let answer = match &req.req {
+        Some(pb::master_request::Req::RaftBatch(b)) => Some(b.clone()),
+        _ => None,
+    };
     let _ = r.handle(
         now,
         G::Request {
@@ -226,6 +231,15 @@ fn group_request(body: &[u8]) -> bool {
             arrived: now,
         },
     );
+    if let Some(batch) = answer {
+        let _ = r.handle(
+            now,
+            G::Answer {
+                batch,
+                arrived: now,
+            },
+        );
+    }
     for i in 1..=3 {
         let _ = r.handle(now + std::time::Duration::from_millis(100 * i), G::RaftTick);
     }
@@ -589,6 +603,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
                 ),
             ],
             snapshot_parts: Vec::new(),
+            answers: true,
         })),
         ..Default::default()
     };
@@ -612,6 +627,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
                 total: 8,
                 data: Bytes::from_static(b"part"),
             }],
+            answers: true,
         })),
         ..Default::default()
     };

@@ -19,6 +19,7 @@
 //! - Members join and leave one at a time, through the log (`members.rs`): a new
 //!   replica joins as a learner, and the leader makes it a voter once it holds the log.
 
+pub mod answers;
 pub mod checkpointer;
 pub mod lease;
 pub mod locations;
@@ -134,6 +135,12 @@ pub enum Input {
     /// With `Replica::hold_proposals`: every event ready now has been handled; the
     /// master's records since the last flush are proposed, as one entry.
     Flush,
+    /// Another replica's answer to this one's `raft_batch`, with the messages it had
+    /// for this one when it answered (`answers.rs`), and when the answer arrived.
+    Answer {
+        batch: pb::RaftBatch,
+        arrived: Time,
+    },
 }
 
 /// Writes for the replica's store. Persists are carried out in the order given.
@@ -279,6 +286,8 @@ pub struct Replica {
     checkpointer: Option<checkpointer::Checkpointer>,
     /// The entry a checkpoint was asked as of, until it comes back.
     checkpoint_asked: Option<u64>,
+    /// Calls from other replicas whose answers carry this replica's messages back.
+    answers: answers::Answers,
     /// When a message from each other replica last arrived (for the leader: which
     /// followers answer).
     last_heard: BTreeMap<u64, Time>,
@@ -391,6 +400,7 @@ impl Replica {
             checkpointer: Some(checkpointer),
             copy_asked: None,
             checkpoint_asked: None,
+            answers: answers::Answers::default(),
             last_heard: BTreeMap::new(),
             heard: None,
             current_at: None,
@@ -520,15 +530,28 @@ impl Replica {
                         .push((id, master::ok(Resp::Empty(pb::Empty {}))));
                 }
                 Some(Req::RaftBatch(b)) => {
+                    // The caller, for an answer that carries messages back: the sender
+                    // its messages name (each is checked as it is taken; an answer
+                    // carries only messages meant for the replica named).
+                    let caller = b
+                        .messages
+                        .first()
+                        .or_else(|| b.snapshot_parts.first()?.message.as_ref())
+                        .map(|m| m.from)
+                        .filter(|from| *from != self.cfg.id && self.cfg.members.contains_key(from));
                     for m in b.messages {
                         self.on_peer(m, arrived);
                     }
                     for p in b.snapshot_parts {
                         self.on_snapshot_part(p, arrived);
                     }
-                    self.out
-                        .replies
-                        .push((id, master::ok(Resp::Empty(pb::Empty {}))));
+                    match caller {
+                        Some(peer) if b.answers => self.answers.hold(id, peer),
+                        _ => self
+                            .out
+                            .replies
+                            .push((id, master::ok(Resp::Empty(pb::Empty {})))),
+                    }
                 }
                 Some(Req::ReplicaStatus(_)) => {
                     let status = self.status_pb();
@@ -566,6 +589,11 @@ impl Replica {
             }
             Input::Tick => self.pass_to_master(master::Input::Tick),
             Input::Flush => self.flushing = true,
+            Input::Answer { batch, arrived } => {
+                for m in batch.messages {
+                    self.on_peer(m, arrived);
+                }
+            }
             Input::MasterCopy(h) => self.copied(h),
             Input::Checkpointed(t) => {
                 let mut writes = Vec::new();
@@ -600,6 +628,7 @@ impl Replica {
                     self.snapshot_unpersisted = None;
                 }
                 self.node.on_persist_ready(number);
+                self.answers.persisted(number);
                 self.tell_applied();
                 if self.unpersisted.is_some_and(|n| n <= number) {
                     self.unpersisted = None;
@@ -617,6 +646,13 @@ impl Replica {
         self.propose();
         self.drain();
         self.note_current();
+        if !self.answers.is_empty() {
+            for (id, batch) in self.answers.due(self.unpersisted, &mut self.out.send) {
+                self.out
+                    .replies
+                    .push((id, master::ok(Resp::RaftBatch(batch))));
+            }
+        }
         self.flushing = false;
         // Not taken by raft-rs in this step (a snapshot it refused): not kept.
         self.restored = None;

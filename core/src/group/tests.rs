@@ -52,6 +52,14 @@ struct World {
     all_beside: bool,
     /// Replicas whose checkpointers (run beside them) take nothing for now.
     held: BTreeSet<u64>,
+    /// Calls between replicas not yet answered: request id → the caller.
+    raft_calls: BTreeMap<RequestId, u64>,
+    /// Answers with messages in them, on their way back: (answerer, caller, messages).
+    answers: VecDeque<(u64, u64, pb::RaftBatch)>,
+    /// Answers that carried messages back, so far.
+    answers_carried: u64,
+    /// Calls put on the wire so far, by (from, to).
+    calls_sent: BTreeMap<(u64, u64), u64>,
 }
 
 fn addr(id: u64) -> String {
@@ -98,6 +106,10 @@ impl World {
             reverse_calls: false,
             all_beside: false,
             held: BTreeSet::new(),
+            raft_calls: BTreeMap::new(),
+            answers: VecDeque::new(),
+            answers_carried: 0,
+            calls_sent: BTreeMap::new(),
         };
         for i in 1..=n {
             let store = LogStore::fresh((1..=n).map(|i| (i, addr(i))).collect());
@@ -135,6 +147,9 @@ impl World {
         self.checkpointers.remove(&id);
         self.unsynced.insert(id, VecDeque::new());
         self.wire.retain(|(_, to, _)| *to != id);
+        // Its calls' answers are lost with its connections.
+        self.raft_calls.retain(|_, caller| *caller != id);
+        self.answers.retain(|(_, caller, _)| *caller != id);
     }
 
     fn step(&mut self, id: u64, input: Input) {
@@ -148,6 +163,15 @@ impl World {
             self.served.push((id, term, self.now));
         }
         for (rid, resp) in e.replies {
+            if let Some(caller) = self.raft_calls.remove(&rid) {
+                if let Some(pb::master_response::Resp::RaftBatch(b)) = resp.resp
+                    && !b.messages.is_empty()
+                {
+                    self.answers_carried += 1;
+                    self.answers.push_back((id, caller, b));
+                }
+                continue;
+            }
             self.replies.insert(rid, (id, resp));
         }
         let mut calls = super::wire::batches(e.send, part_bytes);
@@ -163,6 +187,7 @@ impl World {
                     continue;
                 }
             }
+            *self.calls_sent.entry((id, id_of(&to))).or_default() += 1;
             self.wire.push_back((id, id_of(&to), m));
         }
         if let Some((_, q)) = self.checkpointers.get_mut(&id) {
@@ -225,6 +250,14 @@ impl World {
                 self.step(i, Input::Tick);
             }
         }
+        for _ in 0..self.answers.len() {
+            let (from, to, batch) = self.answers.pop_front().unwrap();
+            if self.cut.contains(&(from, to)) {
+                continue;
+            }
+            let arrived = self.now;
+            self.step(to, Input::Answer { batch, arrived });
+        }
         for _ in 0..self.wire.len() {
             let (from, to, m) = self.wire.pop_front().unwrap();
             if self.cut.contains(&(from, to)) {
@@ -233,6 +266,7 @@ impl World {
             let id = self.next_id;
             self.next_id += 1;
             let arrived = self.now;
+            self.raft_calls.insert(id, from);
             self.step(
                 to,
                 Input::Request {
@@ -241,7 +275,6 @@ impl World {
                     arrived,
                 },
             );
-            self.replies.remove(&id);
         }
         for &i in &ids {
             if let Some(rng) = self.slow_sync.as_mut()
@@ -449,6 +482,35 @@ fn three_replicas_elect_one_leader_that_replicates_what_it_acknowledges() {
     let cid = w.live(l).shadow().meta.cluster_id;
     assert_ne!(cid, 0);
     assert!((1..=3).all(|i| w.live(i).shadow().meta.cluster_id == cid));
+}
+
+/// A follower's messages to the leader (its append and heartbeat responses) go back in
+/// the answers to the leader's calls, not as calls of their own: half the calls.
+#[test]
+fn followers_answer_the_leader_in_the_answers_to_its_calls() {
+    let mut w = World::new(3);
+    w.run(4000);
+    let l = w.leader().expect("one leader");
+    let (calls, answers) = (w.calls_sent.clone(), w.answers_carried);
+    for i in 0..30 {
+        assert_eq!(w.call(mkdir(&format!("/d{i}")), 100 + i), Ok(()));
+    }
+    w.run(1000);
+    let sent = |w: &World, from: u64, to: u64| {
+        w.calls_sent.get(&(from, to)).copied().unwrap_or(0)
+            - calls.get(&(from, to)).copied().unwrap_or(0)
+    };
+    let (mut out, mut back) = (0, 0);
+    for f in (1..=3).filter(|&f| f != l) {
+        out += sent(&w, l, f);
+        back += sent(&w, f, l);
+        assert!(w.has_dir(f, "/d29"), "replica {f} lacks /d29");
+    }
+    let carried = w.answers_carried - answers;
+    assert!(
+        carried >= 60 && back * 10 <= carried,
+        "the leader made {out} calls to its followers; they answered with messages {carried} times and called it {back} times"
+    );
 }
 
 /// With both followers down, the leader acknowledges nothing (a record counts only

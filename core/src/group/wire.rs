@@ -254,6 +254,7 @@ pub fn batches(
                     let size = p.encoded_len();
                     let batch = pb::RaftBatch {
                         snapshot_parts: vec![p],
+                        answers: true,
                         ..Default::default()
                     };
                     out.push((to.clone(), batch, size.max(BATCH_BYTES)));
@@ -271,6 +272,7 @@ pub fn batches(
                 to,
                 pb::RaftBatch {
                     messages: vec![m],
+                    answers: true,
                     ..Default::default()
                 },
                 size,

@@ -43,6 +43,10 @@ pub fn replica_step(
             G::Persisted { number } => tr.add_u64(*number),
             G::Malformed { id, .. } => tr.add_u64(*id),
             G::Flush => tr.add(b"flush"),
+            G::Answer { batch, .. } => {
+                tr.add(b"answer");
+                tr.add(&batch.encode_to_vec());
+            }
             G::MasterCopy(h) => {
                 tr.add(b"master copy");
                 tr.add_u64(h.index);
