@@ -265,7 +265,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                     &mut origins,
                     Input::Persisted { number },
                 );
-                dispatch(&rt, &transport, &tx, &opts, &mut out, effects);
+                dispatch(&rt, &transport, &tx, &opts, &mut out, &replica, effects);
                 None
             }
             Some(Next::Step(e)) => Some(e),
@@ -303,7 +303,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                 Step::Event(Event::Answer(batch, arrived)) => Input::Answer { batch, arrived },
             };
             let effects = step(&rt, &mut replica, &mut observer, &mut origins, input);
-            dispatch(&rt, &transport, &tx, &opts, &mut out, effects);
+            dispatch(&rt, &transport, &tx, &opts, &mut out, &replica, effects);
             taken += 1;
             if taken < BATCH_LIMIT {
                 ev = try_event(&mut events, &mut inbound);
@@ -311,7 +311,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
         }
         // The master's records from every step of the batch, as one entry.
         let effects = step(&rt, &mut replica, &mut observer, &mut origins, Input::Flush);
-        dispatch(&rt, &transport, &tx, &opts, &mut out, effects);
+        dispatch(&rt, &transport, &tx, &opts, &mut out, &replica, effects);
         send(&rt, &transport, &tx, &opts, &mut out.outbox);
         if inbound.is_terminated() {
             tracing::warn!(addr = %listen, "master replica no longer served; stopping");
@@ -516,6 +516,7 @@ fn dispatch<R: Runtime, T: Transport>(
     tx: &mpsc::UnboundedSender<Event>,
     opts: &GroupOptions,
     out: &mut Out,
+    replica: &Replica,
     effects: group::Effects,
 ) {
     for f in effects.checkpointer {
@@ -528,10 +529,29 @@ fn dispatch<R: Runtime, T: Transport>(
             out.persisted = Some(p.number);
         }
     }
-    for (id, resp) in effects.replies {
-        if let Some(reply) = out.replies.remove(&id) {
-            let _ = reply.send(resp.encode_to_vec().into());
+    for (id, mut resp) in effects.replies {
+        let Some(reply) = out.replies.remove(&id) else {
+            continue;
+        };
+        if let Some(pb::master_response::Resp::RaftBatch(b)) = &mut resp.resp
+            && let Some(to) = b.messages.first().map(|m| m.to)
+        {
+            // Messages an answer would carry to a replica that messages of earlier steps
+            // of this batch are still to go to (the answer would overtake them), or to a
+            // caller that gave up: they go as a call, in order.
+            let queued = out.outbox.iter().find(|(_, m)| m.to == to);
+            let addr = queued
+                .map(|(a, _)| a.clone())
+                .or_else(|| replica.config().members.get(&to).cloned());
+            if (queued.is_some() || reply.is_canceled())
+                && let Some(addr) = addr
+            {
+                let msgs = std::mem::take(&mut b.messages);
+                out.outbox
+                    .extend(msgs.into_iter().map(|m| (addr.clone(), m)));
+            }
         }
+        let _ = reply.send(resp.encode_to_vec().into());
     }
     out.outbox.extend(effects.send);
     for call in effects.calls {

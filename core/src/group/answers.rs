@@ -20,6 +20,11 @@ use crate::pb;
 /// go as calls): an answer is held in memory beside the others.
 pub const ANSWER_BYTES: usize = 1 << 20;
 
+/// The largest call whose answer is held: the transport counts a request's bytes
+/// against its memory bound until it is answered, and a follower catching up is sent
+/// many large appends at once. Those are answered at once; their responses go as calls.
+pub const HOLD_BYTES: usize = 64 << 10;
+
 #[derive(Debug)]
 struct Held {
     id: RequestId,
@@ -84,14 +89,17 @@ impl Answers {
             let mut batch = pb::RaftBatch::default();
             let last_for_peer = !due[i + 1..].iter().any(|later| later.peer == h.peer);
             if last_for_peer {
-                let mut size = 0;
+                // The first of the caller's messages, in order, up to a snapshot or the
+                // bound: the rest go as calls, after the answer.
+                let (mut size, mut full) = (0, false);
                 send.retain(|(_, m)| {
                     use prost::Message as _;
-                    if m.to != h.peer || m.snapshot.is_some() {
+                    if m.to != h.peer {
                         return true;
                     }
                     let n = m.encoded_len() + 8;
-                    if size + n > ANSWER_BYTES {
+                    full = full || m.snapshot.is_some() || size + n > ANSWER_BYTES;
+                    if full {
                         return true;
                     }
                     size += n;
@@ -132,7 +140,8 @@ mod tests {
         let mut send = vec![msg(2, 1)];
         assert!(a.due(Some(5), &mut send).is_empty());
         assert_eq!(send.len(), 1);
-        // A second call from 2 and one from 3, with nothing pending: due at once.
+        // A second call from 2 and one from 3, while Persist 5 is still pending: they
+        // wait for it too.
         a.hold(2, 2);
         a.hold(3, 3);
         let mut send = vec![msg(3, 7)];
@@ -153,11 +162,10 @@ mod tests {
         assert!(a.is_empty());
     }
 
-    /// A snapshot never rides an answer, and an answer takes no more than its bound.
+    /// A snapshot never rides an answer, an answer takes no more than its bound, and the
+    /// messages it carries are the first ones, in order: those after go as calls.
     #[test]
     fn an_answer_carries_no_snapshot_and_stays_within_its_bound() {
-        let mut a = Answers::default();
-        a.hold(1, 2);
         let big = pb::RaftMessage {
             to: 2,
             context: vec![0; ANSWER_BYTES / 2 + 1].into(),
@@ -168,11 +176,24 @@ mod tests {
             snapshot: Some(Default::default()),
             ..Default::default()
         };
+        let mut a = Answers::default();
+        a.hold(1, 2);
         let mut send = vec![
-            ("m2".to_string(), snap),
+            msg(2, 1),
             ("m2".to_string(), big.clone()),
             ("m2".to_string(), big),
+            msg(2, 4),
         ];
+        let due = a.due(None, &mut send);
+        let idx: Vec<u64> = due[0].1.messages.iter().map(|m| m.index).collect();
+        assert_eq!(idx, vec![1, 0], "the first two fit");
+        assert_eq!(
+            send.len(),
+            2,
+            "the third is past the bound, and the fourth after it"
+        );
+        a.hold(2, 2);
+        let mut send = vec![msg(2, 1), ("m2".to_string(), snap), msg(2, 3)];
         let due = a.due(None, &mut send);
         assert_eq!(due[0].1.messages.len(), 1);
         assert_eq!(send.len(), 2);

@@ -288,6 +288,8 @@ pub struct Replica {
     checkpoint_asked: Option<u64>,
     /// Calls from other replicas whose answers carry this replica's messages back.
     answers: answers::Answers,
+    /// The sender of the last message raft-rs took (`on_peer`), for `answers`.
+    took_from: Option<u64>,
     /// When a message from each other replica last arrived (for the leader: which
     /// followers answer).
     last_heard: BTreeMap<u64, Time>,
@@ -401,6 +403,7 @@ impl Replica {
             copy_asked: None,
             checkpoint_asked: None,
             answers: answers::Answers::default(),
+            took_from: None,
             last_heard: BTreeMap::new(),
             heard: None,
             current_at: None,
@@ -530,23 +533,20 @@ impl Replica {
                         .push((id, master::ok(Resp::Empty(pb::Empty {}))));
                 }
                 Some(Req::RaftBatch(b)) => {
-                    // The caller, for an answer that carries messages back: the sender
-                    // its messages name (each is checked as it is taken; an answer
-                    // carries only messages meant for the replica named).
-                    let caller = b
-                        .messages
-                        .first()
-                        .or_else(|| b.snapshot_parts.first()?.message.as_ref())
-                        .map(|m| m.from)
-                        .filter(|from| *from != self.cfg.id && self.cfg.members.contains_key(from));
+                    // An answer is held only for a small batch (the transport counts a
+                    // request's bytes against its memory bound until it is answered),
+                    // and only for a caller this replica took a message from: it
+                    // carries back only messages meant for that replica.
+                    let small = b.encoded_len() <= answers::HOLD_BYTES;
+                    self.took_from = None;
                     for m in b.messages {
                         self.on_peer(m, arrived);
                     }
                     for p in b.snapshot_parts {
                         self.on_snapshot_part(p, arrived);
                     }
-                    match caller {
-                        Some(peer) if b.answers => self.answers.hold(id, peer),
+                    match self.took_from.take() {
+                        Some(peer) if b.answers && small => self.answers.hold(id, peer),
                         _ => self
                             .out
                             .replies
@@ -903,6 +903,7 @@ impl Replica {
             tracing::debug!(error = %e, "replica message not taken");
             return;
         }
+        self.took_from = Some(from);
         let raft = &self.node.raft;
         if from_leader && from == raft.leader_id && term == raft.term && leader_commit > 0 {
             // As of when it arrived, not when it was taken: it may have waited.
