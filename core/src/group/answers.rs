@@ -58,10 +58,6 @@ impl Answers {
         self.durable = self.durable.max(number);
     }
 
-    pub fn len(&self) -> usize {
-        self.held.len()
-    }
-
     pub fn is_empty(&self) -> bool {
         self.held.is_empty()
     }
