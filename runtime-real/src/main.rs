@@ -36,7 +36,11 @@ const READ_AHEAD: usize = 16;
 #[command(
     name = "tessera",
     version,
-    about = "Tessera, a distributed file system in the line of GFS"
+    about = "Tessera, a distributed file system in the line of GFS",
+    after_help = "File, admin and bench commands talk to the master named by --master \
+                  HOST:PORT (every replica of a master group: A,B,C) or TESSERA_MASTER, \
+                  127.0.0.1:7070 (the dev cluster's) if neither; --master and --retry-for \
+                  may come before the command or after it."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -348,9 +352,45 @@ fn tune_allocator() {
     eprintln!("tessera: could not restart with allocator settings ({err}); continuing");
 }
 
+/// The options every client command shares, which a user may also give before the
+/// command (`tessera --master a,b,c ls /`, as `hdfs dfs -fs X -ls /` reads).
+const SHARED_OPTIONS: [&str; 2] = ["--master", "--retry-for"];
+
+/// `tessera --master X ls /` as `tessera ls --master X /`: the shared options given before
+/// the command move to just after it, where clap takes them. Anything else is left where
+/// it is, for clap to judge (so `tessera --master X dev` is refused: dev takes none).
+fn options_after_command(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut moved = Vec::new();
+    let mut i = 1;
+    while i < args.len() {
+        let Some(a) = args[i].to_str() else { break };
+        if SHARED_OPTIONS
+            .iter()
+            .any(|o| a.starts_with(&format!("{o}=")))
+        {
+            moved.push(args[i].clone());
+            i += 1;
+        } else if SHARED_OPTIONS.contains(&a) && i + 1 < args.len() {
+            moved.extend_from_slice(&args[i..i + 2]);
+            i += 2;
+        } else {
+            break;
+        }
+    }
+    if moved.is_empty() || i >= args.len() {
+        return args;
+    }
+    // Just after the command: `admin` and `bench` take them there for their own
+    // subcommands too.
+    let mut out = vec![args[0].clone(), args[i].clone()];
+    out.extend(moved);
+    out.extend_from_slice(&args[i + 1..]);
+    out
+}
+
 fn main() -> ExitCode {
     tune_allocator();
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(options_after_command(std::env::args_os().collect()));
     // Reading traces needs no runtime and no logging set-up.
     match cli.cmd {
         Cmd::Trace {
@@ -1191,4 +1231,59 @@ async fn copy_out_into(
         b.finish_and_clear();
     }
     done
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(line: &str) -> Result<Cli, String> {
+        let args = line.split(' ').map(Into::into).collect();
+        Cli::try_parse_from(options_after_command(args)).map_err(|e| e.to_string())
+    }
+
+    fn master_of(line: &str) -> (String, Duration) {
+        let m = match parse(line).expect(line).cmd {
+            Cmd::Ls { m, .. } | Cmd::Admin { m, .. } | Cmd::Bench { m, .. } => m,
+            _ => panic!("{line}: not a command with a master"),
+        };
+        (m.master, m.retry_for)
+    }
+
+    #[test]
+    fn the_master_may_be_named_before_the_command() {
+        let want = ("a:1,b:2".to_string(), Duration::from_secs(120));
+        for line in [
+            "tessera ls --master a:1,b:2 /",
+            "tessera --master a:1,b:2 ls /",
+            "tessera --master=a:1,b:2 ls /",
+            "tessera --master a:1,b:2 admin masters",
+            "tessera --master a:1,b:2 admin report",
+            "tessera admin masters --master a:1,b:2",
+            "tessera --master a:1,b:2 bench meta --files 10",
+        ] {
+            assert_eq!(master_of(line), want, "{line}");
+        }
+        assert_eq!(
+            master_of("tessera --retry-for 5s --master x:9 ls /"),
+            ("x:9".to_string(), Duration::from_secs(5))
+        );
+        // A file named like an option after the command is the command's to read.
+        match parse("tessera --master x:9 mkdir --master").map(|c| c.cmd) {
+            Err(e) => assert!(e.contains("--master"), "{e}"),
+            Ok(_) => panic!("mkdir --master with no value parsed"),
+        }
+    }
+
+    #[test]
+    fn servers_that_take_no_master_refuse_one_before_the_command() {
+        let e = parse("tessera --master x:9 dev")
+            .err()
+            .expect("dev took --master");
+        assert!(e.contains("--master"), "{e}");
+        assert!(parse("tessera --master x:9").is_err());
+        // Nothing given before the command: the arguments pass through as they are.
+        let args: Vec<std::ffi::OsString> = ["tessera", "ls", "/"].map(Into::into).to_vec();
+        assert_eq!(options_after_command(args.clone()), args);
+    }
 }
