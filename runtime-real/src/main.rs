@@ -411,6 +411,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -1110,10 +1111,17 @@ async fn copy_out(c: &Tessera, path: &str, local: &str) -> Result<(), String> {
         });
         let mut pieces = futures::stream::iter(pieces).buffered(READ_AHEAD);
         let mut out = std::io::stdout().lock();
+        // A reader that stops early (`| head`) is no error: the copy stops, quietly.
+        let written = |r: std::io::Result<()>| match r {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(format!("{local}: {e}")),
+            _ => Ok(r.is_ok()),
+        };
         while let Some(data) = pieces.next().await {
-            out.write_all(&data?).map_err(|e| format!("{local}: {e}"))?;
+            if !written(out.write_all(&data?))? {
+                return Ok(());
+            }
         }
-        return out.flush().map_err(|e| format!("{local}: {e}"));
+        return written(out.flush()).map(|_| ());
     }
     // Into a directory: under the file's own name there, as cp does.
     let local = match std::fs::metadata(local) {
