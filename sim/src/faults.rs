@@ -132,7 +132,7 @@ impl FaultMix {
             (
                 self.net_trouble,
                 "net_trouble",
-                &["duplicate", "long_delay"],
+                &["duplicate", "long_delay", "late_reply"],
             ),
             (
                 self.any_partitions,
@@ -750,7 +750,9 @@ impl Scheduler {
                 cluster.net.set(dup, delay);
                 self.note(
                     cluster,
-                    format!("network duplicates {dup}/1000 and holds {delay}/1000 requests"),
+                    format!(
+                        "network duplicates {dup}/1000 requests and holds {delay}/1000 requests and replies"
+                    ),
                 );
             }
             13 => {

@@ -5,11 +5,14 @@
 //!
 //! Above madsim, [`NetFaults`] adds what it lacks: a request delivered twice (the second
 //! copy later, as a retransmission that crossed the first's reply), and a link that holds
-//! a request for up to seconds and then delivers it (a clogged link that delivers late
-//! rather than dropping). Both arrive before the caller's deadline: a request that
-//! arrives after its caller gave up is a fault the protocol does not yet survive (a late
-//! order to create a chunk makes an empty copy at the current version; a late lease
-//! grant outlives the master's view of it), so it is kept for when it does.
+//! a request, or a reply, for up to seconds and then delivers it (a clogged link that
+//! delivers late rather than dropping). Replies matter as much as requests: a master
+//! replica's answers carry its raft messages back to the caller, and a heartbeat's reply
+//! carries the master's orders. Everything held arrives before the caller's deadline: a
+//! request that arrives after its caller gave up is a fault the protocol does not yet
+//! survive (a late order to create a chunk makes an empty copy at the current version; a
+//! late lease grant outlives the master's view of it), so it is kept for when it does.
+//! (A reply sent twice would be no fault: the caller takes the first with its tag.)
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -36,7 +39,8 @@ pub const MAX_DELAY: Duration = Duration::from_secs(4);
 
 /// The network faults madsim does not have, set by the fault scheduler and shared by every
 /// node's transport. Each counts in the run's summary when it happens: `duplicate` when a
-/// second copy is sent, `long_delay` when a held request is delivered.
+/// second copy is sent, `long_delay` when a request held for at least half a second is
+/// delivered, `late_reply` when a reply held that long is.
 #[derive(Clone, Default)]
 pub struct NetFaults(Arc<Mutex<NetFaultState>>);
 
@@ -44,8 +48,9 @@ pub struct NetFaults(Arc<Mutex<NetFaultState>>);
 struct NetFaultState {
     /// Of every thousand requests, how many are delivered twice.
     duplicate_permille: u64,
-    /// Of every thousand requests, how many a clogged link holds for up to [`MAX_DELAY`]
-    /// (and at most until shortly before the caller's deadline).
+    /// Of every thousand requests, and of every thousand replies, how many a clogged link
+    /// holds for up to [`MAX_DELAY`] (and at most until shortly before the caller's
+    /// deadline).
     delay_permille: u64,
     checks: Option<Shared>,
 }
@@ -84,6 +89,22 @@ impl NetFaults {
         let again = (r(1000) < s.duplicate_permille)
             .then(|| Duration::from_millis(r(left.as_millis() as u64 + 1)));
         (hold, again)
+    }
+
+    /// How long to hold one reply, with `within` left before its caller's deadline: it
+    /// arrives with time to spare, as a held request does.
+    fn draw_reply(&self, within: Duration) -> Duration {
+        let s = self.0.lock().expect("net faults");
+        if s.delay_permille == 0 {
+            return Duration::ZERO;
+        }
+        let r = |n: u64| madsim::rand::random::<u64>() % n;
+        let room = (within.saturating_sub(Duration::from_millis(200)) * 3 / 4).min(MAX_DELAY);
+        if r(1000) < s.delay_permille {
+            Duration::from_millis(r(room.as_millis() as u64 + 1))
+        } else {
+            Duration::ZERO
+        }
     }
 
     fn count(&self, kind: &'static str) {
@@ -143,12 +164,12 @@ impl Transport for SimNet {
                         madsim::time::sleep(hold + later).await;
                         faults.count("duplicate");
                         let _ = ep
-                            .send_to_raw(dst, REQUEST_TAG, Box::new((tag, body)))
+                            .send_to_raw(dst, REQUEST_TAG, Box::new((tag, deadline, body)))
                             .await;
                     });
                 }
                 if hold.is_zero() {
-                    ep.send_to_raw(dst, REQUEST_TAG, Box::new((tag, body)))
+                    ep.send_to_raw(dst, REQUEST_TAG, Box::new((tag, deadline, body)))
                         .await
                         .map_err(|e| RpcError::Unreachable(format!("{to}: {e}")))?;
                 } else {
@@ -161,7 +182,7 @@ impl Transport for SimNet {
                             faults.count("long_delay");
                         }
                         let _ = ep
-                            .send_to_raw(dst, REQUEST_TAG, Box::new((tag, body)))
+                            .send_to_raw(dst, REQUEST_TAG, Box::new((tag, deadline, body)))
                             .await;
                     });
                 }
@@ -187,6 +208,7 @@ impl Transport for SimNet {
     ) -> impl Future<Output = Result<mpsc::Receiver<Incoming>, RpcError>> + Send {
         let addr = addr.to_string();
         let rt = self.rt.clone();
+        let faults = self.faults.clone();
         async move {
             let ep = Endpoint::bind(parse(&addr)?)
                 .await
@@ -197,10 +219,10 @@ impl Transport for SimNet {
                     let Ok((payload, from)) = ep.recv_from_raw(REQUEST_TAG).await else {
                         return;
                     };
-                    let Ok(msg) = payload.downcast::<(u64, Parts)>() else {
+                    let Ok(msg) = payload.downcast::<(u64, Time, Parts)>() else {
                         continue;
                     };
-                    let (tag, body) = *msg;
+                    let (tag, deadline, body) = *msg;
                     let (reply, reply_rx) = oneshot::channel();
                     let arrived = rt.now();
                     if tx
@@ -215,9 +237,16 @@ impl Transport for SimNet {
                     {
                         return;
                     }
-                    let ep = ep.clone();
+                    let (ep, rt, faults) = (ep.clone(), rt.clone(), faults.clone());
                     madsim::task::spawn(async move {
                         if let Ok(parts) = reply_rx.await {
+                            let hold = faults.draw_reply(deadline.saturating_sub(rt.now()));
+                            if !hold.is_zero() {
+                                madsim::time::sleep(hold).await;
+                                if hold >= Duration::from_millis(500) {
+                                    faults.count("late_reply");
+                                }
+                            }
                             // A lost reply is the caller's deadline to find.
                             let _ = ep.send_to_raw(from, tag, Box::new(parts)).await;
                         }
