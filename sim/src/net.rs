@@ -155,6 +155,8 @@ impl Transport for SimNet {
                     .await
                     .map_err(|e| RpcError::Unreachable(format!("{to}: {e}")))?;
                 let tag: u64 = madsim::rand::random();
+                // When the caller gives up, in true time (a server's clock may be skewed).
+                let expires = madsim::time::Instant::now() + timeout;
                 let (hold, again) = faults.draw(timeout);
                 if let Some(later) = again {
                     // The copy goes from a task of its own: it is sent even if the
@@ -164,12 +166,12 @@ impl Transport for SimNet {
                         madsim::time::sleep(hold + later).await;
                         faults.count("duplicate");
                         let _ = ep
-                            .send_to_raw(dst, REQUEST_TAG, Box::new((tag, deadline, body)))
+                            .send_to_raw(dst, REQUEST_TAG, Box::new((tag, expires, body)))
                             .await;
                     });
                 }
                 if hold.is_zero() {
-                    ep.send_to_raw(dst, REQUEST_TAG, Box::new((tag, deadline, body)))
+                    ep.send_to_raw(dst, REQUEST_TAG, Box::new((tag, expires, body)))
                         .await
                         .map_err(|e| RpcError::Unreachable(format!("{to}: {e}")))?;
                 } else {
@@ -182,7 +184,7 @@ impl Transport for SimNet {
                             faults.count("long_delay");
                         }
                         let _ = ep
-                            .send_to_raw(dst, REQUEST_TAG, Box::new((tag, deadline, body)))
+                            .send_to_raw(dst, REQUEST_TAG, Box::new((tag, expires, body)))
                             .await;
                     });
                 }
@@ -219,10 +221,10 @@ impl Transport for SimNet {
                     let Ok((payload, from)) = ep.recv_from_raw(REQUEST_TAG).await else {
                         return;
                     };
-                    let Ok(msg) = payload.downcast::<(u64, Time, Parts)>() else {
+                    let Ok(msg) = payload.downcast::<(u64, madsim::time::Instant, Parts)>() else {
                         continue;
                     };
-                    let (tag, deadline, body) = *msg;
+                    let (tag, expires, body) = *msg;
                     let (reply, reply_rx) = oneshot::channel();
                     let arrived = rt.now();
                     if tx
@@ -237,10 +239,12 @@ impl Transport for SimNet {
                     {
                         return;
                     }
-                    let (ep, rt, faults) = (ep.clone(), rt.clone(), faults.clone());
+                    let (ep, faults) = (ep.clone(), faults.clone());
                     madsim::task::spawn(async move {
                         if let Ok(parts) = reply_rx.await {
-                            let hold = faults.draw_reply(deadline.saturating_sub(rt.now()));
+                            let left =
+                                expires.saturating_duration_since(madsim::time::Instant::now());
+                            let hold = faults.draw_reply(left);
                             if !hold.is_zero() {
                                 madsim::time::sleep(hold).await;
                                 if hold >= Duration::from_millis(500) {

@@ -1275,11 +1275,12 @@ async fn ns_shadow_read(
         stale_ok: true,
         ..Default::default()
     };
+    let asked = now_ms(start);
     let n = checks
         .lock()
         .expect("checks")
         .namespace
-        .begin(run.id, now_ms(start), op);
+        .begin(run.id, asked, op);
     let (rt, net, _) = client.parts();
     let deadline = rt.now() + Duration::from_secs(2);
     let answer = net
@@ -1308,7 +1309,10 @@ async fn ns_shadow_read(
     let mut c = checks.lock().expect("checks");
     if let Some(sh) = &shadow {
         let who = sh.address.clone();
-        c.shadow_answer(now_ms(start), &who, sh.seq, sh.lag_ms);
+        // Judged as of when it was asked: the shadow made its claim after that, and its
+        // answer may have been held on the way back (a replica's own steps judge its
+        // claims as it makes them: `check::step`).
+        c.shadow_answer(asked, &who, sh.seq, sh.lag_ms);
         if outcome != Outcome::Unknown {
             c.namespace.stale(n);
             c.shadow_reads += 1;
