@@ -177,7 +177,8 @@ pub struct Cluster {
     pub clients: Vec<(NodeHandle, Clock)>,
     /// How far each node's clock is stepped, in the order of [`Cluster::node_ids`].
     pub jumps: Vec<Jump>,
-    /// Duplicated and long-held requests, shared by every node's transport.
+    /// Duplicated requests, and long-held requests and replies, shared by every node's
+    /// transport.
     pub net: NetFaults,
     /// A node that belongs to no cluster: it sends forged messages (see `rogue`).
     pub rogue: NodeHandle,

@@ -33,14 +33,15 @@ const REQUEST_TAG: u64 = 0x7e55_e2a0;
 /// Largest message either side accepts: the real transport's bound.
 pub use tessera_core::wire::MAX_MESSAGE;
 
-/// The longest a clogged link holds a request before it delivers it, within its caller's
-/// deadline.
+/// The longest a clogged link holds a request or a reply before it delivers it, within
+/// its caller's deadline.
 pub const MAX_DELAY: Duration = Duration::from_secs(4);
 
 /// The network faults madsim does not have, set by the fault scheduler and shared by every
 /// node's transport. Each counts in the run's summary when it happens: `duplicate` when a
 /// second copy is sent, `long_delay` when a request held for at least half a second is
-/// delivered, `late_reply` when a reply held that long is.
+/// delivered, `late_reply` when a caller takes a reply held that long (one it no longer
+/// waits for changed nothing).
 #[derive(Clone, Default)]
 pub struct NetFaults(Arc<Mutex<NetFaultState>>);
 
@@ -63,7 +64,8 @@ impl NetFaults {
         })))
     }
 
-    /// Sets how many requests in a thousand are duplicated and held back (0, 0: none).
+    /// Sets how many requests in a thousand are duplicated, and how many requests and
+    /// replies in a thousand are held back (0, 0: none).
     pub fn set(&self, duplicate_permille: u64, delay_permille: u64) {
         let mut s = self.0.lock().expect("net faults");
         s.duplicate_permille = duplicate_permille;
@@ -150,13 +152,13 @@ impl Transport for SimNet {
             }
             let dst = parse(&to)?;
             let timeout = deadline.saturating_sub(rt.now());
+            // When the caller gives up, in true time (a server's clock may be skewed).
+            let expires = madsim::time::Instant::now() + timeout;
             let attempt = async {
                 let ep = Endpoint::bind("0.0.0.0:0")
                     .await
                     .map_err(|e| RpcError::Unreachable(format!("{to}: {e}")))?;
                 let tag: u64 = madsim::rand::random();
-                // When the caller gives up, in true time (a server's clock may be skewed).
-                let expires = madsim::time::Instant::now() + timeout;
                 let (hold, again) = faults.draw(timeout);
                 if let Some(later) = again {
                     // The copy goes from a task of its own: it is sent even if the
@@ -192,10 +194,13 @@ impl Transport for SimNet {
                     .recv_from_raw(tag)
                     .await
                     .map_err(|e| RpcError::Unreachable(format!("{to}: {e}")))?;
-                payload
-                    .downcast::<Parts>()
-                    .map(|b| *b)
-                    .map_err(|_| RpcError::Decode(format!("reply from {to} is not a message")))
+                let (parts, held) = *payload
+                    .downcast::<(Parts, bool)>()
+                    .map_err(|_| RpcError::Decode(format!("reply from {to} is not a message")))?;
+                if held {
+                    faults.count("late_reply");
+                }
+                Ok(parts)
             };
             match madsim::time::timeout(timeout, attempt).await {
                 Ok(r) => r,
@@ -247,12 +252,11 @@ impl Transport for SimNet {
                             let hold = faults.draw_reply(left);
                             if !hold.is_zero() {
                                 madsim::time::sleep(hold).await;
-                                if hold >= Duration::from_millis(500) {
-                                    faults.count("late_reply");
-                                }
                             }
+                            // Counted by the caller, if it still waits for it.
+                            let held = hold >= Duration::from_millis(500);
                             // A lost reply is the caller's deadline to find.
-                            let _ = ep.send_to_raw(from, tag, Box::new(parts)).await;
+                            let _ = ep.send_to_raw(from, tag, Box::new((parts, held))).await;
                         }
                     });
                 }

@@ -93,8 +93,9 @@ pub fn replica_step(
         c.committed_at.push((t, s.seq));
     }
     // A shadow's claim to be current is judged at every step, as if it answered a read
-    // then: a wrong claim is caught when it is made, not only if a read met it.
-    if !s.serving {
+    // then: a wrong claim is caught when it is made, not only if a read met it. A leader
+    // whose authority has lapsed answers shadow reads too (`answer_stale`).
+    if !s.serving || now >= replica.authority_until() {
         c.shadow_claim(t, node, s.seq, replica.lag_ms());
     }
     if s.role == "leader" {
