@@ -37,7 +37,7 @@ const READ_AHEAD: usize = 16;
     name = "tessera",
     version,
     about = "Tessera, a distributed file system in the line of GFS",
-    after_help = "File, admin and bench commands talk to the master named by --master \
+    after_help = "File, admin and bench commands (and chunkservers) talk to the master named by --master \
                   HOST:PORT (every replica of a master group: A,B,C) or TESSERA_MASTER, \
                   127.0.0.1:7070 (the dev cluster's) if neither; --master and --retry-for \
                   may come before the command or after it."
@@ -377,7 +377,15 @@ fn options_after_command(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsStrin
             break;
         }
     }
-    if moved.is_empty() || i >= args.len() {
+    // Only before a command that takes them (not `help`, not `--`): otherwise clap says
+    // what is wrong with the line as it was typed (`tessera --master ls /`).
+    let is_command = args.get(i).and_then(|a| a.to_str()).is_some_and(|name| {
+        name != "help"
+            && <Cli as clap::CommandFactory>::command()
+                .find_subcommand(name)
+                .is_some()
+    });
+    if moved.is_empty() || !is_command {
         return args;
     }
     // Just after the command: `admin` and `bench` take them there for their own
@@ -447,6 +455,19 @@ fn client(m: &MasterAddr) -> Client<TokioRuntime, GrpcTransport> {
     Client::new(TokioRuntime, GrpcTransport::new(), cfg)
 }
 
+/// Writes `text` to stdout. A reader that went away (`| head`) ends the command there,
+/// quietly and with success, as it ends `cat`; any other failure to write is an error.
+fn out(text: &str) {
+    let mut o = std::io::stdout().lock();
+    if let Err(e) = o.write_all(text.as_bytes()).and_then(|()| o.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("tessera: stdout: {e}");
+        std::process::exit(1);
+    }
+}
+
 /// `tessera ls`: a directory's entries, page by page, or a file's own line.
 async fn ls(
     c: &Client<TokioRuntime, GrpcTransport>,
@@ -455,15 +476,15 @@ async fn ls(
 ) -> Result<(), String> {
     let st = c.stat(path).await.map_err(|e| say(e, path))?;
     let print = |entries: Vec<tessera_core::pb::FileInfo>| {
-        let mut out = std::io::stdout().lock();
+        let mut page = String::new();
         for e in entries {
             let kind = if e.is_dir { "d" } else { "-" };
-            let _ = writeln!(
-                out,
-                "{kind} {:>3} {:>14} {:>6} {}",
+            page.push_str(&format!(
+                "{kind} {:>3} {:>14} {:>6} {}\n",
                 e.replication, e.length, e.chunk_count, e.path
-            );
+            ));
         }
+        out(&page);
     };
     if st.is_dir {
         // Each page printed as it arrives.
@@ -725,15 +746,17 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             if !s.is_dir && names_dir(&path) {
                 return Err(format!("{path}: not a directory"));
             }
-            println!(
-                "path: {}\ntype: {}\nlength: {}\nreplication: {}\nchunks: {}\nmodified_ms: {}",
+            let modified = std::time::UNIX_EPOCH + Duration::from_millis(s.mtime_ms);
+            out(&format!(
+                "path: {}\ntype: {}\nlength: {}\nreplication: {}\nchunks: {}\nmodified_ms: {}\nmodified: {}\n",
                 s.path,
                 if s.is_dir { "directory" } else { "file" },
                 s.length,
                 s.replication,
                 s.chunk_count,
-                s.mtime_ms
-            );
+                s.mtime_ms,
+                humantime::format_rfc3339_millis(modified)
+            ));
             Ok(())
         }
         Cmd::Put {
@@ -794,7 +817,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
         } => {
             let _ = TALKING_TO.set(m.clone());
             let phases = tessera::bench_meta::run(&m.master, &clients, files).await?;
-            print!("{}", tessera::bench_meta::text(&phases));
+            out(&tessera::bench_meta::text(&phases));
             Ok(())
         }
         Cmd::Admin {
@@ -805,7 +828,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             let r = c.report().await.map_err(|e| say(e, "report"));
             note_shadow(&c);
             let r = r?;
-            print!("{}", tessera::admin::report_text(&r));
+            out(&tessera::admin::report_text(&r));
             Ok(())
         }
         Cmd::Admin {
@@ -843,7 +866,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
                 .await
                 .map_err(|e| say(e, "the master group"))?;
             let rows = tessera::admin::masters(&m.master).await;
-            print!("{}", tessera::admin::masters_text(&rows));
+            out(&tessera::admin::masters_text(&rows));
             Ok(())
         }
         Cmd::Admin {
@@ -851,7 +874,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             m,
         } => {
             let rows = tessera::admin::masters(&m.master).await;
-            print!("{}", tessera::admin::masters_text(&rows));
+            out(&tessera::admin::masters_text(&rows));
             match tessera::admin::masters_problem(&m.master, &rows) {
                 Some(p) => Err(p),
                 None => Ok(()),
@@ -866,14 +889,14 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             let r = client(&m)
                 .fsck_pages(&path, list, |files| {
                     listed |= !files.is_empty();
-                    print!("{}", tessera::admin::fsck_files_text(&files, &mut last));
+                    out(&tessera::admin::fsck_files_text(&files, &mut last));
                 })
                 .await
                 .map_err(|e| say(e, &path))?;
             if listed {
-                println!();
+                out("\n");
             }
-            print!("{}", tessera::admin::fsck_summary_text(&path, &r));
+            out(&tessera::admin::fsck_summary_text(&path, &r));
             if r.missing > 0 {
                 return Err(format!("{path}: {} chunks missing", r.missing));
             }
@@ -1290,8 +1313,22 @@ mod tests {
             .expect("dev took --master");
         assert!(e.contains("--master"), "{e}");
         assert!(parse("tessera --master x:9").is_err());
-        // Nothing given before the command: the arguments pass through as they are.
-        let args: Vec<std::ffi::OsString> = ["tessera", "ls", "/"].map(Into::into).to_vec();
-        assert_eq!(options_after_command(args.clone()), args);
+        // Nothing given before the command, or no command after the options (a value
+        // left out, `--`, `help`): the arguments pass through as they are, for clap to
+        // judge.
+        for line in [
+            "tessera ls /",
+            "tessera --master ls /",
+            "tessera --master x:9 -- ls /",
+            "tessera --master x:9 help ls",
+            "tessera --master x:9 nosuchcommand",
+        ] {
+            let args: Vec<std::ffi::OsString> = line.split(' ').map(Into::into).collect();
+            assert_eq!(options_after_command(args.clone()), args, "{line}");
+        }
+        let e = parse("tessera --master ls /")
+            .err()
+            .expect("a missing value taken");
+        assert!(e.contains("--master"), "{e}");
     }
 }
