@@ -1310,8 +1310,8 @@ async fn ns_shadow_read(
     if let Some(sh) = &shadow {
         let who = sh.address.clone();
         // Judged as of when it was asked: the shadow made its claim after that, and its
-        // answer may have been held on the way back. Each replica's steps judge its
-        // claims exactly, as it makes them (`check::step::replica_step`).
+        // answer may have been held on the way back. A shadow's steps judge its claims
+        // exactly, as it makes them (`check::step::replica_step`).
         c.shadow_answer(asked, &who, sh.seq, sh.lag_ms);
         if outcome != Outcome::Unknown {
             c.namespace.stale(n);
