@@ -455,11 +455,11 @@ fn client(m: &MasterAddr) -> Client<TokioRuntime, GrpcTransport> {
     Client::new(TokioRuntime, GrpcTransport::new(), cfg)
 }
 
-/// Writes `text` to stdout. A reader that went away (`| head`) ends the command there,
-/// quietly and with success, as it ends `cat`; any other failure to write is an error.
-fn out(text: &str) {
+/// Writes `bytes` to stdout. A reader that went away (`| head`) ends the command there,
+/// quietly and with success, as `cat` ends; any other failure to write is an error.
+fn out(bytes: impl AsRef<[u8]>) {
     let mut o = std::io::stdout().lock();
-    if let Err(e) = o.write_all(text.as_bytes()).and_then(|()| o.flush()) {
+    if let Err(e) = o.write_all(bytes.as_ref()).and_then(|()| o.flush()) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(0);
         }
@@ -484,7 +484,7 @@ async fn ls(
                 e.replication, e.length, e.chunk_count, e.path
             ));
         }
-        out(&page);
+        out(page);
     };
     if st.is_dir {
         // Each page printed as it arrives.
@@ -747,7 +747,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
                 return Err(format!("{path}: not a directory"));
             }
             let modified = std::time::UNIX_EPOCH + Duration::from_millis(s.mtime_ms);
-            out(&format!(
+            out(format!(
                 "path: {}\ntype: {}\nlength: {}\nreplication: {}\nchunks: {}\nmodified_ms: {}\nmodified: {}\n",
                 s.path,
                 if s.is_dir { "directory" } else { "file" },
@@ -817,7 +817,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
         } => {
             let _ = TALKING_TO.set(m.clone());
             let phases = tessera::bench_meta::run(&m.master, &clients, files).await?;
-            out(&tessera::bench_meta::text(&phases));
+            out(tessera::bench_meta::text(&phases));
             Ok(())
         }
         Cmd::Admin {
@@ -828,7 +828,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             let r = c.report().await.map_err(|e| say(e, "report"));
             note_shadow(&c);
             let r = r?;
-            out(&tessera::admin::report_text(&r));
+            out(tessera::admin::report_text(&r));
             Ok(())
         }
         Cmd::Admin {
@@ -866,7 +866,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
                 .await
                 .map_err(|e| say(e, "the master group"))?;
             let rows = tessera::admin::masters(&m.master).await;
-            out(&tessera::admin::masters_text(&rows));
+            out(tessera::admin::masters_text(&rows));
             Ok(())
         }
         Cmd::Admin {
@@ -874,7 +874,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             m,
         } => {
             let rows = tessera::admin::masters(&m.master).await;
-            out(&tessera::admin::masters_text(&rows));
+            out(tessera::admin::masters_text(&rows));
             match tessera::admin::masters_problem(&m.master, &rows) {
                 Some(p) => Err(p),
                 None => Ok(()),
@@ -889,14 +889,14 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             let r = client(&m)
                 .fsck_pages(&path, list, |files| {
                     listed |= !files.is_empty();
-                    out(&tessera::admin::fsck_files_text(&files, &mut last));
+                    out(tessera::admin::fsck_files_text(&files, &mut last));
                 })
                 .await
                 .map_err(|e| say(e, &path))?;
             if listed {
                 out("\n");
             }
-            out(&tessera::admin::fsck_summary_text(&path, &r));
+            out(tessera::admin::fsck_summary_text(&path, &r));
             if r.missing > 0 {
                 return Err(format!("{path}: {} chunks missing", r.missing));
             }
@@ -1133,18 +1133,10 @@ async fn copy_out(c: &Tessera, path: &str, local: &str) -> Result<(), String> {
             }
         });
         let mut pieces = futures::stream::iter(pieces).buffered(READ_AHEAD);
-        let mut out = std::io::stdout().lock();
-        // A reader that stops early (`| head`) is no error: the copy stops, quietly.
-        let written = |r: std::io::Result<()>| match r {
-            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(format!("{local}: {e}")),
-            _ => Ok(r.is_ok()),
-        };
         while let Some(data) = pieces.next().await {
-            if !written(out.write_all(&data?))? {
-                return Ok(());
-            }
+            out(data?);
         }
-        return written(out.flush()).map(|_| ());
+        return Ok(());
     }
     // Into a directory: under the file's own name there, as cp does.
     let local = match std::fs::metadata(local) {

@@ -80,33 +80,22 @@ impl NetFaults {
         if s.duplicate_permille == 0 && s.delay_permille == 0 {
             return (Duration::ZERO, None);
         }
-        let r = |n: u64| madsim::rand::random::<u64>() % n;
-        let room = (within.saturating_sub(Duration::from_millis(200)) * 3 / 4).min(MAX_DELAY);
-        let hold = if r(1000) < s.delay_permille {
-            Duration::from_millis(r(room.as_millis() as u64 + 1))
-        } else {
-            Duration::ZERO
-        };
+        let room = room(within);
+        let hold = held(s.delay_permille, room);
         let left = room.saturating_sub(hold);
-        let again = (r(1000) < s.duplicate_permille)
-            .then(|| Duration::from_millis(r(left.as_millis() as u64 + 1)));
+        let again = (random(1000) < s.duplicate_permille)
+            .then(|| Duration::from_millis(random(left.as_millis() as u64 + 1)));
         (hold, again)
     }
 
     /// How long to hold one reply, with `within` left before its caller's deadline: it
     /// arrives with time to spare, as a held request does.
     fn draw_reply(&self, within: Duration) -> Duration {
-        let s = self.0.lock().expect("net faults");
-        if s.delay_permille == 0 {
+        let permille = self.0.lock().expect("net faults").delay_permille;
+        if permille == 0 {
             return Duration::ZERO;
         }
-        let r = |n: u64| madsim::rand::random::<u64>() % n;
-        let room = (within.saturating_sub(Duration::from_millis(200)) * 3 / 4).min(MAX_DELAY);
-        if r(1000) < s.delay_permille {
-            Duration::from_millis(r(room.as_millis() as u64 + 1))
-        } else {
-            Duration::ZERO
-        }
+        held(permille, room(within))
     }
 
     fn count(&self, kind: &'static str) {
@@ -114,6 +103,25 @@ impl NetFaults {
         if let Some(c) = checks {
             c.lock().expect("checks").fault(kind, 1);
         }
+    }
+}
+
+fn random(n: u64) -> u64 {
+    madsim::rand::random::<u64>() % n
+}
+
+/// How long a message with `within` left before its caller's deadline may be held: it
+/// arrives with time to spare (madsim's own latency comes on top).
+fn room(within: Duration) -> Duration {
+    (within.saturating_sub(Duration::from_millis(200)) * 3 / 4).min(MAX_DELAY)
+}
+
+/// A draw of how long to hold one message, `permille` of them for up to `room`.
+fn held(permille: u64, room: Duration) -> Duration {
+    if random(1000) < permille {
+        Duration::from_millis(random(room.as_millis() as u64 + 1))
+    } else {
+        Duration::ZERO
     }
 }
 
