@@ -635,6 +635,22 @@ fn commands_ride_out_a_master_restart() {
     }
     assert_eq!(std::fs::read(&copy).unwrap(), vec![7u8; 3 << 20]);
     c.ok(&["stat", "/made-meanwhile"]);
+    // A write to the existing file takes a new lease: the restarted master grants it
+    // once the holder of the last one has reported the master's new epoch (it gave its
+    // lease up), not a lease period later.
+    std::fs::write(&local, b"more").unwrap();
+    c.ok(&["append", local.to_str().unwrap(), "/f"]);
+    let log = std::fs::read_to_string(root.join("master.log")).unwrap();
+    assert!(
+        log.contains("master epoch taken epoch=2")
+            && log.contains("has given them up: the quiet period is over"),
+        "the restarted master did not fence:\n{log}"
+    );
+    let stat = String::from_utf8(c.ok(&["stat", "/f"]).stdout).unwrap();
+    assert!(
+        stat.contains(&format!("length: {}", (3 << 20) + 4)),
+        "{stat}"
+    );
 }
 
 /// File commands treat an existing directory, a symbolic link and their own errors as

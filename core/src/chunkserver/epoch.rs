@@ -65,7 +65,7 @@ impl Chunkserver {
         if self.storing_epoch >= theirs {
             return;
         }
-        tracing::info!(server = %self.cfg.address, epoch = theirs, "a new master leader's term");
+        tracing::info!(server = %self.cfg.address, epoch = theirs, "a newer master term (a new group leader, or a restarted master)");
         self.storing_epoch = theirs;
         let meta = self.identity(self.cluster_id, theirs);
         self.store(
@@ -91,8 +91,12 @@ impl Chunkserver {
                 if dropped > 0 {
                     tracing::info!(server = %self.cfg.address, epoch, dropped, "leases of a deposed master leader given up");
                 }
+                self.epoch = epoch;
+                // Said at once: the master grants this server nothing until it has
+                // heard the term from it, nor ends its quiet period before every holder
+                // of an older lease has said so.
+                self.heartbeat();
             }
-            self.epoch = self.epoch.max(epoch);
         } else if self.storing_epoch == epoch {
             // The next message of that term tries again.
             self.storing_epoch = self.epoch;

@@ -890,7 +890,12 @@ impl Chunkserver {
             (Pending::Join { cluster_id }, result) => {
                 self.joining = false;
                 match result {
-                    Ok(StoreOutput::Done) => self.cluster_id = cluster_id,
+                    Ok(StoreOutput::Done) => {
+                        self.cluster_id = cluster_id;
+                        // The master's orders (its term among them) come in the reply
+                        // to a heartbeat sent now, not a heartbeat interval later.
+                        self.heartbeat();
+                    }
                     // The next heartbeat reply tries again.
                     Ok(out) => panic!("storage answered {out:?} to storing the cluster id"),
                     Err(e) => tracing::warn!(error = %e, "storing the cluster id failed"),

@@ -2023,6 +2023,12 @@ fn first_contact_stores_the_cluster_id_durably() {
         1,
         "acted on an order before the id was stored"
     );
+    // Once it is stored, the server asks for the master's orders again at once.
+    assert_eq!(
+        sent_heartbeats(&mut h),
+        vec![(OURS, 0)],
+        "no heartbeat right after joining"
+    );
 
     // A restart finds it, and does not take the identity record for a chunk.
     let metas: Vec<pb::ChunkMeta> = h.disk.meta.values().cloned().collect();
@@ -2037,6 +2043,23 @@ fn first_contact_stores_the_cluster_id_durably() {
         0,
         "its own master's order is carried out"
     );
+}
+
+/// The heartbeats the server has sent and not had answered, as (cluster id, term);
+/// taken out of the calls.
+fn sent_heartbeats(h: &mut H) -> Vec<(u64, u64)> {
+    let mut sent = Vec::new();
+    h.calls.retain(|c| match &c.req {
+        Outgoing::Master(pb::MasterRequest {
+            req: Some(MReq::Heartbeat(hb)),
+            ..
+        }) => {
+            sent.push((hb.cluster_id, hb.epoch));
+            false
+        }
+        _ => true,
+    });
+    sent
 }
 
 fn versioned(epoch: u64, h: u64, version: u64) -> R {
@@ -2071,6 +2094,12 @@ fn a_deposed_master_leader_is_refused_and_changes_nothing() {
     assert_eq!(h.cs.master_epoch(), 3);
     assert_eq!(h.disk.meta[&IDENTITY_HANDLE].master_epoch, 3);
     assert_eq!(h.disk.meta[&IDENTITY_HANDLE].server_id, 42);
+    // And says so at once: the new leader waits for it to grant or to fence.
+    assert_eq!(
+        sent_heartbeats(&mut h),
+        vec![(OURS, 3)],
+        "no heartbeat right after storing the term"
+    );
     assert!(h.req(versioned(3, 1, 1)).error.is_none());
     assert!(h.write(1, 0, &[7u8; 1000]).error.is_none());
     let disk_before = (h.disk.meta.clone(), h.disk.data.clone());
@@ -2111,6 +2140,7 @@ fn a_deposed_master_leader_is_refused_and_changes_nothing() {
     h.heartbeat_with(order.clone());
     assert_eq!(h.cs.chunks().count(), 1, "acted before the term was stored");
     assert_eq!(h.disk.meta[&IDENTITY_HANDLE].master_epoch, 5);
+    assert_eq!(sent_heartbeats(&mut h), vec![(OURS, 5)]);
     let metas: Vec<pb::ChunkMeta> = h.disk.meta.values().cloned().collect();
     h.cs = Chunkserver::recover(h.cs.cfg.clone(), Time(0), metas);
     assert_eq!(h.cs.master_epoch(), 5, "a restart keeps the term");

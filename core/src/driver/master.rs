@@ -228,13 +228,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
         },
     );
     let (mut master, mut low_seq) = rebuild(opts.config.clone(), now, durable)?;
-    let mut inbound = transport.listen(&opts.listen).await?;
-    tracing::info!(addr = %opts.listen, "master serving");
-    // Requests are taken from the transport's bounded queue as the loop gets to them,
-    // not forwarded into an unbounded one: when the master falls behind, callers wait in
-    // the transport, which bounds how many and how many bytes, and the wait reaches the
-    // sockets as back-pressure. Call results and ticks, which the master itself started,
-    // come through `events`.
+    // Call results and ticks, which the master itself started, come through `events`.
     let (tx, mut events) = mpsc::unbounded::<Event>();
     {
         let (rt2, mut tx) = (rt.clone(), tx.clone());
@@ -254,6 +248,37 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
     // step that learned of a sync (they go into the next batch at once, without waiting
     // for an event).
     let mut batch = LogBatch::default();
+    // This run's epoch (`Master::start_alone`) is durable before the master serves or
+    // sends anything: a chunkserver that stored it must never see a later run take it
+    // again. The first step only collects the record (every record recovered is durable).
+    let recovered = master.last_seq();
+    master.start_alone();
+    let mut effects = step(
+        &rt,
+        &mut master,
+        &mut observer,
+        Input::LogSynced { through: recovered },
+    );
+    batch.add(&mut effects);
+    dispatch(&rt, &transport, &tx, &opts, &mut replies, effects);
+    let commit = std::mem::take(&mut batch).commit(&mut low_seq);
+    store.write_synced(commit.writes).await?;
+    if let Some(through) = commit.through {
+        let mut effects = step(
+            &rt,
+            &mut master,
+            &mut observer,
+            Input::LogSynced { through },
+        );
+        batch.add(&mut effects);
+        dispatch(&rt, &transport, &tx, &opts, &mut replies, effects);
+    }
+    // Requests are taken from the transport's bounded queue as the loop gets to them,
+    // not forwarded into an unbounded one: when the master falls behind, callers wait in
+    // the transport, which bounds how many and how many bytes, and the wait reaches the
+    // sockets as back-pressure.
+    let mut inbound = transport.listen(&opts.listen).await?;
+    tracing::info!(addr = %opts.listen, epoch = master.epoch(), "master serving");
     loop {
         let mut ev = if batch.is_empty() {
             match next_event(&mut events, &mut inbound).await {

@@ -102,6 +102,7 @@ impl Master {
         let s = self.servers.get_mut(idx);
         if r.server_id == s.id {
             s.epoch = s.epoch.max(r.epoch);
+            self.outrun(r.epoch);
         }
         if self.epoch > 0 && r.epoch >= self.epoch {
             // It holds no lease from an older term (`leases.rs`).
@@ -299,14 +300,15 @@ impl Master {
             cluster_id: self.meta.cluster_id,
         }));
         // The reply names the cluster id, which the server stores for good: it waits until
-        // the id is durable here too (at once, unless this master just made it). Delete
+        // the id is durable here too (at once, unless this master just made it), and so
+        // for this run's epoch, which the server stores as well (`start_alone`). Delete
         // orders wait for everything logged so far: they follow from the state as it is
         // now, and a record not yet durable (in a group, not committed) that drops a
         // chunk may be lost in a crash or a change of leader, the chunk then still in use.
         let seq = if ordered {
             self.cluster_id_seq.max(self.last_seq())
         } else {
-            self.cluster_id_seq
+            self.cluster_id_seq.max(self.start_seq)
         };
         self.hold(seq, Some((id, reply)), None);
     }

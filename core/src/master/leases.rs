@@ -29,7 +29,10 @@
 //! only a log with such a record (or no chunk at all) is known to name every holder, so
 //! only then may a leader fence. Until the period would have ended by time, grants and
 //! new copies go only to servers that have reported the term (`on_my_term`).
-//! A master that runs alone has no term to fence with and always waits the period out.
+//! A master that runs alone fences the same way: each start takes an epoch one past every
+//! epoch and term in its log (`Master::start_alone`), durably before it sends anything,
+//! and uses it as a leader uses its term. A log from before holders were named leaves its
+//! first run with an epoch to wait the period out, as above.
 
 use crate::types::HashMap;
 

@@ -42,6 +42,9 @@ pub struct Meta {
     /// are all the holders of leases that may be out named in the log: a log from before
     /// holders were named says nothing of its leases.
     pub leases_settled_in: u64,
+    /// The epoch of the latest start of a master that runs alone (`MasterStartOp`; 0:
+    /// none). Each start takes one more than every epoch and term the log names.
+    pub master_epoch: u64,
     /// The chunk size of files whose create record (or checkpoint entry) names none: the
     /// master's configured default when it recovers. Records made before files kept
     /// their own size have none; no cluster was deployed then, so this only serves old
@@ -98,6 +101,7 @@ impl Meta {
             fallbacks: BTreeMap::new(),
             lease_holders: BTreeMap::new(),
             leases_settled_in: 0,
+            master_epoch: 0,
             default_chunk_size,
         }
     }
@@ -112,6 +116,13 @@ impl Meta {
 
     /// Applies one record. On the live path an error means the operation is refused and
     /// nothing is logged; on replay it means the log is corrupt.
+    /// The highest master epoch or group term the log names: a master that runs alone
+    /// starts in the next one (`Master::start_alone`).
+    pub fn latest_epoch(&self) -> u64 {
+        let holders = self.lease_holders.values().copied().max().unwrap_or(0);
+        self.master_epoch.max(self.leases_settled_in).max(holders)
+    }
+
     pub fn apply(&mut self, rec: &pb::LogRecord) -> Result<Applied, FsError> {
         let t = rec.time_ms;
         let mut out = Applied::default();
@@ -251,6 +262,16 @@ impl Meta {
                     )));
                 }
             },
+            Some(Op::MasterStart(o)) => {
+                // Epochs only grow: one that does not was never logged by a master.
+                if o.epoch <= self.master_epoch {
+                    return Err(FsError::Internal(format!(
+                        "master start in epoch {} after epoch {}",
+                        o.epoch, self.master_epoch
+                    )));
+                }
+                self.master_epoch = o.epoch;
+            }
             Some(Op::ClusterId(o)) => {
                 // A second id would turn away every chunkserver that took the first.
                 if self.cluster_id != 0 || o.cluster_id == 0 {
@@ -455,6 +476,7 @@ impl Meta {
                 })
                 .collect(),
             leases_settled_in: self.leases_settled_in,
+            master_epoch: self.master_epoch,
         }
     }
 
@@ -526,6 +548,7 @@ impl Meta {
                 .insert((l.address.clone(), l.server_id), l.term);
         }
         meta.leases_settled_in = cp.leases_settled_in;
+        meta.master_epoch = cp.master_epoch;
         for e in &cp.fallbacks {
             let Some(c) = meta.chunks.get(e.handle) else {
                 return Err(bad(format!("fallbacks of unknown chunk {}", e.handle)));

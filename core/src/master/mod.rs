@@ -173,9 +173,16 @@ pub struct Master {
     /// In a master group, the time until which this master is known to lead (a
     /// majority heard from it since); past it, no lease is extended. None: it runs alone.
     authority: Option<Time>,
-    /// In a master group, the term in which this master leads; every message it sends
-    /// a chunkserver carries it (see `chunkserver/epoch.rs`). 0: it runs alone.
+    /// The term in which this master leads its group, or the epoch of this run of a
+    /// master that runs alone (`start_alone`); every message it sends a chunkserver
+    /// carries it (see `chunkserver/epoch.rs`). 0: a master alone that took no epoch.
     epoch: u64,
+    /// Whether this master runs alone and took its epoch itself (`start_alone`).
+    alone: bool,
+    /// The record of this run's epoch (0: none): no heartbeat reply, which carries the
+    /// epoch, goes out before it is durable, so no chunkserver stores an epoch a crash
+    /// could hand to a later run again.
+    start_seq: LogSeq,
     out: Effects,
 }
 
@@ -229,6 +236,8 @@ impl Master {
             refusals: Default::default(),
             authority: None,
             epoch: 0,
+            alone: false,
+            start_seq: 0,
             out: Effects::default(),
         }
         .with_cluster_id()
@@ -260,22 +269,78 @@ impl Master {
     /// `epoch` is the term in which it leads.
     pub fn take_over(cfg: MasterConfig, now: Time, meta: Meta, seq: LogSeq, epoch: u64) -> Master {
         let mut m = Master::from_meta(cfg, now, meta, seq);
-        m.epoch = epoch;
+        m.lead_in(epoch);
+        m
+    }
+
+    /// A master that runs alone, just recovered, takes the epoch of this run: one more
+    /// than every epoch and term its log names, logged (`MasterStartOp`) and sent on
+    /// every message to a chunkserver, as a group's leader sends its term. A server that
+    /// stores it gives up the leases earlier runs granted, so the quiet period ends once
+    /// every server named as a lease holder has reported the epoch, not a lease period
+    /// later (see `leases.rs`). The driver writes the record durably before the master
+    /// sends anything; its heartbeat replies wait for it in any case.
+    pub fn start_alone(&mut self) {
+        let Some(epoch) = self.meta.latest_epoch().checked_add(1) else {
+            // Only a forged heartbeat could have driven epochs this far: wait the
+            // quiet period out, as with no epoch at all.
+            tracing::error!("no master epoch left: running without one");
+            return;
+        };
+        let (seq, _) = self
+            .log(Op::MasterStart(pb::MasterStartOp { epoch }))
+            .expect("a master start with a newer epoch applies");
+        self.alone = true;
+        self.start_seq = seq;
+        tracing::info!(epoch, "master epoch taken");
+        self.lead_in(epoch);
+    }
+
+    /// Starts leading in `epoch`, fencing older leases where the log names every server
+    /// that may hold one.
+    fn lead_in(&mut self, epoch: u64) {
+        self.epoch = epoch;
         // Fencing needs every holder of a lease that may be out named in the log: so it
         // is once some leader's quiet period has ended, or when no chunk was ever made (a
         // log from before holders were named leaves the first leader to wait it out).
         // Holders named in this very term were granted by an earlier master of it, whose
         // leases no term change ends.
-        let h = &m.meta.lease_holders;
-        let known = m.meta.leases_settled_in > 0 || m.meta.next_handle <= 1;
+        let h = &self.meta.lease_holders;
+        let known = self.meta.leases_settled_in > 0 || self.meta.next_handle <= 1;
         if known && h.values().all(|&t| t < epoch) {
             let older: std::collections::BTreeSet<(String, u64)> = h.keys().cloned().collect();
-            m.leases.fence(now, older);
+            self.leases.fence(self.now, older);
         }
-        m
     }
 
-    /// The term in which this master leads its group (0: it runs alone).
+    /// A master alone that hears of an epoch newer than its own from a chunkserver (its
+    /// log was restored from an older copy, say) takes a newer one still: the servers
+    /// would refuse it as a deposed leader for good otherwise. The leases it granted stay
+    /// in its table until they expire, though their holders give them up.
+    pub(super) fn outrun(&mut self, theirs: u64) {
+        if !self.alone || theirs <= self.epoch {
+            return;
+        }
+        let Some(epoch) = theirs.max(self.meta.latest_epoch()).checked_add(1) else {
+            return;
+        };
+        match self.log(Op::MasterStart(pb::MasterStartOp { epoch })) {
+            Ok((seq, _)) => {
+                tracing::warn!(
+                    ours = self.epoch,
+                    theirs,
+                    epoch,
+                    "a chunkserver knows a newer master epoch than this master's log: taking a newer one"
+                );
+                self.start_seq = seq;
+                self.epoch = epoch;
+            }
+            Err(e) => tracing::error!("taking master epoch {epoch}: {e}"),
+        }
+    }
+
+    /// The term in which this master leads its group, or the epoch of this run of a
+    /// master alone (0: a master alone that took none, see `start_alone`).
     pub fn epoch(&self) -> u64 {
         self.epoch
     }

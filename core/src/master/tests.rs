@@ -4733,3 +4733,91 @@ fn a_delete_order_waits_for_the_record_that_makes_the_copy_an_orphan() {
     let deleted: Vec<u64> = hb.delete_chunks.iter().map(|d| d.handle).collect();
     assert_eq!(deleted, vec![t.handle]);
 }
+
+/// A master that runs alone takes a new epoch at each start, one past every epoch its
+/// log names, and fences as a group's new leader does: once every server named as a
+/// lease holder has reported the new epoch (it gave up the leases of earlier runs), it
+/// grants on existing chunks at once, not a lease period later. A heartbeat of an older
+/// epoch proves nothing. A chunkserver that knows a newer epoch than the log (a log
+/// restored from an older copy) makes it take a newer one still.
+#[test]
+fn a_restarted_master_alone_fences_with_a_new_epoch_instead_of_waiting() {
+    let epochs = |log: &[(LogSeq, pb::LogRecord)]| -> Vec<u64> {
+        log.iter()
+            .filter_map(|(_, r)| match &r.op {
+                Some(Op::MasterStart(o)) => Some(o.epoch),
+                _ => None,
+            })
+            .collect()
+    };
+    let restart = |log: &[(LogSeq, pb::LogRecord)], at: Time| {
+        let mut m = Master::recover(cfg(), at, None, log.to_vec()).unwrap();
+        m.start_alone();
+        let mut h = H {
+            m,
+            now: at,
+            next_id: 1,
+            log: log.to_vec(),
+            calls: vec![],
+        };
+        h.sync();
+        h
+    };
+    // The first run, on a fresh log: no chunk, so nothing to wait for.
+    let mut h = H::new();
+    h.m.start_alone();
+    h.sync();
+    assert_eq!(h.m.epoch(), 1);
+    assert!(h.m.leases().quiet_ended_early());
+    h.step(Input::Tick);
+    for i in 0..3 {
+        h.heartbeat_in_term(&format!("cs{i}"), 1, &[]);
+    }
+    h.call(create("/f"));
+    let f = h.write_target("/f", 0).unwrap();
+    assert_eq!(epochs(&h.log), vec![1]);
+
+    // The second run: epoch 2, quiet while any holder has not reported it.
+    let mut h2 = restart(&h.log, Time(20_000));
+    assert_eq!(h2.m.epoch(), 2);
+    assert_eq!(epochs(&h2.log), vec![1, 2]);
+    let quiet = |h: &mut H| matches!(h.write_target("/f", 0), Err(FsError::Unavailable(m)) if m.contains("no leases"));
+    for r in std::iter::once(&f.primary).chain(&f.secondaries) {
+        h2.heartbeat_in_term(r, 1, &[(f.handle, f.version)]);
+    }
+    assert!(
+        quiet(&mut h2),
+        "granted on heartbeats of the earlier run's epoch"
+    );
+    // Its calls carry the new epoch: a server that stores it gives up older leases.
+    let r = h2.heartbeat_in_term(&f.primary, 1, &[(f.handle, f.version)]);
+    match r.resp {
+        Some(Resp::Heartbeat(hb)) => assert_eq!(hb.epoch, 2),
+        other => panic!("heartbeat reply {other:?}"),
+    }
+    for r in std::iter::once(&f.primary).chain(&f.secondaries) {
+        h2.heartbeat_in_term(r, 2, &[(f.handle, f.version)]);
+    }
+    assert!(h2.m.leases().quiet_ended_early());
+    let t = h2.write_target("/f", 0).unwrap();
+    assert!(t.version > f.version);
+    assert!(
+        h2.calls.iter().all(|c| match &c.req.req {
+            Some(crate::pb::chunk_request::Req::SetVersion(s)) =>
+                s.epoch == 2 || s.version <= f.version,
+            _ => true,
+        }),
+        "a grant without the new epoch"
+    );
+
+    // A log restored from an older copy (run 2 lost): run 3 takes epoch 2 again, which
+    // the servers refuse as older than theirs once one reports epoch 5; it takes 6.
+    let mut h3 = restart(&h.log, Time(40_000));
+    assert_eq!(h3.m.epoch(), 2);
+    h3.heartbeat_in_term(&f.primary, 5, &[(f.handle, f.version)]);
+    assert_eq!(h3.m.epoch(), 6);
+    assert_eq!(epochs(&h3.log), vec![1, 2, 6]);
+    // And its restart goes on from there.
+    let h4 = restart(&h3.log, Time(60_000));
+    assert_eq!(h4.m.epoch(), 7);
+}

@@ -205,8 +205,13 @@ fn start_master(now_ms: u64, s: &pb::TraceMasterStart) -> Result<Master, String>
         .map_err(|p| format!("the takeover panicked: {}", panic_text(&p)))?
         .map_err(|e: crate::error::FsError| e.to_string());
     }
+    // A master alone takes its run's epoch as it recovers (the driver's first step
+    // collects the record).
     catch_unwind(AssertUnwindSafe(|| {
-        Master::recover(cfg, Time(now_ms), checkpoint, tail)
+        Master::recover(cfg, Time(now_ms), checkpoint, tail).map(|mut m| {
+            m.start_alone();
+            m
+        })
     }))
     .map_err(|p| format!("recovery panicked: {}", panic_text(&p)))?
     .map_err(|e| e.to_string())

@@ -339,7 +339,9 @@ impl World {
         let now = self.master_clock();
         let cfg = self.settings.master.clone();
         match block_on(master_driver::recover(&mut self.master_store, cfg, now)) {
-            Ok((m, low_seq)) => {
+            Ok((mut m, low_seq)) => {
+                // As the driver does; here the record is written with the next batch.
+                m.start_alone();
                 self.master_incarnation += 1;
                 self.checks.versions.master_crashed("master");
                 self.master = Some(MasterNode {
