@@ -227,6 +227,14 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
             epoch: 0,
         },
     );
+    // The last record the store holds: durable (a fresh log's cluster id, made at
+    // recovery, is not yet).
+    let recovered = durable
+        .tail
+        .last()
+        .map(|(s, _)| *s)
+        .or(durable.checkpoint.as_ref().map(|c| c.through_seq))
+        .unwrap_or(0);
     let (mut master, mut low_seq) = rebuild(opts.config.clone(), now, durable)?;
     // Call results and ticks, which the master itself started, come through `events`.
     let (tx, mut events) = mpsc::unbounded::<Event>();
@@ -250,8 +258,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
     let mut batch = LogBatch::default();
     // This run's epoch (`Master::start_alone`) is durable before the master serves or
     // sends anything: a chunkserver that stored it must never see a later run take it
-    // again. The first step only collects the record (every record recovered is durable).
-    let recovered = master.last_seq();
+    // again. The first step only collects the records.
     master.start_alone();
     let mut effects = step(
         &rt,

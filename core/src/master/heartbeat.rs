@@ -102,7 +102,12 @@ impl Master {
         let s = self.servers.get_mut(idx);
         if r.server_id == s.id {
             s.epoch = s.epoch.max(r.epoch);
-            self.outrun(r.epoch);
+            // A master alone's epoch reaches a server only in this master's answers: one
+            // reported before any, or a newer one, was taken by a run this log lost.
+            let answered = s.answered;
+            if self.alone && (r.epoch > self.epoch || (r.epoch == self.epoch && !answered)) {
+                self.outrun(r.epoch);
+            }
         }
         if self.epoch > 0 && r.epoch >= self.epoch {
             // It holds no lease from an older term (`leases.rs`).
@@ -311,6 +316,7 @@ impl Master {
             self.cluster_id_seq.max(self.start_seq)
         };
         self.hold(seq, Some((id, reply)), None);
+        self.servers.get_mut(idx).answered = true;
     }
 
     /// A server's disk was replaced (another id at its address): nothing the master knew

@@ -151,6 +151,15 @@ impl Leases {
         }
     }
 
+    /// A master alone that found its log lost runs (`Master::outrun`): the holders of
+    /// their leases are not named, so the quiet period runs by time after all. Should it
+    /// have ended early already, it holds again until its time: a lease a lost run
+    /// granted ends by then, as that run stopped before this master started.
+    pub fn unfence(&mut self) {
+        self.holders_left = None;
+        self.quiet_until = self.quiet_until.max(self.quiet_bound);
+    }
+
     /// Whether this leader's quiet period ended early (see the module comment).
     pub fn quiet_ended_early(&self) -> bool {
         self.ended_early
@@ -802,24 +811,32 @@ impl Master {
     /// failing, a binary from before heartbeats carried it) then gets them as before,
     /// and refuses what it cannot take, rather than stall its chunks for good.
     pub(super) fn on_my_term(&self, s: ServerIdx) -> bool {
+        // After an epoch taken mid-run (`outrun`), a heartbeat timeout for each server
+        // to report it: a grant of the new epoch to a server still storing it would be
+        // refused, and the copy taken for stale.
         self.epoch == 0
             || self.servers.get(s).epoch >= self.epoch
-            || self.now >= self.leases.quiet_bound()
+            || (self.now >= self.leases.quiet_bound()
+                && self
+                    .outrun_at
+                    .is_none_or(|t| self.now >= t + self.cfg.heartbeat_timeout))
     }
 
     /// A group leader whose quiet period is over logs so, once: no lease of an older
     /// term is left, its holders are forgotten, and later leaders may fence.
     pub(super) fn forget_old_lease_holders(&mut self) {
         if self.epoch == 0
-            || self.meta.leases_settled_in >= self.epoch
+            || self.meta.leases_settled_in >= self.first_epoch
             || !self.leases.forget_due(self.now)
         {
             return;
         }
+        // The period is the first epoch's: holders this master named in it (before a
+        // newer one, `outrun`) may still hold its leases, and are kept.
         if let Err(e) = self.log(Op::LeaseHolder(pb::LeaseHolderOp {
             address: String::new(),
             term: self.epoch,
-            forget_before: self.epoch,
+            forget_before: self.first_epoch,
             server_id: 0,
         })) {
             panic!("forgetting older lease holders: {e}");

@@ -114,8 +114,6 @@ impl Meta {
         }
     }
 
-    /// Applies one record. On the live path an error means the operation is refused and
-    /// nothing is logged; on replay it means the log is corrupt.
     /// The highest master epoch or group term the log names: a master that runs alone
     /// starts in the next one (`Master::start_alone`).
     pub fn latest_epoch(&self) -> u64 {
@@ -123,6 +121,8 @@ impl Meta {
         self.master_epoch.max(self.leases_settled_in).max(holders)
     }
 
+    /// Applies one record. On the live path an error means the operation is refused and
+    /// nothing is logged; on replay it means the log is corrupt.
     pub fn apply(&mut self, rec: &pb::LogRecord) -> Result<Applied, FsError> {
         let t = rec.time_ms;
         let mut out = Applied::default();

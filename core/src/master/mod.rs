@@ -179,12 +179,23 @@ pub struct Master {
     epoch: u64,
     /// Whether this master runs alone and took its epoch itself (`start_alone`).
     alone: bool,
+    /// The epoch this master started leading in (`epoch` may grow since, `outrun`):
+    /// the quiet period it ends is that epoch's, and the holders it names from then on
+    /// are kept when it logs so.
+    first_epoch: u64,
+    /// After `outrun`, grants go only to servers that reported the newer epoch until
+    /// this time, whatever the quiet period (see `on_my_term`).
+    outrun_at: Option<Time>,
     /// The record of this run's epoch (0: none): no heartbeat reply, which carries the
     /// epoch, goes out before it is durable, so no chunkserver stores an epoch a crash
     /// could hand to a later run again.
     start_seq: LogSeq,
     out: Effects,
 }
+
+/// The furthest a master alone moves its epoch past its log's on one heartbeat's word
+/// (`Master::outrun`): a log restored from a copy lost at most this many runs.
+pub const MAX_EPOCH_JUMP: u64 = 1 << 20;
 
 impl Master {
     /// A master with an empty namespace, as on a fresh cluster.
@@ -237,6 +248,8 @@ impl Master {
             authority: None,
             epoch: 0,
             alone: false,
+            first_epoch: 0,
+            outrun_at: None,
             start_seq: 0,
             out: Effects::default(),
         }
@@ -281,10 +294,14 @@ impl Master {
     /// later (see `leases.rs`). The driver writes the record durably before the master
     /// sends anything; its heartbeat replies wait for it in any case.
     pub fn start_alone(&mut self) {
-        let Some(epoch) = self.meta.latest_epoch().checked_add(1) else {
-            // Only a forged heartbeat could have driven epochs this far: wait the
-            // quiet period out, as with no epoch at all.
-            tracing::error!("no master epoch left: running without one");
+        let latest = self.meta.latest_epoch();
+        let Some(epoch) = latest.checked_add(1) else {
+            // Only a damaged log could name the last epoch there is: run in it without
+            // fencing (a reused epoch ends no lease), waiting the quiet period out.
+            tracing::error!("the log names the last master epoch there is: running in it again");
+            self.alone = true;
+            self.epoch = latest;
+            self.first_epoch = latest;
             return;
         };
         let (seq, _) = self
@@ -300,6 +317,7 @@ impl Master {
     /// that may hold one.
     fn lead_in(&mut self, epoch: u64) {
         self.epoch = epoch;
+        self.first_epoch = epoch;
         // Fencing needs every holder of a lease that may be out named in the log: so it
         // is once some leader's quiet period has ended, or when no chunk was ever made (a
         // log from before holders were named leaves the first leader to wait it out).
@@ -313,15 +331,29 @@ impl Master {
         }
     }
 
-    /// A master alone that hears of an epoch newer than its own from a chunkserver (its
-    /// log was restored from an older copy, say) takes a newer one still: the servers
-    /// would refuse it as a deposed leader for good otherwise. The leases it granted stay
-    /// in its table until they expire, though their holders give them up.
+    /// A master alone that hears a server report an epoch this run did not give it (a
+    /// newer one, or its own before it answered the server) is running on a log that
+    /// lost runs: restored from an older copy, say. It takes an epoch past the one
+    /// reported (the servers would refuse it for good as a deposed leader otherwise),
+    /// and waits its quiet period out by time: the holders of leases the lost runs
+    /// granted are not named in its log, so fencing could not account for them.
+    /// The leases this run granted stay in its table until they expire, though their
+    /// holders give them up. A jump past [`MAX_EPOCH_JUMP`] is refused as forged or
+    /// damaged (heartbeats are not authenticated).
     pub(super) fn outrun(&mut self, theirs: u64) {
-        if !self.alone || theirs <= self.epoch {
+        if !self.alone || theirs < self.epoch {
             return;
         }
-        let Some(epoch) = theirs.max(self.meta.latest_epoch()).checked_add(1) else {
+        let latest = self.meta.latest_epoch();
+        if theirs > latest.saturating_add(MAX_EPOCH_JUMP) {
+            tracing::error!(
+                ours = self.epoch,
+                theirs,
+                "a heartbeat reports a master epoch far past this log's: ignored"
+            );
+            return;
+        }
+        let Some(epoch) = theirs.max(latest).checked_add(1) else {
             return;
         };
         match self.log(Op::MasterStart(pb::MasterStartOp { epoch })) {
@@ -330,10 +362,14 @@ impl Master {
                     ours = self.epoch,
                     theirs,
                     epoch,
-                    "a chunkserver knows a newer master epoch than this master's log: taking a newer one"
+                    "a chunkserver reports a master epoch this run did not give it: the log \
+                     lost runs (restored from an older copy?); taking a newer epoch and \
+                     waiting the quiet period out"
                 );
                 self.start_seq = seq;
                 self.epoch = epoch;
+                self.outrun_at = Some(self.now);
+                self.leases.unfence();
             }
             Err(e) => tracing::error!("taking master epoch {epoch}: {e}"),
         }

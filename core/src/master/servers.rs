@@ -27,6 +27,9 @@ pub struct Server {
     pub clones_in_flight: u32,
     /// The master term its last heartbeat said it had stored.
     pub epoch: u64,
+    /// Whether this master has answered one of its heartbeats: only then can it have
+    /// stored this master's term (or a master alone's epoch) from this master.
+    pub answered: bool,
 }
 
 impl Server {
@@ -89,6 +92,7 @@ impl Registry {
                     s.id = id;
                     // Another server: the term it has stored is its own to report.
                     s.epoch = 0;
+                    s.answered = false;
                 }
                 i
             }
@@ -107,6 +111,7 @@ impl Registry {
                     window_start: now,
                     clones_in_flight: 0,
                     epoch: 0,
+                    answered: false,
                 });
                 self.by_addr.insert(addr.to_string(), i);
                 i

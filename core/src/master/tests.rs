@@ -4770,8 +4770,11 @@ fn a_restarted_master_alone_fences_with_a_new_epoch_instead_of_waiting() {
     assert_eq!(h.m.epoch(), 1);
     assert!(h.m.leases().quiet_ended_early());
     h.step(Input::Tick);
-    for i in 0..3 {
-        h.heartbeat_in_term(&format!("cs{i}"), 1, &[]);
+    // Each server hears the epoch in the answer to its first heartbeat.
+    for e in [0, 1] {
+        for i in 0..3 {
+            h.heartbeat_in_term(&format!("cs{i}"), e, &[]);
+        }
     }
     h.call(create("/f"));
     let f = h.write_target("/f", 0).unwrap();
@@ -4810,14 +4813,74 @@ fn a_restarted_master_alone_fences_with_a_new_epoch_instead_of_waiting() {
         "a grant without the new epoch"
     );
 
-    // A log restored from an older copy (run 2 lost): run 3 takes epoch 2 again, which
-    // the servers refuse as older than theirs once one reports epoch 5; it takes 6.
+    // A log restored from an older copy (run 2 lost): run 3 takes epoch 2 again. A
+    // server reports epoch 2 before this run answered it, so a lost run gave it: the
+    // master takes epoch 3, and waits the period out, as the lost run's lease holders
+    // are not named in its log (the primary holds run 2's lease on /f, unfenced).
     let mut h3 = restart(&h.log, Time(40_000));
     assert_eq!(h3.m.epoch(), 2);
+    let lost_runs_holder = &t.primary;
+    for r in std::iter::once(&f.primary).chain(&f.secondaries) {
+        h3.heartbeat_in_term(r, if r == lost_runs_holder { 2 } else { 1 }, &[]);
+    }
+    assert_eq!(h3.m.epoch(), 3);
+    for r in std::iter::once(&f.primary).chain(&f.secondaries) {
+        h3.heartbeat_in_term(r, 3, &[(f.handle, f.version)]);
+    }
+    assert!(
+        quiet(&mut h3),
+        "fenced on a log that lost the run which granted the last lease"
+    );
+    // A new chunk needs no quiet period: its primary is named in epoch 3.
+    h3.call(create("/g"));
+    let g = h3.write_target("/g", 0).unwrap();
+    // A server reporting a newer epoch still (a forgery, or a copy older again) moves
+    // it on, within reason.
     h3.heartbeat_in_term(&f.primary, 5, &[(f.handle, f.version)]);
     assert_eq!(h3.m.epoch(), 6);
-    assert_eq!(epochs(&h3.log), vec![1, 2, 6]);
-    // And its restart goes on from there.
+    h3.heartbeat_in_term(&f.primary, 6 + MAX_EPOCH_JUMP + 1, &[(f.handle, f.version)]);
+    assert_eq!(h3.m.epoch(), 6, "an epoch far past the log's taken");
+    assert_eq!(epochs(&h3.log), vec![1, 2, 3, 6]);
+    // By time, the period ends; the holders named in the run's first epoch are kept
+    // (they may hold its leases), older ones forgotten.
+    h3.advance(Duration::from_secs(12));
+    for r in std::iter::once(&f.primary).chain(&f.secondaries) {
+        h3.heartbeat_in_term(r, 6, &[(f.handle, f.version)]);
+    }
+    let t3 = h3.write_target("/f", 0).unwrap();
+    h3.step(Input::Tick);
+    h3.sync();
+    let mut meta = crate::master::Meta::new(cfg().chunk_size);
+    for (_, r) in &h3.log {
+        meta.apply(r).unwrap();
+    }
+    assert_eq!(
+        meta.leases_settled_in, 2,
+        "the period of the run's first epoch"
+    );
+    for (holder, epoch) in [(&g.primary, 3), (&t3.primary, 6)] {
+        assert!(
+            meta.lease_holders
+                .iter()
+                .any(|((a, _), &e)| a == holder && e >= epoch),
+            "{holder} of epoch {epoch} forgotten: {:?}",
+            meta.lease_holders
+        );
+    }
+    // An epoch taken once the period is over: no grant goes to a server that has not
+    // reported it yet (it would refuse the grant, its copy then taken for stale).
+    h3.advance(Duration::from_secs(11));
+    for r in std::iter::once(&t3.primary).chain(&t3.secondaries) {
+        h3.heartbeat_in_term(r, 6, &[(f.handle, t3.version)]);
+    }
+    h3.heartbeat_in_term(&t3.primary, 7, &[(f.handle, t3.version)]);
+    assert_eq!(h3.m.epoch(), 8);
+    let e = h3.write_target("/f", 0).unwrap_err();
+    assert!(
+        e.to_string().contains("has not yet taken master term 8"),
+        "{e}"
+    );
+    // And a restart goes on from there.
     let h4 = restart(&h3.log, Time(60_000));
-    assert_eq!(h4.m.epoch(), 7);
+    assert_eq!(h4.m.epoch(), 9);
 }
