@@ -617,6 +617,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
             term: 2,
             conf_state: None,
         }),
+        ..Default::default()
     });
     let part = pb::MasterRequest {
         req: Some(pb::master_request::Req::RaftBatch(pb::RaftBatch {

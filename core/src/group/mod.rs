@@ -39,7 +39,6 @@ use prost::Message as _;
 use raft::eraftpb as rp;
 use raft::{RawNode, StateRole};
 
-use crate::driver::master::seal;
 use crate::error::FsError;
 use crate::master::{self, Call, CallId, Master, MasterConfig, Meta, RequestId};
 use crate::pb::{self, master_request::Req, master_response::Resp};
@@ -72,7 +71,8 @@ pub struct GroupConfig {
     /// Log records applied between snapshots.
     pub snapshot_every: u64,
     /// A snapshot sent to another replica larger than this goes in parts of this size
-    /// (`snapshot_parts.rs`), each a call of its own.
+    /// (`snapshot_parts.rs`), each a call of its own; the snapshot a replica stores lies
+    /// in values of this size too (`store.rs`).
     pub snapshot_part_bytes: usize,
     /// Seeds the election timeouts.
     pub seed: u64,
@@ -313,6 +313,7 @@ impl Replica {
     ) -> Result<Replica, String> {
         let mut cfg = cfg;
         let mut store = store;
+        store.set_part_bytes(cfg.snapshot_part_bytes);
         let mut adopted = false;
         let Some(own) = cfg.members.get(&cfg.id).cloned() else {
             return Err(format!("replica {} is not among the members", cfg.id));
@@ -338,6 +339,20 @@ impl Replica {
             // Its snapshot, written before snapshots named the members, would be refused
             // by a follower that needs it: the next applied entry takes a new one.
             adopted = true;
+        }
+        // A learner added before a crash whose snapshot (`want_snapshot`) was not yet
+        // taken: the next applied entry asks for it again.
+        let unnamed = !store.conf().learners.is_empty()
+            && store::members_of(store.snapshot_ref()).map_or(true, |m| {
+                store
+                    .conf()
+                    .learners
+                    .iter()
+                    .any(|l| !m.addresses.contains_key(l))
+            });
+        if unnamed {
+            let next = store.snapshot_index() + 1;
+            store.want_snapshot(next);
         }
         if !store.members().addresses.is_empty() {
             cfg.members = store.members().addresses.clone();
@@ -398,7 +413,7 @@ impl Replica {
             stopped: None,
             locations: locations::Locations::default(),
             conf_asked: BTreeMap::new(),
-            compact_now: adopted,
+            compact_now: adopted || unnamed,
             checkpointer: Some(checkpointer),
             copy_asked: None,
             checkpoint_asked: None,
@@ -860,8 +875,9 @@ impl Replica {
             // A replica that joins knows no members until a snapshot names them: the
             // log's entries change a membership it would not know. Without them the
             // append is a probe this replica rejects (it lacks the entry named), so the
-            // leader steps back to the start of its log, which it compacted when it
-            // added this replica, and sends the snapshot.
+            // leader steps back to the start of its log, compacted through the entry that
+            // added this replica once its checkpointer has built that snapshot
+            // (`LogStore::want_snapshot`), and sends the snapshot.
             tracing::debug!(from = m.from, "a joining replica waits for a snapshot");
             m.entries = Vec::new().into();
         }
@@ -1335,17 +1351,16 @@ impl Replica {
             return;
         }
         if self.compact_now {
-            // A learner was added: it must start from a snapshot taken here, at once.
-            // Rare (an admin's change), so built inside the step.
+            // A learner was added: it must start from a snapshot taken through the entry
+            // that added it, whatever the count. Built by the checkpointer like any
+            // other, beside the event loop (a big namespace takes a while); until it is
+            // taken no snapshot goes out, as an older one would not name the learner.
             self.compact_now = false;
             let ask = self.ask();
-            let mut cp = self.shadow.meta.checkpoint(self.shadow.seq);
-            cp.group_members = ask.members.clone().into_iter().collect();
-            cp.group_retired = ask.retired.clone();
-            self.node
-                .mut_store()
-                .compact(ask.index, seal(&cp), ask.conf, writes);
+            self.node.mut_store().want_snapshot(ask.index);
+            self.checkpoint_asked = Some(ask.index);
             self.last_snapshot_seq = self.shadow.seq;
+            self.feed(checkpointer::Feed::Take(ask), writes);
         } else if due {
             let ask = self.ask();
             self.checkpoint_asked = Some(ask.index);

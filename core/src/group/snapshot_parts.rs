@@ -270,6 +270,7 @@ mod tests {
                     term,
                     conf_state: None,
                 }),
+                ..Default::default()
             }),
             ..Default::default()
         }

@@ -3,10 +3,15 @@
 //!
 //! In the store: `group/hard` (term, vote, commit), `group/conf` (the voters and
 //! learners, with every member's address and the ids retired: `members.rs`),
-//! `group/snap` (the latest snapshot: a sealed checkpoint of the master's state as of a
-//! log index) and `group/log/<index, 8 bytes big-endian>` (the entries after it). Every
-//! value is sealed like the single master's log (`driver::master::seal`), so damage is
-//! found when the replica starts, not believed.
+//! `group/snap` (the latest snapshot's metadata: a checkpoint of the master's state as of
+//! a log index), `group/snap/<part, 4 bytes big-endian>` (the checkpoint's bytes, in
+//! parts of at most `GroupConfig::snapshot_part_bytes`: a namespace's checkpoint soon
+//! passes what one value of a key-value store should hold) and
+//! `group/log/<index, 8 bytes big-endian>` (the entries after it). Every value is sealed
+//! like the single master's log (`driver::master::seal`), so damage is found when the
+//! replica starts, not believed. A snapshot and its parts are written in one batch.
+//! A store written before snapshots went in parts (its data in `group/snap` itself)
+//! loads as it is.
 //!
 //! The copy in memory is updated when raft-rs hands over entries, before they are on
 //! disk (raft-rs asks for that: it reads them back before they are persisted); a replica
@@ -25,6 +30,16 @@ pub const PREFIX: &[u8] = b"group/";
 pub const HARD_KEY: &[u8] = b"group/hard";
 pub const CONF_KEY: &[u8] = b"group/conf";
 pub const SNAP_KEY: &[u8] = b"group/snap";
+pub const SNAP_PART_PREFIX: &[u8] = b"group/snap/";
+
+/// The size of a stored snapshot's parts until the replica sets its own.
+const PART_BYTES: usize = 4 << 20;
+
+fn part_key(n: u32) -> Vec<u8> {
+    let mut k = SNAP_PART_PREFIX.to_vec();
+    k.extend_from_slice(&n.to_be_bytes());
+    k
+}
 pub const LOG_PREFIX: &[u8] = b"group/log/";
 
 pub fn entry_key(index: u64) -> Vec<u8> {
@@ -48,6 +63,14 @@ pub struct LogStore {
     snap: rp::Snapshot,
     /// The entries after the snapshot, consecutive.
     entries: Vec<rp::Entry>,
+    /// No snapshot is handed to raft-rs before one through this index is taken (not
+    /// kept: a restart asks again, see `Replica::new`): a learner was added at it, and
+    /// must start from a snapshot that names it and the members.
+    wanted: u64,
+    /// How many parts the stored snapshot's data lies in, and the most bytes a new one
+    /// puts in each.
+    stored_parts: u32,
+    part_bytes: usize,
 }
 
 impl LogStore {
@@ -149,6 +172,8 @@ impl LogStore {
         };
         let mut s = LogStore::default();
         let mut have_conf = false;
+        let mut head: Option<pb::RaftSnapshot> = None;
+        let mut parts: std::collections::BTreeMap<u32, pb::RaftSnapshotPart> = Default::default();
         for (k, v) in values {
             if k == HARD_KEY {
                 s.hard = wire::hard_from_pb(unseal(&v).map_err(|e| damaged("hard state", e))?);
@@ -162,7 +187,13 @@ impl LogStore {
                 s.conf = wire::conf_from_pb(c);
                 have_conf = true;
             } else if k == SNAP_KEY {
-                s.snap = wire::snapshot_from_pb(unseal(&v).map_err(|e| damaged("snapshot", e))?);
+                head = Some(unseal(&v).map_err(|e| damaged("snapshot", e))?);
+            } else if let Some(n) = k.strip_prefix(SNAP_PART_PREFIX) {
+                let n = <[u8; 4]>::try_from(n)
+                    .map(u32::from_be_bytes)
+                    .map_err(|_| damaged("snapshot part key", format!("{k:?}")))?;
+                let what = format!("snapshot part {n}");
+                parts.insert(n, unseal(&v).map_err(|e| damaged(&what, e))?);
             } else if let Some(i) = k.strip_prefix(LOG_PREFIX) {
                 let index = <[u8; 8]>::try_from(i)
                     .map(u64::from_be_bytes)
@@ -180,6 +211,13 @@ impl LogStore {
         }
         if !have_conf {
             return Err("the master replica's store has no voters: not a replica's store".into());
+        }
+        if let Some(h) = head {
+            let (data, n) = snapshot_data(&h, parts).map_err(|e| damaged("snapshot", e))?;
+            s.stored_parts = n;
+            s.snap = wire::snapshot_from_pb(pb::RaftSnapshot { data, ..h });
+        } else if !parts.is_empty() {
+            return Err(damaged("snapshot", "parts without a snapshot".into()));
         }
         s.entries.sort_by_key(|e| e.index);
         // Entries the snapshot covers may outlive it when a crash cut the batch that
@@ -284,13 +322,56 @@ impl LogStore {
         self.conf = meta.get_conf_state().clone();
         self.members = members;
         self.changed_at = meta.index;
-        out.push((SNAP_KEY.to_vec(), Some(seal(&wire::snapshot_to_pb(&snap)))));
+        self.write_snapshot(&snap, out);
         out.push((CONF_KEY.to_vec(), Some(self.conf_record())));
         out.push((HARD_KEY.to_vec(), Some(seal(&wire::hard_to_pb(&self.hard)))));
         for gone in self.entries.drain(..) {
             out.push((entry_key(gone.index), None));
         }
         self.snap = snap;
+    }
+
+    /// The most bytes of a snapshot's data one stored value holds (0: the default).
+    pub fn set_part_bytes(&mut self, part_bytes: usize) {
+        self.part_bytes = part_bytes;
+    }
+
+    /// The writes that store `snap`: its metadata under [`SNAP_KEY`], its data in parts
+    /// after it, and the removal of the earlier snapshot's parts it does not overwrite.
+    fn write_snapshot(&mut self, snap: &rp::Snapshot, out: &mut Vec<Write>) {
+        let part = if self.part_bytes == 0 {
+            PART_BYTES
+        } else {
+            self.part_bytes
+        };
+        let data = &snap.data;
+        let parts = u32::try_from(data.len().div_ceil(part)).expect("a snapshot in 2^32 parts");
+        let mut head = wire::snapshot_to_pb(snap);
+        head.data = Bytes::new();
+        head.parts = parts;
+        head.length = data.len() as u64;
+        out.push((SNAP_KEY.to_vec(), Some(seal(&head))));
+        for n in 0..parts {
+            let at = n as usize * part;
+            let end = (at + part).min(data.len());
+            let p = pb::RaftSnapshotPart {
+                message: None,
+                offset: at as u64,
+                total: data.len() as u64,
+                data: data.slice(at..end),
+            };
+            out.push((part_key(n), Some(seal(&p))));
+        }
+        for n in parts..self.stored_parts {
+            out.push((part_key(n), None));
+        }
+        self.stored_parts = parts;
+    }
+
+    /// Until a snapshot through `index` is taken, raft-rs is told none is ready yet (it
+    /// asks again later): an older one would not name a learner added at `index`.
+    pub fn want_snapshot(&mut self, index: u64) {
+        self.wanted = self.wanted.max(index);
     }
 
     /// Makes `data` (a sealed checkpoint of the state through entry `index`, which has
@@ -312,7 +393,7 @@ impl LogStore {
         snap.mut_metadata().term = term;
         snap.mut_metadata().set_conf_state(conf);
         let n = (index - self.snapshot_index()) as usize;
-        out.push((SNAP_KEY.to_vec(), Some(seal(&wire::snapshot_to_pb(&snap)))));
+        self.write_snapshot(&snap, out);
         for gone in self.entries.drain(..n) {
             out.push((entry_key(gone.index), None));
         }
@@ -370,13 +451,65 @@ impl raft::Storage for LogStore {
     }
 
     fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<rp::Snapshot> {
-        if self.snapshot_index() < request_index || self.snap.data.is_empty() {
+        if self.snapshot_index() < request_index.max(self.wanted) || self.snap.data.is_empty() {
             return Err(raft::Error::Store(
                 StorageError::SnapshotTemporarilyUnavailable,
             ));
         }
         Ok(self.snap.clone())
     }
+}
+
+/// A stored snapshot's data: in `head` itself (a store from before parts), or in
+/// exactly `head.parts` parts that fit end to end to `head.length` bytes. Also the
+/// number of parts.
+fn snapshot_data(
+    head: &pb::RaftSnapshot,
+    parts: std::collections::BTreeMap<u32, pb::RaftSnapshotPart>,
+) -> Result<(Bytes, u32), String> {
+    if head.parts == 0 {
+        if !parts.is_empty() || head.length != 0 {
+            return Err(format!(
+                "no parts, yet {} part values and a length of {}",
+                parts.len(),
+                head.length
+            ));
+        }
+        return Ok((head.data.clone(), 0));
+    }
+    if !head.data.is_empty() {
+        return Err("data both in the snapshot and in parts".into());
+    }
+    if parts.len() != head.parts as usize || parts.keys().next_back() != Some(&(head.parts - 1)) {
+        return Err(format!(
+            "{} parts, {} held (the last numbered {:?})",
+            head.parts,
+            parts.len(),
+            parts.keys().next_back()
+        ));
+    }
+    // Nothing is allocated on a length not yet seen to add up.
+    let mut at = 0u64;
+    for (n, p) in &parts {
+        if p.offset != at || p.total != head.length || p.data.is_empty() {
+            return Err(format!(
+                "part {n} holds {} bytes at {} of {}, where {at} of {} come next",
+                p.data.len(),
+                p.offset,
+                p.total,
+                head.length
+            ));
+        }
+        at += p.data.len() as u64;
+    }
+    if at != head.length {
+        return Err(format!("parts hold {at} bytes of {}", head.length));
+    }
+    let mut data = bytes::BytesMut::with_capacity(at as usize);
+    for p in parts.values() {
+        data.extend_from_slice(&p.data);
+    }
+    Ok((data.freeze(), head.parts))
 }
 
 /// The checkpoint a snapshot carries (None: the empty state before any).
@@ -467,5 +600,107 @@ mod tests {
         *v = bad.into();
         let err = LogStore::load(vals).unwrap_err();
         assert!(err.contains("entry 4"), "{err}");
+    }
+
+    /// A snapshot lies in the store in parts of at most the replica's part size, read
+    /// back whole; a later, smaller one leaves none of the earlier one's parts behind. A
+    /// part damaged, missing or out of place stops the load, and a store from before
+    /// parts (the data in the snapshot's own value) still loads.
+    #[test]
+    fn a_snapshot_is_stored_in_parts_and_read_back_whole() {
+        let mut s = LogStore::fresh((1..=3).map(|i| (i, format!("m{i}"))).collect());
+        s.set_part_bytes(100);
+        let mut w = s.format();
+        let ents: Vec<rp::Entry> = (1..=6).map(|i| entry(i, 1)).collect();
+        s.append(&ents, &mut w);
+        let big: Bytes = (0..1050u32)
+            .map(|i| (i % 251) as u8)
+            .collect::<Vec<u8>>()
+            .into();
+        let conf = s.conf().clone();
+        s.compact(3, big.clone(), conf.clone(), &mut w);
+        let parts = |vals: &[(Vec<u8>, Bytes)]| {
+            vals.iter()
+                .filter(|(k, _)| k.starts_with(SNAP_PART_PREFIX))
+                .map(|(_, v)| v.len())
+                .collect::<Vec<_>>()
+        };
+        let vals = as_values(w.clone());
+        assert_eq!(parts(&vals).len(), 11, "1050 bytes in parts of 100");
+        assert!(
+            parts(&vals).iter().all(|&n| n < 100 + 32),
+            "{:?}",
+            parts(&vals)
+        );
+        let head = &vals.iter().find(|(k, _)| k == SNAP_KEY).unwrap().1;
+        assert!(head.len() < 100, "the snapshot's own value holds its data");
+        let back = LogStore::load(vals.clone()).unwrap();
+        assert_eq!(back.snapshot(0, 2).unwrap().data, big);
+        assert_eq!(back.snapshot_index(), 3);
+
+        // A smaller one after it: three parts, the other eight gone.
+        let small: Bytes = vec![9u8; 250].into();
+        s.compact(5, small.clone(), conf, &mut w);
+        let vals = as_values(w.clone());
+        assert_eq!(parts(&vals).len(), 3);
+        let mut back = LogStore::load(vals.clone()).unwrap();
+        assert_eq!(back.snapshot(0, 2).unwrap().data, small);
+        // The store loaded knows its parts: its next snapshot removes them too.
+        back.set_part_bytes(1000);
+        let mut w2 = Vec::new();
+        let conf = back.conf().clone();
+        back.compact(6, big.clone(), conf, &mut w2);
+        let mut after: std::collections::BTreeMap<Vec<u8>, Bytes> = vals.into_iter().collect();
+        for (k, v) in w2 {
+            match v {
+                Some(v) => after.insert(k, v),
+                None => after.remove(&k),
+            };
+        }
+        let after: Vec<(Vec<u8>, Bytes)> = after.into_iter().collect();
+        assert_eq!(parts(&after).len(), 2);
+        assert_eq!(
+            LogStore::load(after).unwrap().snapshot(0, 2).unwrap().data,
+            big
+        );
+
+        let vals = as_values(w);
+        let part = |n: u32| vals.iter().position(|(k, _)| *k == part_key(n)).unwrap();
+        // A bit flipped in a part.
+        let mut bad = vals.clone();
+        let mut v = bad[part(1)].1.to_vec();
+        v[20] ^= 4;
+        bad[part(1)].1 = v.into();
+        let err = LogStore::load(bad).unwrap_err();
+        assert!(err.contains("snapshot part 1"), "{err}");
+        // A part missing.
+        let mut bad = vals.clone();
+        bad.remove(part(2));
+        let err = LogStore::load(bad).unwrap_err();
+        assert!(err.contains("3 parts, 2 held"), "{err}");
+        // Parts swapped: each whole, but out of place.
+        let mut bad = vals.clone();
+        let (a, b) = (bad[part(0)].1.clone(), bad[part(1)].1.clone());
+        bad[part(0)].1 = b;
+        bad[part(1)].1 = a;
+        let err = LogStore::load(bad).unwrap_err();
+        assert!(err.contains("part 0 holds 100 bytes at 100"), "{err}");
+        // A part left behind past the snapshot's last.
+        let mut bad = vals.clone();
+        bad.push((part_key(7), vals[part(0)].1.clone()));
+        assert!(LogStore::load(bad).is_err());
+
+        // A store from before parts: the data in the snapshot's value itself.
+        let mut old = vals.clone();
+        old.retain(|(k, _)| !k.starts_with(SNAP_PART_PREFIX));
+        let mut head: pb::RaftSnapshot =
+            unseal(&old.iter().find(|(k, _)| k == SNAP_KEY).unwrap().1).unwrap();
+        (head.parts, head.length, head.data) = (0, 0, small.clone());
+        let at = old.iter().position(|(k, _)| k == SNAP_KEY).unwrap();
+        old[at].1 = seal(&head);
+        assert_eq!(
+            LogStore::load(old).unwrap().snapshot(0, 2).unwrap().data,
+            small
+        );
     }
 }

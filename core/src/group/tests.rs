@@ -45,6 +45,8 @@ struct World {
     /// Snapshot parts put on the wire so far, and which of them (by that count) are lost.
     parts_sent: usize,
     lose_parts: BTreeSet<usize>,
+    /// Snapshots sent, by the replica they went to (whole or in parts, counted once).
+    snapshots_sent: BTreeMap<u64, usize>,
     /// Each step's calls go out in the reverse of the order they were made.
     reverse_calls: bool,
     /// Every replica started from now on runs its checkpointer beside it (not only the
@@ -102,6 +104,7 @@ impl World {
             checkpointers: BTreeMap::new(),
             compactions: BTreeMap::new(),
             parts_sent: 0,
+            snapshots_sent: BTreeMap::new(),
             lose_parts: BTreeSet::new(),
             reverse_calls: false,
             all_beside: false,
@@ -173,6 +176,11 @@ impl World {
                 continue;
             }
             self.replies.insert(rid, (id, resp));
+        }
+        for (_, m) in &e.send {
+            if m.msg_type == raft::eraftpb::MessageType::MsgSnapshot as u32 {
+                *self.snapshots_sent.entry(m.to).or_default() += 1;
+            }
         }
         let mut calls = super::wire::batches(e.send, part_bytes);
         if self.reverse_calls {
@@ -1001,6 +1009,84 @@ fn a_replica_joins_a_member_leaves_and_the_group_goes_on() {
     }
     let e = w.call(add(gone, addr(gone)), 0).unwrap_err();
     assert!(e.to_string().contains("never joins again"), "{e}");
+}
+
+/// A learner starts from a snapshot through the entry that added it, built by the
+/// leader's checkpointer beside its event loop: while the checkpointer is slow the
+/// leader goes on leading and serving, and sends the learner no older snapshot (one
+/// that does not name it, which raft-rs would refuse); once the checkpoint comes back,
+/// the learner takes it and catches up. So too after the leader restarts with the
+/// snapshot not yet taken.
+#[test]
+fn a_learners_snapshot_is_built_beside_the_leader_and_none_older_is_sent() {
+    let mut w = World::new(3);
+    w.gcfg.snapshot_every = 5;
+    w.all_beside = true;
+    for i in 1..=3 {
+        w.crash(i);
+        w.start(i);
+    }
+    w.run(4000);
+    for i in 0..12 {
+        assert_eq!(w.call(mkdir(&format!("/d{i}")), i + 1), Ok(()));
+    }
+    w.run(1000);
+    let l = w.leader().unwrap();
+    assert!(
+        w.compactions.get(&l).is_some_and(|&n| n > 0),
+        "no older snapshot to send"
+    );
+    let term = w.live(l).status().term;
+    w.held = (1..=3).collect();
+    w.join(4);
+    w.run(1000);
+    assert_eq!(w.call(add(4, addr(4)), 0), Ok(()));
+    assert_eq!(w.call(mkdir("/while-held"), 20), Ok(()));
+    w.run(5000);
+    let s = w.live(l).status();
+    assert_eq!(
+        (s.role, s.term),
+        ("leader", term),
+        "the leader stopped leading"
+    );
+    assert!(
+        !w.has_dir(4, "/d0"),
+        "the learner caught up without the new snapshot"
+    );
+    assert_eq!(
+        w.snapshots_sent.get(&4),
+        None,
+        "a snapshot from before the learner was added went to it"
+    );
+    w.held.clear();
+    w.until_voters(&[1, 2, 3, 4]);
+    assert!(w.has_dir(4, "/d0") && w.has_dir(4, "/while-held"));
+    assert!(w.snapshots_sent.get(&4).is_some_and(|&n| n >= 1));
+
+    // Again with every member restarted before its checkpoint came back.
+    w.held = (1..=4).collect();
+    w.join(5);
+    w.run(1000);
+    assert_eq!(w.call(add(5, addr(5)), 0), Ok(()));
+    for i in 1..=4 {
+        w.crash(i);
+    }
+    for i in 1..=4 {
+        w.start(i);
+    }
+    w.run(5000);
+    assert!(
+        (1..=4).any(|i| w.live(i).status().role == "leader"),
+        "no replica leads (its master waits for the held checkpointer's copy)"
+    );
+    assert_eq!(
+        w.snapshots_sent.get(&5),
+        None,
+        "a snapshot that does not name the learner went to it"
+    );
+    w.held.clear();
+    w.until_voters(&[1, 2, 3, 4, 5]);
+    assert!(w.has_dir(5, "/d0") && w.has_dir(5, "/while-held"));
 }
 
 /// A snapshot larger than a part goes in parts, which may come in any order: a replica

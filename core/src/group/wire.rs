@@ -140,6 +140,8 @@ pub fn snapshot_to_pb(s: &rp::Snapshot) -> pb::RaftSnapshot {
             index: m.index,
             term: m.term,
         }),
+        parts: 0,
+        length: 0,
     }
 }
 
@@ -451,6 +453,7 @@ mod tests {
         snap.snapshot = Some(pb::RaftSnapshot {
             data: bytes::Bytes::from(vec![1u8; 250]),
             metadata: None,
+            ..Default::default()
         });
         let send: Vec<_> = [m(1), snap, m(3)]
             .into_iter()
