@@ -103,8 +103,14 @@ impl Master {
         if r.server_id == s.id {
             s.epoch = s.epoch.max(r.epoch);
             // A master alone's epoch reaches a server only in this master's answers: one
-            // reported before any, or a newer one, was taken by a run this log lost.
-            let answered = s.answered;
+            // reported before any (at this address or, the server moved, another), or a
+            // newer one, was taken by a run this log lost.
+            let answered = s.answered
+                || (r.server_id != 0
+                    && self
+                        .servers
+                        .iter()
+                        .any(|(_, o)| o.id == r.server_id && o.answered));
             if self.alone && (r.epoch > self.epoch || (r.epoch == self.epoch && !answered)) {
                 self.outrun(r.epoch);
             }

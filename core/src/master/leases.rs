@@ -158,6 +158,7 @@ impl Leases {
     pub fn unfence(&mut self) {
         self.holders_left = None;
         self.quiet_until = self.quiet_until.max(self.quiet_bound);
+        self.ended_early = false;
     }
 
     /// Whether this leader's quiet period ended early (see the module comment).

@@ -4804,6 +4804,23 @@ fn a_restarted_master_alone_fences_with_a_new_epoch_instead_of_waiting() {
     assert!(h2.m.leases().quiet_ended_early());
     let t = h2.write_target("/f", 0).unwrap();
     assert!(t.version > f.version);
+    // A server back at another address (its disk and id the same) reports the epoch
+    // this run gave it at the old one: no lost run.
+    let moved = h2.call(MReq::Heartbeat(pb::HeartbeatRequest {
+        address: "cs-moved".into(),
+        rack: "r".into(),
+        capacity_bytes: 1 << 30,
+        server_id: server_id(&f.secondaries[0]),
+        cluster_id: h2.m.cluster_id(),
+        epoch: 2,
+        ..Default::default()
+    }));
+    assert!(moved.error.is_none(), "{moved:?}");
+    assert_eq!(
+        h2.m.epoch(),
+        2,
+        "a server that moved taken for a lost run's"
+    );
     assert!(
         h2.calls.iter().all(|c| match &c.req.req {
             Some(crate::pb::chunk_request::Req::SetVersion(s)) =>
