@@ -35,7 +35,8 @@ pub struct ClientConfig {
     /// How long an operation that fails in a retryable way (master or servers not
     /// answering, a lease settling, no replica known yet) keeps trying, from its start.
     /// The default rides out a master restart and the lease period after it (writes to
-    /// existing chunks wait that out); zero tries once.
+    /// existing chunks wait that out when a server that may hold a lease stays down);
+    /// zero tries once.
     pub retry_for: Duration,
     /// First back-off between attempts; doubles each time, up to `MAX_BACKOFF`.
     pub backoff: Duration,

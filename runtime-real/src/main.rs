@@ -54,8 +54,9 @@ struct MasterAddr {
     master: String,
     /// How long a command keeps trying while the master or chunkservers do not answer:
     /// a master restart or failover takes a few seconds, and writes to files that existed
-    /// before it wait out the lease period after it (about 72 s with the default 60 s
-    /// lease), so the default leaves room for both (0s tries once).
+    /// before it wait until the chunkservers that may hold leases report the new master
+    /// (or, if one of them stays down, out the lease period: about 72 s with the default
+    /// 60 s lease), so the default leaves room for both (0s tries once).
     #[arg(long, env = "TESSERA_RETRY_FOR", default_value = "120s", value_parser = humantime::parse_duration, global = true)]
     retry_for: Duration,
 }
