@@ -35,6 +35,7 @@ fn start_master(
         listen: "master".into(),
         tick: Duration::from_millis(500),
         call_timeout: Duration::from_secs(2),
+        checkpoint_delay: Duration::ZERO,
     };
     let fut = master::run(
         rt.clone(),

@@ -312,6 +312,7 @@ pub async fn run_master(data_dir: PathBuf, listen: String, knobs: &Knobs) -> Res
         listen,
         tick: r.tick,
         call_timeout: r.rpc_timeout,
+        checkpoint_delay: Duration::ZERO,
     };
     let trace = recorder(&r.trace, "master", &opts.listen)?;
     let transport = GrpcTransport::with_limits(r.limits);

@@ -503,6 +503,7 @@ impl Cluster {
                         listen: addr.clone(),
                         tick: knobs.master_tick,
                         call_timeout: knobs.rpc_timeout,
+                        checkpoint_delay: knobs.checkpoint_delay,
                     };
                     let obs = (
                         SimObserver {

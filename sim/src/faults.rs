@@ -88,7 +88,7 @@ impl FaultMix {
     /// The fault kinds (as counted in `faults=`) each kind of fault in the mix shows up
     /// as: a sweep in which one of them never happened did not test what it claims.
     pub fn kinds(&self) -> Vec<(&'static str, &'static [&'static str])> {
-        let all: [(bool, &'static str, &'static [&'static str]); 24] = [
+        let all: [(bool, &'static str, &'static [&'static str]); 25] = [
             (
                 self.minority_faults,
                 "two replicas impaired at once",
@@ -109,6 +109,12 @@ impl FaultMix {
                 self.group_faults && !self.master_restarts,
                 "checkpoints that come back late",
                 &["slow_checkpoint"],
+            ),
+            // A master alone's checkpoint built while it logged on (`master::checkpointer`).
+            (
+                self.master_restarts && !self.group_faults,
+                "checkpoints of a master alone that come back late",
+                &["slow_master_checkpoint"],
             ),
             (self.server_crashes, "server_crashes", &["crash"]),
             (self.partitions, "partitions", &["partition"]),

@@ -101,6 +101,8 @@ pub struct Outcome {
     pub shadow_reads_checked: u64,
     /// Checkpoints master replicas built beside their event loops and took back.
     pub group_checkpoints: u64,
+    /// Checkpoints a master alone's driver built beside it and wrote.
+    pub master_checkpoints: u64,
     /// Snapshots master replicas made whole from parts.
     pub snapshots_from_parts: u64,
     pub ops_ok: u64,
@@ -385,6 +387,7 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         ns_files_checked: c.ns_files_checked,
         shadow_reads_checked: c.shadow_reads,
         group_checkpoints: c.group_checkpoints,
+        master_checkpoints: c.master_checkpoints,
         snapshots_from_parts: c.snapshots_from_parts,
         ops_ok: runs.iter().map(|r| r.ok).sum(),
         ops_failed: runs.iter().map(|r| r.errors).sum(),

@@ -1,8 +1,8 @@
-//! Group commit of the master's op log, sans-IO: the records (and a checkpoint) of every
-//! step since the last sync go to the store as one batch, one sync covers them all, and
-//! only then does the master hear `LogSynced`. The real driver and the in-process
-//! fuzzing world (`tessera-sim`'s `world`) build their batches here, so both commit the
-//! same way.
+//! Group commit of the master's op log, sans-IO: the records of every step since the
+//! last sync (and a checkpoint, if one was built meanwhile) go to the store as one
+//! batch, one sync covers them all, and only then does the master hear `LogSynced`. The
+//! real driver and the in-process fuzzing world (`tessera-sim`'s `world`) build their
+//! batches here, so both commit the same way.
 
 use bytes::Bytes;
 
@@ -19,24 +19,35 @@ pub struct LogBatch {
     checkpoint: Option<pb::Checkpoint>,
 }
 
-/// A batch ready for the store: its writes in order, and the last record in it (the
-/// master hears `LogSynced` through it once the batch is durable).
+/// A batch ready for the store: its writes in order, the last record in it (the
+/// master hears `LogSynced` through it once the batch is durable), and the checkpoint
+/// it writes, if any.
 pub struct Commit {
     pub writes: Vec<(Vec<u8>, Option<Bytes>)>,
     pub through: Option<LogSeq>,
+    pub checkpoint: Option<pb::Checkpoint>,
 }
 
 impl LogBatch {
-    /// Takes a step's log records and checkpoint into the batch (the rest of `effects`
-    /// is for the caller to dispatch).
+    /// Takes a step's log records into the batch (the rest of `effects` is for the
+    /// caller to dispatch).
     pub fn add(&mut self, effects: &mut Effects) {
         for (seq, rec) in effects.log.drain(..) {
             self.writes.push((log_key(seq), Some(seal(&rec))));
             self.last = Some(seq);
         }
-        if let Some(cp) = effects.checkpoint.take() {
-            self.checkpoint = Some(cp);
+    }
+
+    /// Takes a checkpoint built beside the master (`master::checkpointer`) into the
+    /// batch: every record it covers was logged before, in this batch or an earlier one.
+    pub fn checkpoint(&mut self, cp: pb::Checkpoint) {
+        if let Some(old) = &self.checkpoint {
+            assert!(
+                old.through_seq < cp.through_seq,
+                "checkpoints built out of order"
+            );
         }
+        self.checkpoint = Some(cp);
     }
 
     /// Nothing to write.
@@ -54,17 +65,18 @@ impl LogBatch {
             last,
             checkpoint,
         } = self;
-        if let Some(cp) = checkpoint {
+        if let Some(cp) = &checkpoint {
             let through = cp.through_seq;
             let covered = log_key(through);
             writes.retain(|(k, _)| !(k.starts_with(LOG_PREFIX) && k.as_slice() <= &covered[..]));
-            writes.push((CHECKPOINT_KEY.to_vec(), Some(seal(&cp))));
+            writes.push((CHECKPOINT_KEY.to_vec(), Some(seal(cp))));
             writes.extend((*low_seq..=through).map(|seq| (log_key(seq), None)));
             *low_seq = through + 1;
         }
         Commit {
             writes,
             through: last,
+            checkpoint,
         }
     }
 }

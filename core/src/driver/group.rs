@@ -624,8 +624,7 @@ mod tests {
             assert!(log.voters().is_empty() && log.members().addresses.is_empty());
             let e = crate::driver::master::load(&mut store)
                 .await
-                .err()
-                .expect("a single master refuses a replica's store");
+                .expect_err("a single master refuses a replica's store");
             assert!(e.to_string().contains("replica's log"), "{e}");
 
             let mut single = MemMetaStore::default();

@@ -23,6 +23,7 @@ use prost::Message;
 use super::commit::LogBatch;
 use super::{DriverError, MasterStart, Observer};
 use crate::error::RpcError;
+use crate::master::checkpointer::{Checkpointer, Feed};
 use crate::master::{Effects, Input, Master, MasterConfig, RequestId};
 use crate::pb;
 use crate::runtime::{MetaStore, Parts, PartsReader, Runtime, Transport};
@@ -100,17 +101,23 @@ pub struct MasterOptions {
     pub tick: Duration,
     /// Deadline for calls to chunkservers.
     pub call_timeout: Duration,
+    /// How long the checkpointer waits before it builds each checkpoint: zero on real
+    /// time. The simulator sets it, so that checkpoints come back after more records
+    /// were logged and a crash can fall between a checkpoint's ask and its write.
+    pub checkpoint_delay: Duration,
 }
 
 enum Event {
     Request(Incoming),
     CallResult(u64, Result<pb::ChunkResponse, RpcError>),
     Tick,
+    Checkpointed(pb::Checkpoint),
 }
 
 type Incoming = crate::runtime::Incoming;
 
 /// The master's durable state: its latest checkpoint and the log records after it.
+#[derive(Clone, Debug)]
 pub struct Durable {
     pub checkpoint: Option<pb::Checkpoint>,
     pub tail: Vec<(LogSeq, pb::LogRecord)>,
@@ -179,6 +186,79 @@ pub async fn load<M: MetaStore>(store: &mut M) -> Result<Durable, DriverError> {
     Ok(Durable { checkpoint, tail })
 }
 
+/// The log on its way to the store: the batch the next sync writes, and the
+/// checkpointer beside the loop that builds the checkpoints the master says are due.
+struct Logging {
+    batch: LogBatch,
+    /// The checkpointer's feeds; closed once its task ended.
+    feeds: mpsc::UnboundedSender<Feed>,
+    /// The last record fed to the checkpointer.
+    fed: LogSeq,
+    /// A checkpoint is being built.
+    building: bool,
+}
+
+impl Logging {
+    /// Takes a step's records into the batch and feeds them to the checkpointer, then
+    /// asks for a checkpoint if one is due. One that falls due while another is being
+    /// built is let go: the master says the next is due `checkpoint_every` records on,
+    /// so the log holds at most about twice that many.
+    fn add(&mut self, effects: &mut Effects) {
+        if let Some((last, _)) = effects.log.last() {
+            self.fed = *last;
+            // Closed only if the checkpointer's task ended: the loop stops at its next turn.
+            let _ = self.feeds.unbounded_send(Feed::Apply(effects.log.clone()));
+        }
+        if let Some(through) = effects.checkpoint_due.take()
+            && !self.building
+        {
+            assert_eq!(
+                through, self.fed,
+                "a checkpoint due through the last record"
+            );
+            self.building = true;
+            let _ = self.feeds.unbounded_send(Feed::Take { through });
+        }
+        self.batch.add(effects);
+    }
+
+    /// A checkpoint came back: it goes into the next batch.
+    fn built(&mut self, cp: pb::Checkpoint) {
+        self.building = false;
+        self.batch.checkpoint(cp);
+    }
+}
+
+/// Starts the checkpointer on a task of its own, on the state recovery read.
+fn start_checkpointer<R: Runtime>(
+    rt: &R,
+    chunk_size: u64,
+    durable: Durable,
+    delay: Duration,
+    tx: &mpsc::UnboundedSender<Event>,
+) -> mpsc::UnboundedSender<Feed> {
+    let (feeds, mut fed) = mpsc::unbounded::<Feed>();
+    let (tx, rt2) = (tx.clone(), rt.clone());
+    rt.spawn(async move {
+        // The master recovered from the same values, so they recover here too.
+        let mut checkpointer =
+            Checkpointer::recover(chunk_size, durable.checkpoint.as_ref(), &durable.tail)
+                .expect("the master recovered from the same durable state");
+        drop(durable);
+        while let Some(f) = fed.next().await {
+            if matches!(f, Feed::Take { .. }) && !delay.is_zero() {
+                rt2.sleep(delay).await;
+            }
+            if let Some(cp) = checkpointer.feed(f)
+                && tx.unbounded_send(Event::Checkpointed(cp)).is_err()
+            {
+                return;
+            }
+        }
+    });
+    feeds
+}
+
 /// The master `durable` describes, and the lowest log record left in the store.
 pub fn rebuild(
     cfg: MasterConfig,
@@ -187,7 +267,12 @@ pub fn rebuild(
 ) -> Result<(Master, LogSeq), DriverError> {
     let Durable { checkpoint, tail } = durable;
     let records = tail.len();
-    let low = tail.first().map(|(s, _)| *s);
+    // With no record stored, the next one logged is the lowest: one past the checkpoint
+    // (a fresh log's cluster id record is logged at recovery, and is record 1).
+    let low = tail
+        .first()
+        .map(|(s, _)| *s)
+        .unwrap_or(checkpoint.as_ref().map_or(0, |c| c.through_seq) + 1);
     let m = Master::recover(cfg, now, checkpoint.as_ref(), tail)
         .map_err(|e| DriverError::Recovery(e.to_string()))?;
     tracing::info!(
@@ -197,7 +282,6 @@ pub fn rebuild(
         chunks = m.meta().chunks.len(),
         "master recovered"
     );
-    let low = low.unwrap_or(m.last_seq() + 1);
     Ok((m, low))
 }
 
@@ -235,9 +319,26 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
         .map(|(s, _)| *s)
         .or(durable.checkpoint.as_ref().map(|c| c.through_seq))
         .unwrap_or(0);
+    let copy = durable.clone();
     let (mut master, mut low_seq) = rebuild(opts.config.clone(), now, durable)?;
-    // Call results and ticks, which the master itself started, come through `events`.
+    // Call results, ticks and checkpoints, which the master itself started, come
+    // through `events`.
     let (tx, mut events) = mpsc::unbounded::<Event>();
+    // Records (and a checkpoint) not yet written: the steps since the last sync, or the
+    // step that learned of a sync (they go into the next batch at once, without waiting
+    // for an event).
+    let mut log = Logging {
+        batch: LogBatch::default(),
+        feeds: start_checkpointer(
+            &rt,
+            opts.config.chunk_size,
+            copy,
+            opts.checkpoint_delay,
+            &tx,
+        ),
+        fed: master.last_seq(),
+        building: false,
+    };
     {
         let (rt2, mut tx) = (rt.clone(), tx.clone());
         let tick = opts.tick;
@@ -252,10 +353,6 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
     }
     let mut replies: HashMap<RequestId, oneshot::Sender<Parts>> = HashMap::new();
     let mut next_request: RequestId = 1;
-    // Records (and a checkpoint) not yet written: the steps since the last sync, or the
-    // step that learned of a sync (they go into the next batch at once, without waiting
-    // for an event).
-    let mut batch = LogBatch::default();
     // This run's epoch (`Master::start_alone`) is durable before the master serves or
     // sends anything: a chunkserver that stored it must never see a later run take it
     // again. The first step only collects the records.
@@ -266,9 +363,10 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
         &mut observer,
         Input::LogSynced { through: recovered },
     );
-    batch.add(&mut effects);
+    log.add(&mut effects);
     dispatch(&rt, &transport, &tx, &opts, &mut replies, effects);
-    let commit = std::mem::take(&mut batch).commit(&mut low_seq);
+    let commit = std::mem::take(&mut log.batch).commit(&mut low_seq);
+    assert!(commit.checkpoint.is_none(), "none was asked for yet");
     store.write_synced(commit.writes).await?;
     if let Some(through) = commit.through {
         let mut effects = step(
@@ -277,7 +375,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
             &mut observer,
             Input::LogSynced { through },
         );
-        batch.add(&mut effects);
+        log.add(&mut effects);
         dispatch(&rt, &transport, &tx, &opts, &mut replies, effects);
     }
     // Requests are taken from the transport's bounded queue as the loop gets to them,
@@ -287,7 +385,15 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
     let mut inbound = transport.listen(&opts.listen).await?;
     tracing::info!(addr = %opts.listen, epoch = master.epoch(), "master serving");
     loop {
-        let mut ev = if batch.is_empty() {
+        if log.feeds.is_closed() {
+            // Its task ended: it panicked (a bug; the master's own state is sound).
+            // Without it no checkpoint comes back and the log grows for ever: the master
+            // stops, as at a crash, and starts again on its store.
+            return Err(DriverError::Recovery(
+                "the master's checkpointer stopped; the master stops too".into(),
+            ));
+        }
+        let mut ev = if log.batch.is_empty() {
             match next_event(&mut events, &mut inbound).await {
                 Some(e) => Some(e),
                 None => break,
@@ -313,15 +419,23 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                 }
                 Event::CallResult(id, result) => Input::CallResult { id, result },
                 Event::Tick => Input::Tick,
+                Event::Checkpointed(cp) => {
+                    log.built(cp);
+                    ev = try_event(&mut events, &mut inbound);
+                    continue;
+                }
             };
             let mut effects = step(&rt, &mut master, &mut observer, input);
-            batch.add(&mut effects);
+            log.add(&mut effects);
             dispatch(&rt, &transport, &tx, &opts, &mut replies, effects);
             ev = try_event(&mut events, &mut inbound);
         }
-        if !batch.is_empty() {
-            let commit = std::mem::take(&mut batch).commit(&mut low_seq);
+        if !log.batch.is_empty() {
+            let commit = std::mem::take(&mut log.batch).commit(&mut low_seq);
             store.write_synced(commit.writes).await?;
+            if let Some(cp) = &commit.checkpoint {
+                observer.master_checkpointed(rt.now(), cp, master.last_seq());
+            }
             if let Some(through) = commit.through {
                 let mut effects = step(
                     &rt,
@@ -330,7 +444,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                     Input::LogSynced { through },
                 );
                 // A sync can release work that logs (a grant reserving its version).
-                batch.add(&mut effects);
+                log.add(&mut effects);
                 dispatch(&rt, &transport, &tx, &opts, &mut replies, effects);
             }
         }

@@ -62,6 +62,10 @@ pub trait Observer: Send + 'static {
         _master: &master_sm::Master,
     ) {
     }
+    /// A master alone's driver wrote checkpoint `cp`, built beside the master
+    /// (`master::checkpointer`); its master had logged through record `logged` by then.
+    /// The master does not see it: it is no input.
+    fn master_checkpointed(&mut self, _now: Time, _cp: &pb::Checkpoint, _logged: LogSeq) {}
     fn chunkserver_step(
         &mut self,
         _now: Time,

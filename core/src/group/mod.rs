@@ -1038,7 +1038,7 @@ impl Replica {
                 log: e.log.clone(),
                 replies: e.replies.clone(),
                 calls: e.calls.clone(),
-                checkpoint: None,
+                checkpoint_due: None,
             };
             self.out.master_steps.push(MasterStep {
                 generation: self.generation,

@@ -480,6 +480,36 @@ impl Meta {
         }
     }
 
+    /// The state a checkpoint (if any) and the durable records after it describe, and
+    /// the last record applied. Records the checkpoint covers are skipped; a gap, or a
+    /// record that does not apply, is an error. `default_chunk_size` as on the field.
+    pub fn replay<R: std::borrow::Borrow<pb::LogRecord>>(
+        default_chunk_size: u64,
+        checkpoint: Option<&pb::Checkpoint>,
+        tail: impl IntoIterator<Item = (LogSeq, R)>,
+    ) -> Result<(Meta, LogSeq), FsError> {
+        let (mut meta, mut seq) = match checkpoint {
+            // Files from before each kept its own chunk size take the configured one.
+            Some(cp) => (Meta::restore(cp, default_chunk_size)?, cp.through_seq),
+            None => (Meta::new(default_chunk_size), 0),
+        };
+        let base = seq;
+        for (s, rec) in tail {
+            if s <= base {
+                continue;
+            }
+            if s != seq + 1 {
+                return Err(FsError::Internal(format!(
+                    "op log has a gap: record {s} follows {seq}"
+                )));
+            }
+            meta.apply(rec.borrow())
+                .map_err(|e| FsError::Internal(format!("op log record {s} does not apply: {e}")))?;
+            seq = s;
+        }
+        Ok((meta, seq))
+    }
+
     /// Rebuilds the state from a checkpoint, checking it for consistency: a checkpoint
     /// comes from disk, and a bad one must be an error, not a crash.
     /// `default_chunk_size` as on the field.

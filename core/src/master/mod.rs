@@ -12,6 +12,7 @@
 
 mod admin;
 mod append;
+pub mod checkpointer;
 mod chunks;
 mod config;
 mod fallback;
@@ -97,8 +98,11 @@ pub struct Effects {
     pub replies: Vec<(RequestId, pb::MasterResponse)>,
     /// Calls to chunkservers; each answers with one `Input::CallResult`.
     pub calls: Vec<Call>,
-    /// A checkpoint of the state through the last record in `log` (or before).
-    pub checkpoint: Option<pb::Checkpoint>,
+    /// A checkpoint is due, through this record (the last in `log`). The master does not
+    /// build it: a checkpoint of the whole namespace takes time in proportion to its
+    /// size, and the master answers nothing while it builds. Its driver builds it beside
+    /// the event loop from a copy of the state fed the same records (`checkpointer`).
+    pub checkpoint_due: Option<LogSeq>,
 }
 
 /// A reply, and the locks to release, once a log record is durable.
@@ -405,25 +409,7 @@ impl Master {
         checkpoint: Option<&pb::Checkpoint>,
         tail: impl IntoIterator<Item = (LogSeq, pb::LogRecord)>,
     ) -> Result<Master, FsError> {
-        let (mut meta, mut seq) = match checkpoint {
-            // Files from before each kept its own chunk size take the configured one.
-            Some(cp) => (Meta::restore(cp, cfg.chunk_size)?, cp.through_seq),
-            None => (Meta::new(cfg.chunk_size), 0),
-        };
-        let base = seq;
-        for (s, rec) in tail {
-            if s <= base {
-                continue;
-            }
-            if s != seq + 1 {
-                return Err(FsError::Internal(format!(
-                    "op log has a gap: record {s} follows {seq}"
-                )));
-            }
-            meta.apply(&rec)
-                .map_err(|e| FsError::Internal(format!("op log record {s} does not apply: {e}")))?;
-            seq = s;
-        }
+        let (meta, seq) = Meta::replay(cfg.chunk_size, checkpoint, tail)?;
         Ok(Master::from_meta(cfg, now, meta, seq))
     }
 
@@ -612,7 +598,7 @@ impl Master {
     fn maybe_checkpoint(&mut self) {
         if self.last_seq - self.checkpoint_seq >= self.cfg.checkpoint_every {
             self.checkpoint_seq = self.last_seq;
-            self.out.checkpoint = Some(self.meta.checkpoint(self.last_seq));
+            self.out.checkpoint_due = Some(self.last_seq);
         }
     }
 

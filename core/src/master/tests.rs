@@ -99,7 +99,7 @@ impl H {
             all.log.extend(e.log);
             all.replies.extend(e.replies);
             all.calls.extend(e.calls);
-            all.checkpoint = e.checkpoint.or(all.checkpoint);
+            all.checkpoint_due = e.checkpoint_due.or(all.checkpoint_due);
             if self.m.last_seq() == through {
                 return all;
             }
@@ -1501,14 +1501,17 @@ fn directory_delete_needs_recursive() {
 }
 
 #[test]
-fn checkpoint_is_emitted_and_restores() {
+fn checkpoint_falls_due_and_restores() {
     let mut c = cfg();
     c.checkpoint_every = 5;
     let mut h = H::with(c.clone());
     let mut cp = None;
     for i in 0..7 {
         let (id, e) = h.send(create(&format!("/f{i}")));
-        cp = e.checkpoint.or(cp);
+        if let Some(due) = e.checkpoint_due {
+            assert_eq!(due, h.m.last_seq());
+            cp = Some(h.m.meta().checkpoint(due));
+        }
         let e = h.sync();
         assert!(reply_for(&e, id).is_some());
     }

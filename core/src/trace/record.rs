@@ -253,7 +253,6 @@ pub fn master_step(
 
 /// A master step's effects as a record holds them (its input left out).
 pub fn master_effects(effects: &ms::Effects) -> pb::TraceMasterStep {
-    let checkpoint = effects.checkpoint.as_ref();
     pb::TraceMasterStep {
         origin: None,
         input: None,
@@ -284,8 +283,8 @@ pub fn master_effects(effects: &ms::Effects) -> pb::TraceMasterStep {
                 timeout_ns: c.timeout.map(ns),
             })
             .collect(),
-        checkpoint_through: checkpoint.map_or(0, |c| c.through_seq),
-        checkpoint: checkpoint.map(|c| data_ref(&prost::Message::encode_to_vec(c))),
+        checkpoint_through: effects.checkpoint_due.unwrap_or(0),
+        checkpoint: None,
     }
 }
 

@@ -9,7 +9,7 @@ use crate::driver::{ChunkserverStart, MasterStart, Observer};
 use crate::group;
 use crate::master as ms;
 use crate::pb;
-use crate::types::Time;
+use crate::types::{LogSeq, Time};
 
 /// Where framed records go: files, rotated (`tessera-tracefile`), or memory.
 pub trait Sink: Send + 'static {
@@ -142,6 +142,10 @@ impl<A: Observer, B: Observer> Observer for (A, B) {
         self.0.master_step(now, i, e, m);
         self.1.master_step(now, i, e, m);
     }
+    fn master_checkpointed(&mut self, now: Time, cp: &pb::Checkpoint, logged: LogSeq) {
+        self.0.master_checkpointed(now, cp, logged);
+        self.1.master_checkpointed(now, cp, logged);
+    }
     fn chunkserver_step(&mut self, now: Time, i: &cs::Input, e: &cs::Effects, c: &cs::Chunkserver) {
         self.0.chunkserver_step(now, i, e, c);
         self.1.chunkserver_step(now, i, e, c);
@@ -186,6 +190,11 @@ impl<A: Observer> Observer for Option<A> {
     fn master_step(&mut self, now: Time, i: &ms::Input, e: &ms::Effects, m: &ms::Master) {
         if let Some(o) = self {
             o.master_step(now, i, e, m);
+        }
+    }
+    fn master_checkpointed(&mut self, now: Time, cp: &pb::Checkpoint, logged: LogSeq) {
+        if let Some(o) = self {
+            o.master_checkpointed(now, cp, logged);
         }
     }
     fn chunkserver_step(&mut self, now: Time, i: &cs::Input, e: &cs::Effects, c: &cs::Chunkserver) {

@@ -140,6 +140,11 @@ pub struct Checks {
     pub shadow_reads: u64,
     /// Checkpoints master replicas built beside their event loops and took back.
     pub group_checkpoints: u64,
+    /// Checkpoints a master alone's driver built beside it and wrote; and, by node and
+    /// record, the master's own state at each step that said one was due, which the
+    /// checkpoint written through that record must equal.
+    pub master_checkpoints: u64,
+    pub checkpoints_due: HashMap<(String, u64), tessera_core::pb::Checkpoint>,
     /// Snapshots replicas made whole from parts another sent (`snapshot_parts.rs`), and
     /// how many each replica had made as of its last step (it counts from its start).
     pub snapshots_from_parts: u64,

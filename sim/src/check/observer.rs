@@ -48,6 +48,18 @@ impl Observer for SimObserver {
         );
     }
 
+    fn master_started(&mut self, _now: Time, _start: tessera_core::driver::MasterStart<'_>) {
+        // A run's checkpoints die with it; the next run's come due afresh.
+        let mut c = self.checks.lock().expect("checks lock");
+        c.checkpoints_due.retain(|(n, _), _| *n != self.node);
+    }
+
+    fn master_checkpointed(&mut self, _now: Time, cp: &tessera_core::pb::Checkpoint, logged: u64) {
+        let t = self.true_ms();
+        let mut c = self.checks.lock().expect("checks lock");
+        step::master_checkpointed(&mut c, &self.node, t, cp, logged);
+    }
+
     fn replica_step(
         &mut self,
         now: Time,

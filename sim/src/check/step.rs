@@ -123,6 +123,42 @@ pub fn replica_step(
     }
 }
 
+/// A master alone's driver wrote checkpoint `cp`, built beside the master, whose
+/// master had logged through record `logged` by then. It must hold exactly the master's
+/// state at the step that said it was due: a restart starts from it.
+pub fn master_checkpointed(
+    c: &mut Checks,
+    node: &str,
+    t: i64,
+    cp: &tessera_core::pb::Checkpoint,
+    logged: u64,
+) {
+    let through = cp.through_seq;
+    c.trace.add(b"checkpointed");
+    c.trace.add_u64(through);
+    c.master_checkpoints += 1;
+    // Built while the master went on logging.
+    if logged > through {
+        *c.faults.entry("slow_master_checkpoint").or_default() += 1;
+    }
+    let due = c.checkpoints_due.remove(&(node.to_string(), through));
+    // Those that fell due while one was being built were let go.
+    c.checkpoints_due
+        .retain(|(n, seq), _| n != node || *seq > through);
+    let v = match due {
+        Some(want) if want == *cp => return,
+        Some(_) => format!(
+            "{node} wrote a checkpoint through record {through} that is not the master's \
+             state at that record"
+        ),
+        None => format!(
+            "{node} wrote a checkpoint through record {through}, which no step of its \
+             master said was due"
+        ),
+    };
+    c.violation(t, v);
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn master_step(
     c: &mut Checks,
@@ -165,6 +201,13 @@ pub fn master_step(
     for call in &effects.calls {
         tr.add(call.to.as_bytes());
         tr.add(&call.req.encode_to_vec());
+    }
+    if let Some(through) = effects.checkpoint_due {
+        tr.add_u64(through);
+        c.checkpoints_due.insert(
+            (node.to_string(), through),
+            master.meta().checkpoint(through),
+        );
     }
     // What any master (a deposed leader too) took: heartbeats judged, removes logged,
     // removes of deleted files clients asked for.

@@ -26,6 +26,7 @@ use tessera_core::driver::commit::LogBatch;
 use tessera_core::driver::master as master_driver;
 use tessera_core::driver::queues::ChunkQueues;
 use tessera_core::error::RpcError;
+use tessera_core::master::checkpointer::{Checkpointer, Feed};
 use tessera_core::master::{self as ms, Master, MasterConfig};
 use tessera_core::pb;
 use tessera_core::pb::master_request as ms_req;
@@ -129,6 +130,12 @@ struct MasterNode {
     next_request: u64,
     batch: LogBatch,
     low_seq: LogSeq,
+    /// The copy of the state checkpoints are built from, fed what the master logs, as
+    /// the driver's checkpointer task is (`master::checkpointer`).
+    checkpointer: Checkpointer,
+    /// A checkpoint built when it fell due, written with the next sync (by then the
+    /// master may have logged more, as it does while a driver's checkpointer builds).
+    built: Option<pb::Checkpoint>,
 }
 
 struct Live {
@@ -338,8 +345,19 @@ impl World {
         }
         let now = self.master_clock();
         let cfg = self.settings.master.clone();
-        match block_on(master_driver::recover(&mut self.master_store, cfg, now)) {
+        let durable = match block_on(master_driver::load(&mut self.master_store)) {
+            Ok(d) => d,
+            Err(e) => {
+                self.refused = Some(e.to_string());
+                return;
+            }
+        };
+        let checkpointer =
+            Checkpointer::recover(cfg.chunk_size, durable.checkpoint.as_ref(), &durable.tail);
+        match master_driver::rebuild(cfg, now, durable) {
             Ok((mut m, low_seq)) => {
+                let checkpointer =
+                    checkpointer.expect("the master recovered from the same durable state");
                 // As the driver does; here the record is written with the next batch.
                 m.start_alone();
                 self.master_incarnation += 1;
@@ -350,6 +368,8 @@ impl World {
                     next_request: 1,
                     batch: LogBatch::default(),
                     low_seq,
+                    checkpointer,
+                    built: None,
                 });
             }
             Err(e) => self.refused = Some(e.to_string()),
@@ -395,6 +415,23 @@ impl World {
             &node.m,
             |local| local - off,
         );
+        if !effects.log.is_empty() {
+            node.checkpointer.feed(Feed::Apply(effects.log.clone()));
+        }
+        if let Some(through) = effects.checkpoint_due {
+            // Only the master alone is fed in this world, so its copy must be exactly
+            // the master's state: the checkpoint a restart would start from.
+            let cp = node
+                .checkpointer
+                .feed(Feed::Take { through })
+                .expect("a checkpoint is built");
+            assert_eq!(
+                cp,
+                node.m.meta().checkpoint(through),
+                "the checkpointer's state through record {through} is not the master's"
+            );
+            node.built = Some(cp);
+        }
         node.batch.add(&mut effects);
         let replies: Vec<_> = effects
             .replies
@@ -424,6 +461,9 @@ impl World {
         let Some(node) = self.master.as_mut() else {
             return false;
         };
+        if let Some(cp) = node.built.take() {
+            node.batch.checkpoint(cp);
+        }
         if node.batch.is_empty() {
             return false;
         }
@@ -814,7 +854,10 @@ impl World {
     /// Whether anything is under way: messages, calls, storage, unsynced log.
     pub fn busy(&self) -> bool {
         !self.net.is_empty()
-            || self.master.as_ref().is_some_and(|m| !m.batch.is_empty())
+            || self
+                .master
+                .as_ref()
+                .is_some_and(|m| !m.batch.is_empty() || m.built.is_some())
             || self
                 .servers
                 .iter()

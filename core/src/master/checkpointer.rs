@@ -1,0 +1,156 @@
+//! Checkpoints of a master alone, built beside its event loop.
+//!
+//! A checkpoint of the whole namespace takes time in proportion to its size (a walk of
+//! every file and chunk, then an encoding), and a master that built one inside `handle`
+//! answered nothing meanwhile: no request, no heartbeat, no call result. So the master
+//! only says when one is due (`Effects::checkpoint_due`), and its driver keeps a second
+//! copy of the state here, fed the same records in the same order as they are logged.
+//! The driver runs the checkpointer on a task of its own; a checkpoint it builds goes
+//! into the next batch the driver writes, with the removal of the records it covers
+//! (`driver::commit`). Records logged meanwhile stay in the log.
+//!
+//! The copy starts from what recovery read (the latest checkpoint and the log after
+//! it), rebuilt on the checkpointer's own task, so a restart is not slowed either. The
+//! cost is a second copy of the namespace in memory and a second application of each
+//! record, as a master group's replica pays (`group::checkpointer`).
+
+use super::meta::Meta;
+use crate::error::FsError;
+use crate::pb;
+use crate::types::LogSeq;
+
+/// What the driver tells its checkpointer, in the order it happens.
+#[derive(Clone, Debug)]
+pub enum Feed {
+    /// Records the master logged, in order, each numbered one past the last fed.
+    Apply(Vec<(LogSeq, pb::LogRecord)>),
+    /// Build a checkpoint through record `through`: the last one fed.
+    Take { through: LogSeq },
+}
+
+pub struct Checkpointer {
+    meta: Meta,
+    seq: LogSeq,
+}
+
+impl Checkpointer {
+    /// The state a master recovered from `checkpoint` and `tail` (see `Master::recover`).
+    pub fn recover(
+        chunk_size: u64,
+        checkpoint: Option<&pb::Checkpoint>,
+        tail: &[(LogSeq, pb::LogRecord)],
+    ) -> Result<Checkpointer, FsError> {
+        let (meta, seq) = Meta::replay(chunk_size, checkpoint, tail.iter().map(|(s, r)| (*s, r)))?;
+        Ok(Checkpointer { meta, seq })
+    }
+
+    /// The last record applied.
+    pub fn seq(&self) -> LogSeq {
+        self.seq
+    }
+
+    /// Takes one feed; a `Take` gives the checkpoint built.
+    ///
+    /// The master applied every record before it was fed here, in the same order, so a
+    /// record that is out of order or does not apply is a bug: it panics (the driver
+    /// stops, and the next start recovers from the store, which this never touched).
+    pub fn feed(&mut self, f: Feed) -> Option<pb::Checkpoint> {
+        match f {
+            Feed::Apply(records) => {
+                for (seq, rec) in records {
+                    assert_eq!(
+                        seq,
+                        self.seq + 1,
+                        "the checkpointer was fed record {seq} after record {}",
+                        self.seq
+                    );
+                    if let Err(e) = self.meta.apply(&rec) {
+                        panic!(
+                            "record {seq} applied in the master but not in its checkpointer: {e}"
+                        );
+                    }
+                    self.seq = seq;
+                }
+                None
+            }
+            Feed::Take { through } => {
+                // A checkpoint labelled past what it holds would let the driver delete
+                // records it does not hold; one labelled short would replay records twice.
+                assert_eq!(
+                    through, self.seq,
+                    "a checkpoint asked through record {through} of a state through record {}",
+                    self.seq
+                );
+                Some(self.meta.checkpoint(self.seq))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::master::{Input, Master, MasterConfig};
+    use crate::pb::master_request::Req;
+    use crate::types::Time;
+
+    fn create(path: &str) -> Input {
+        Input::Request {
+            id: 0,
+            req: pb::MasterRequest {
+                req: Some(Req::Create(pb::CreateRequest {
+                    path: path.into(),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// Fed what the master logs, the checkpointer builds the checkpoint the master's own
+    /// state gives, through the record it was due at, and the master goes on meanwhile.
+    #[test]
+    fn the_checkpointer_builds_the_masters_state_from_the_records_it_logged() {
+        let cfg = MasterConfig {
+            checkpoint_every: 5,
+            ..MasterConfig::default()
+        };
+        let mut m = Master::recover(cfg.clone(), Time(0), None, Vec::new()).unwrap();
+        let mut cp = Checkpointer::recover(cfg.chunk_size, None, &[]).unwrap();
+        let mut built = Vec::new();
+        for i in 0..23 {
+            let mut e = m.handle(Time(i), create(&format!("/f{i}")));
+            let through = m.last_seq();
+            e.log
+                .extend(m.handle(Time(i), Input::LogSynced { through }).log);
+            assert!(!e.log.is_empty(), "a create logs");
+            cp.feed(Feed::Apply(std::mem::take(&mut e.log)));
+            if let Some(due) = e.checkpoint_due {
+                assert_eq!(due, m.last_seq());
+                let c = cp.feed(Feed::Take { through: due }).expect("built");
+                assert_eq!(c, m.meta().checkpoint(due), "through {due}");
+                built.push(due);
+            }
+        }
+        assert!(built.len() >= 3, "checkpoints due at {built:?}");
+        // Restarted from the checkpointer's own start: the same state again.
+        let again = Checkpointer::recover(cfg.chunk_size, Some(&m.checkpoint_now()), &[]);
+        assert_eq!(again.unwrap().seq(), m.last_seq());
+    }
+
+    /// Fed out of order, or asked through a record it does not hold, it stops.
+    #[test]
+    #[should_panic(expected = "asked through record 3 of a state through record 2")]
+    fn a_checkpoint_asked_past_what_was_fed_is_a_bug() {
+        let mut m = Master::recover(MasterConfig::default(), Time(0), None, Vec::new()).unwrap();
+        let mut cp = Checkpointer::recover(MasterConfig::default().chunk_size, None, &[]).unwrap();
+        let mut log = Vec::new();
+        for i in 0..3 {
+            log.extend(m.handle(Time(i), create(&format!("/g{i}"))).log);
+        }
+        assert!(log.len() >= 3, "{log:?}");
+        log.truncate(2);
+        cp.feed(Feed::Apply(log));
+        cp.feed(Feed::Take { through: 3 });
+    }
+}
