@@ -632,6 +632,60 @@ fn a_checkpoint_is_built_beside_the_master_and_a_restart_starts_from_it() {
     });
 }
 
+/// A store from before checkpoints were built beside the master holds its first record
+/// beside a checkpoint that covers it: the master deletes it at start-up (the next
+/// checkpoint would otherwise delete every record from the first on, one by one).
+#[test]
+fn a_record_a_checkpoint_covers_is_deleted_at_start_up() {
+    use tessera_core::driver::master::{log_key, seal};
+    use tessera_core::pb::log_record::Op;
+    use tessera_core::runtime::MetaStore;
+    let rt = TestRuntime::new(29);
+    let net = MemNet::new(rt.clone());
+    let rt2 = rt.clone();
+    rt.block_on(async move {
+        let rt = rt2;
+        let mut meta = MemMetaStore::default();
+        let rec = |op| pb::LogRecord {
+            time_ms: 1,
+            token: 0,
+            op: Some(op),
+        };
+        let cp = pb::Checkpoint {
+            through_seq: 5,
+            next_handle: 1,
+            cluster_id: 7,
+            ..Default::default()
+        };
+        meta.write_synced(vec![
+            (
+                log_key(1),
+                Some(seal(&rec(Op::ClusterId(pb::ClusterIdOp { cluster_id: 7 })))),
+            ),
+            (b"checkpoint".to_vec(), Some(seal(&cp))),
+            (
+                log_key(6),
+                Some(seal(&rec(Op::Mkdir(pb::MkdirOp { path: "/a".into() })))),
+            ),
+        ])
+        .await
+        .unwrap();
+        let _m = start_master(&rt, &net, &meta);
+        rt.sleep(Duration::from_secs(1)).await;
+        let mut store = meta.clone();
+        let left: Vec<u64> = store
+            .scan(b"log/")
+            .await
+            .unwrap()
+            .iter()
+            .map(|(k, _)| u64::from_be_bytes(k[4..].try_into().unwrap()))
+            .collect();
+        assert_eq!(left.first(), Some(&6), "{left:?}");
+        let client = Client::new(rt.clone(), net.clone(), ClientConfig::new("master"));
+        client.stat("/a").await.expect("the record after the checkpoint");
+    });
+}
+
 #[test]
 fn same_seed_same_run() {
     fn run(seed: u64) -> (Vec<u64>, u64) {

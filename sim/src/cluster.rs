@@ -522,7 +522,11 @@ impl Cluster {
                             let t = start.elapsed().as_millis() as i64;
                             let mut c = checks.lock().expect("checks");
                             match (&c.log_damage, &e) {
-                                (Some(d), DriverError::Recovery(m)) => {
+                                // The refusal a damaged value makes; any other (a gap
+                                // in the log, say) is a bug even while a value is damaged.
+                                (Some(d), DriverError::Recovery(m))
+                                    if m.contains("the master's log is damaged") =>
+                                {
                                     tracing::info!(t, damage = %d, "master refused: {m}");
                                     c.master_refusals += 1;
                                 }

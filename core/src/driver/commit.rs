@@ -50,6 +50,12 @@ impl LogBatch {
         self.checkpoint = Some(cp);
     }
 
+    /// Deletes records a checkpoint already covers (see `driver::master::Durable::stale`).
+    pub fn delete(&mut self, seqs: impl IntoIterator<Item = LogSeq>) {
+        self.writes
+            .extend(seqs.into_iter().map(|seq| (log_key(seq), None)));
+    }
+
     /// Nothing to write.
     pub fn is_empty(&self) -> bool {
         self.writes.is_empty() && self.checkpoint.is_none()

@@ -237,7 +237,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
             // Its task ended: it panicked (a bug; the replica's own copy of the state is
             // sound). Without it no checkpoint comes back and the log grows for ever: the
             // replica stops, as at a crash, and starts again on its store.
-            return Err(DriverError::Recovery(
+            return Err(DriverError::Stopped(
                 "the replica's checkpointer stopped; the replica stops too".into(),
             ));
         }

@@ -123,6 +123,20 @@ pub struct Durable {
     pub tail: Vec<(LogSeq, pb::LogRecord)>,
 }
 
+impl Durable {
+    /// Records the checkpoint covers that are still stored. None are left now; a fresh
+    /// log's first record was left behind by every checkpoint before the checkpointer
+    /// was built beside the master (its lowest record was taken to be the second).
+    /// Recovery skips them; the driver deletes them at start-up.
+    pub fn stale(&self) -> impl Iterator<Item = LogSeq> + '_ {
+        let through = self.checkpoint.as_ref().map_or(0, |c| c.through_seq);
+        self.tail
+            .iter()
+            .map(|(s, _)| *s)
+            .take_while(move |&s| s <= through)
+    }
+}
+
 /// Loads the checkpoint and the log tail from `store` and rebuilds the master.
 /// Also returns the lowest log record left in the store.
 pub async fn recover<M: MetaStore>(
@@ -130,7 +144,7 @@ pub async fn recover<M: MetaStore>(
     cfg: MasterConfig,
     now: crate::Time,
 ) -> Result<(Master, LogSeq), DriverError> {
-    rebuild(cfg, now, load(store).await?)
+    rebuild(cfg, now, &load(store).await?)
 }
 
 /// Reads the checkpoint and the log tail from `store`, each value checked.
@@ -201,8 +215,9 @@ struct Logging {
 impl Logging {
     /// Takes a step's records into the batch and feeds them to the checkpointer, then
     /// asks for a checkpoint if one is due. One that falls due while another is being
-    /// built is let go: the master says the next is due `checkpoint_every` records on,
-    /// so the log holds at most about twice that many.
+    /// built is let go: the master says the next is due `checkpoint_every` records on.
+    /// The log then holds about twice that many records at most, unless a build takes
+    /// longer than the master takes to log `checkpoint_every` records.
     fn add(&mut self, effects: &mut Effects) {
         if let Some((last, _)) = effects.log.last() {
             self.fed = *last;
@@ -233,7 +248,7 @@ impl Logging {
 fn start_checkpointer<R: Runtime>(
     rt: &R,
     chunk_size: u64,
-    durable: Durable,
+    durable: std::sync::Arc<Durable>,
     delay: Duration,
     tx: &mpsc::UnboundedSender<Event>,
 ) -> mpsc::UnboundedSender<Feed> {
@@ -263,17 +278,18 @@ fn start_checkpointer<R: Runtime>(
 pub fn rebuild(
     cfg: MasterConfig,
     now: crate::Time,
-    durable: Durable,
+    durable: &Durable,
 ) -> Result<(Master, LogSeq), DriverError> {
     let Durable { checkpoint, tail } = durable;
     let records = tail.len();
-    // With no record stored, the next one logged is the lowest: one past the checkpoint
-    // (a fresh log's cluster id record is logged at recovery, and is record 1).
-    let low = tail
-        .first()
-        .map(|(s, _)| *s)
-        .unwrap_or(checkpoint.as_ref().map_or(0, |c| c.through_seq) + 1);
-    let m = Master::recover(cfg, now, checkpoint.as_ref(), tail)
+    // The lowest record the next checkpoint deletes: one past this checkpoint (those it
+    // covers are `Durable::stale`), else the first stored, else the next one logged (a
+    // fresh log's cluster id record is logged at recovery, and is record 1).
+    let low = match checkpoint {
+        Some(cp) => cp.through_seq + 1,
+        None => tail.first().map_or(1, |(s, _)| *s),
+    };
+    let m = Master::recover_from(cfg, now, checkpoint.as_ref(), tail)
         .map_err(|e| DriverError::Recovery(e.to_string()))?;
     tracing::info!(
         records,
@@ -297,7 +313,8 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
     // The quiet period after a restart must cover the longest a grant this driver sends
     // can be in flight: its own deadline (see `MasterConfig::call_timeout`).
     opts.config.call_timeout = opts.config.call_timeout.max(opts.call_timeout);
-    let durable = load(&mut store).await?;
+    // Shared with the checkpointer's task, which rebuilds its copy from it too.
+    let durable = std::sync::Arc::new(load(&mut store).await?);
     let now = rt.now();
     // The seed of the master's choices: with the durable state and the inputs, all a
     // run needs to be replayed (`tessera replay node`).
@@ -316,11 +333,9 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
     let recovered = durable
         .tail
         .last()
-        .map(|(s, _)| *s)
-        .or(durable.checkpoint.as_ref().map(|c| c.through_seq))
-        .unwrap_or(0);
-    let copy = durable.clone();
-    let (mut master, mut low_seq) = rebuild(opts.config.clone(), now, durable)?;
+        .map_or(0, |(s, _)| *s)
+        .max(durable.checkpoint.as_ref().map_or(0, |c| c.through_seq));
+    let (mut master, mut low_seq) = rebuild(opts.config.clone(), now, &durable)?;
     // Call results, ticks and checkpoints, which the master itself started, come
     // through `events`.
     let (tx, mut events) = mpsc::unbounded::<Event>();
@@ -332,11 +347,13 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
         feeds: start_checkpointer(
             &rt,
             opts.config.chunk_size,
-            copy,
+            durable.clone(),
             opts.checkpoint_delay,
             &tx,
         ),
-        fed: master.last_seq(),
+        // What the checkpointer starts from: the durable state (a fresh log's cluster id
+        // record, made at recovery, comes in the first step's records).
+        fed: recovered,
         building: false,
     };
     {
@@ -365,8 +382,13 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
     );
     log.add(&mut effects);
     dispatch(&rt, &transport, &tx, &opts, &mut replies, effects);
+    log.batch.delete(durable.stale());
+    drop(durable);
     let commit = std::mem::take(&mut log.batch).commit(&mut low_seq);
-    assert!(commit.checkpoint.is_none(), "none was asked for yet");
+    assert!(
+        commit.checkpoint.is_none(),
+        "no checkpoint comes back before the loop reads its events"
+    );
     store.write_synced(commit.writes).await?;
     if let Some(through) = commit.through {
         let mut effects = step(
@@ -389,7 +411,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
             // Its task ended: it panicked (a bug; the master's own state is sound).
             // Without it no checkpoint comes back and the log grows for ever: the master
             // stops, as at a crash, and starts again on its store.
-            return Err(DriverError::Recovery(
+            return Err(DriverError::Stopped(
                 "the master's checkpointer stopped; the master stops too".into(),
             ));
         }

@@ -130,4 +130,8 @@ pub enum DriverError {
     Listen(#[from] crate::error::RpcError),
     #[error("recovery failed: {0}")]
     Recovery(String),
+    /// A task the server runs beside its loop ended (a bug): the server stops, as at a
+    /// crash, and its next start recovers from its store.
+    #[error("{0}")]
+    Stopped(String),
 }

@@ -108,7 +108,8 @@ mod tests {
     }
 
     /// Fed what the master logs, the checkpointer builds the checkpoint the master's own
-    /// state gives, through the record it was due at, and the master goes on meanwhile.
+    /// state gives, through the record it was due at; restarted from a checkpoint and the
+    /// records after it, and fed on, it does again.
     #[test]
     fn the_checkpointer_builds_the_masters_state_from_the_records_it_logged() {
         let cfg = MasterConfig {
@@ -117,40 +118,71 @@ mod tests {
         };
         let mut m = Master::recover(cfg.clone(), Time(0), None, Vec::new()).unwrap();
         let mut cp = Checkpointer::recover(cfg.chunk_size, None, &[]).unwrap();
-        let mut built = Vec::new();
+        let (mut built, mut log) = (Vec::new(), Vec::new());
         for i in 0..23 {
             let mut e = m.handle(Time(i), create(&format!("/f{i}")));
             let through = m.last_seq();
-            e.log
-                .extend(m.handle(Time(i), Input::LogSynced { through }).log);
+            let synced = m.handle(Time(i), Input::LogSynced { through });
+            e.log.extend(synced.log);
             assert!(!e.log.is_empty(), "a create logs");
+            log.extend(e.log.iter().cloned());
             cp.feed(Feed::Apply(std::mem::take(&mut e.log)));
-            if let Some(due) = e.checkpoint_due {
+            if let Some(due) = e.checkpoint_due.or(synced.checkpoint_due) {
                 assert_eq!(due, m.last_seq());
                 let c = cp.feed(Feed::Take { through: due }).expect("built");
                 assert_eq!(c, m.meta().checkpoint(due), "through {due}");
-                built.push(due);
+                built.push(c);
             }
         }
-        assert!(built.len() >= 3, "checkpoints due at {built:?}");
-        // Restarted from the checkpointer's own start: the same state again.
-        let again = Checkpointer::recover(cfg.chunk_size, Some(&m.checkpoint_now()), &[]);
-        assert_eq!(again.unwrap().seq(), m.last_seq());
+        assert!(built.len() >= 3, "{} checkpoints", built.len());
+        let last = built.last().expect("one");
+        let after: Vec<_> = log
+            .iter()
+            .filter(|(s, _)| *s > last.through_seq)
+            .cloned()
+            .collect();
+        assert!(
+            after.len() >= 2,
+            "records after the last checkpoint: {after:?}"
+        );
+        let (older, newer) = after.split_at(after.len() / 2);
+        let mut again = Checkpointer::recover(cfg.chunk_size, Some(last), older).unwrap();
+        again.feed(Feed::Apply(newer.to_vec()));
+        let through = m.last_seq();
+        let c = again.feed(Feed::Take { through }).expect("built");
+        assert_eq!(c, m.meta().checkpoint(through));
     }
 
-    /// Fed out of order, or asked through a record it does not hold, it stops.
-    #[test]
-    #[should_panic(expected = "asked through record 3 of a state through record 2")]
-    fn a_checkpoint_asked_past_what_was_fed_is_a_bug() {
-        let mut m = Master::recover(MasterConfig::default(), Time(0), None, Vec::new()).unwrap();
-        let mut cp = Checkpointer::recover(MasterConfig::default().chunk_size, None, &[]).unwrap();
+    fn three_records() -> (Checkpointer, Vec<(LogSeq, pb::LogRecord)>) {
+        let cfg = MasterConfig::default();
+        let mut m = Master::recover(cfg.clone(), Time(0), None, Vec::new()).unwrap();
         let mut log = Vec::new();
         for i in 0..3 {
             log.extend(m.handle(Time(i), create(&format!("/g{i}"))).log);
         }
         assert!(log.len() >= 3, "{log:?}");
+        (
+            Checkpointer::recover(cfg.chunk_size, None, &[]).unwrap(),
+            log,
+        )
+    }
+
+    /// Asked through a record it does not hold, it stops.
+    #[test]
+    #[should_panic(expected = "asked through record 3 of a state through record 2")]
+    fn a_checkpoint_asked_past_what_was_fed_is_a_bug() {
+        let (mut cp, mut log) = three_records();
         log.truncate(2);
         cp.feed(Feed::Apply(log));
         cp.feed(Feed::Take { through: 3 });
+    }
+
+    /// Fed a record out of order, it stops.
+    #[test]
+    #[should_panic(expected = "fed record 3 after record 1")]
+    fn a_record_fed_out_of_order_is_a_bug() {
+        let (mut cp, mut log) = three_records();
+        log.remove(1);
+        cp.feed(Feed::Apply(log));
     }
 }

@@ -413,6 +413,22 @@ impl Master {
         Ok(Master::from_meta(cfg, now, meta, seq))
     }
 
+    /// As [`Master::recover`], from records it borrows (its driver's checkpointer
+    /// recovers from the same ones).
+    pub fn recover_from(
+        cfg: MasterConfig,
+        now: Time,
+        checkpoint: Option<&pb::Checkpoint>,
+        tail: &[(LogSeq, pb::LogRecord)],
+    ) -> Result<Master, FsError> {
+        let (meta, seq) = Meta::replay(
+            cfg.chunk_size,
+            checkpoint,
+            tail.iter().map(|(s, r)| (*s, r)),
+        )?;
+        Ok(Master::from_meta(cfg, now, meta, seq))
+    }
+
     pub fn config(&self) -> &MasterConfig {
         &self.cfg
     }

@@ -370,8 +370,8 @@ pub fn describe(r: &pb::TraceRecord) -> String {
                 s.log.len(),
                 s.replies.len(),
                 s.calls.len(),
-                if s.checkpoint.is_some() {
-                    ", a checkpoint"
+                if s.checkpoint_through != 0 {
+                    ", a checkpoint due"
                 } else {
                     ""
                 }

@@ -289,11 +289,13 @@ fn compare(
     list("log record", &want.log, &got.log)?;
     list("reply", &want.replies, &got.replies)?;
     list("call", &want.calls, &got.calls)?;
-    if (want.checkpoint_through, &want.checkpoint) != (got.checkpoint_through, &got.checkpoint) {
+    // A checkpoint due, by its record (the driver builds it beside the master; a trace
+    // from before that also holds the checkpoint's CRC, which replay cannot rebuild).
+    if want.checkpoint_through != got.checkpoint_through {
         return Err((
-            "checkpoint".into(),
-            format!("through {} {:?}", want.checkpoint_through, want.checkpoint),
-            format!("through {} {:?}", got.checkpoint_through, got.checkpoint),
+            "checkpoint due".into(),
+            format!("through {}", want.checkpoint_through),
+            format!("through {}", got.checkpoint_through),
         ));
     }
     Ok(())

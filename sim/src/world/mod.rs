@@ -354,7 +354,7 @@ impl World {
         };
         let checkpointer =
             Checkpointer::recover(cfg.chunk_size, durable.checkpoint.as_ref(), &durable.tail);
-        match master_driver::rebuild(cfg, now, durable) {
+        match master_driver::rebuild(cfg, now, &durable) {
             Ok((mut m, low_seq)) => {
                 let checkpointer =
                     checkpointer.expect("the master recovered from the same durable state");
@@ -362,11 +362,13 @@ impl World {
                 m.start_alone();
                 self.master_incarnation += 1;
                 self.checks.versions.master_crashed("master");
+                let mut batch = LogBatch::default();
+                batch.delete(durable.stale());
                 self.master = Some(MasterNode {
                     m,
                     replies: HashMap::new(),
                     next_request: 1,
-                    batch: LogBatch::default(),
+                    batch,
                     low_seq,
                     checkpointer,
                     built: None,
