@@ -682,7 +682,10 @@ fn a_record_a_checkpoint_covers_is_deleted_at_start_up() {
             .collect();
         assert_eq!(left.first(), Some(&6), "{left:?}");
         let client = Client::new(rt.clone(), net.clone(), ClientConfig::new("master"));
-        client.stat("/a").await.expect("the record after the checkpoint");
+        client
+            .stat("/a")
+            .await
+            .expect("the record after the checkpoint");
     });
 }
 

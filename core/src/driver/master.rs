@@ -264,9 +264,18 @@ fn start_checkpointer<R: Runtime>(
             if matches!(f, Feed::Take { .. }) && !delay.is_zero() {
                 rt2.sleep(delay).await;
             }
-            if let Some(cp) = checkpointer.feed(f)
-                && tx.unbounded_send(Event::Checkpointed(cp)).is_err()
-            {
+            let began = rt2.now();
+            let Some(cp) = checkpointer.feed(f) else {
+                continue;
+            };
+            tracing::info!(
+                through = cp.through_seq,
+                entries = cp.entries.len(),
+                chunks = cp.chunks.len(),
+                took_ms = rt2.now().saturating_sub(began).as_millis() as u64,
+                "checkpoint built beside the master"
+            );
+            if tx.unbounded_send(Event::Checkpointed(cp)).is_err() {
                 return;
             }
         }
