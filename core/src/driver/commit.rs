@@ -29,12 +29,12 @@ pub struct Commit {
 }
 
 impl LogBatch {
-    /// Takes a step's log records into the batch (the rest of `effects` is for the
-    /// caller to dispatch).
-    pub fn add(&mut self, effects: &mut Effects) {
-        for (seq, rec) in effects.log.drain(..) {
-            self.writes.push((log_key(seq), Some(seal(&rec))));
-            self.last = Some(seq);
+    /// Takes a step's log records into the batch, sealed (they stay in `effects`, for a
+    /// checkpointer to take; the rest is for the caller to dispatch).
+    pub fn add(&mut self, effects: &Effects) {
+        for (seq, rec) in &effects.log {
+            self.writes.push((log_key(*seq), Some(seal(rec))));
+            self.last = Some(*seq);
         }
     }
 

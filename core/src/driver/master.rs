@@ -219,10 +219,13 @@ impl Logging {
     /// The log then holds about twice that many records at most, unless a build takes
     /// longer than the master takes to log `checkpoint_every` records.
     fn add(&mut self, effects: &mut Effects) {
+        self.batch.add(effects);
         if let Some((last, _)) = effects.log.last() {
             self.fed = *last;
-            // Closed only if the checkpointer's task ended: the loop stops at its next turn.
-            let _ = self.feeds.unbounded_send(Feed::Apply(effects.log.clone()));
+            // Moved, not copied: the batch holds them sealed. Closed only if the
+            // checkpointer's task ended: the loop stops at its next turn.
+            let records = std::mem::take(&mut effects.log);
+            let _ = self.feeds.unbounded_send(Feed::Apply(records));
         }
         if let Some(through) = effects.checkpoint_due.take()
             && !self.building
@@ -234,7 +237,6 @@ impl Logging {
             self.building = true;
             let _ = self.feeds.unbounded_send(Feed::Take { through });
         }
-        self.batch.add(effects);
     }
 
     /// A checkpoint came back: it goes into the next batch.

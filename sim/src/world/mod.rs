@@ -417,8 +417,10 @@ impl World {
             &node.m,
             |local| local - off,
         );
+        node.batch.add(&effects);
         if !effects.log.is_empty() {
-            node.checkpointer.feed(Feed::Apply(effects.log.clone()));
+            node.checkpointer
+                .feed(Feed::Apply(std::mem::take(&mut effects.log)));
         }
         if let Some(through) = effects.checkpoint_due {
             // Only the master alone is fed in this world, so its copy must be exactly
@@ -434,7 +436,6 @@ impl World {
             );
             node.built = Some(cp);
         }
-        node.batch.add(&mut effects);
         let replies: Vec<_> = effects
             .replies
             .into_iter()
