@@ -7,7 +7,7 @@ use bytes::Bytes;
 use futures::future::{AbortHandle, Abortable};
 use tessera_core::chunkserver::ChunkserverConfig;
 use tessera_core::client::{Client, ClientConfig};
-use tessera_core::driver::{Quiet, chunkserver, master};
+use tessera_core::driver::{Quiet, checkpoint, chunkserver, master};
 use tessera_core::master::MasterConfig;
 use tessera_core::pb;
 use tessera_core::runtime::Runtime;
@@ -29,6 +29,7 @@ fn master_opts(chunk_size: u64) -> master::MasterOptions {
         tick: Duration::from_millis(500),
         call_timeout: Duration::from_secs(2),
         checkpoint_delay: Duration::ZERO,
+        checkpoint_part_bytes: 0,
     }
 }
 
@@ -572,6 +573,7 @@ fn a_checkpoint_is_built_beside_the_master_and_a_restart_starts_from_it() {
         let meta = MemMetaStore::default();
         let mut opts = master_opts(CHUNK);
         opts.checkpoint_delay = Duration::from_secs(20);
+        opts.checkpoint_part_bytes = 256;
         let m = start_master_opts(&rt, &net, &meta, opts.clone());
         let (_disks, _servers) = start_chunkservers(&rt, &net, 3);
         rt.sleep(Duration::from_secs(2)).await;
@@ -602,9 +604,15 @@ fn a_checkpoint_is_built_beside_the_master_and_a_restart_starts_from_it() {
         let before = last(&stored(b"log/").await);
         assert!(before.len() > 40, "{before:?}");
         rt.sleep(Duration::from_secs(25)).await;
-        let cp = stored(b"checkpoint").await;
-        assert_eq!(cp.len(), 1, "a checkpoint once built is written");
-        let cp: pb::Checkpoint = master::unseal(&cp[0].1).unwrap();
+        let values = stored(b"checkpoint").await;
+        let loaded = checkpoint::load(values.clone())
+            .unwrap()
+            .expect("a checkpoint once built is written");
+        // In parts of at most 256 bytes (and a seal), one value each.
+        assert!(loaded.parts > 2, "{} parts", loaded.parts);
+        assert_eq!(values.len(), 1 + loaded.parts as usize);
+        assert!(values.iter().all(|(_, v)| v.len() <= 256 + 32));
+        let cp = loaded.checkpoint;
         let after = last(&stored(b"log/").await);
         assert!(
             cp.through_seq >= 20 && after.iter().all(|&s| s > cp.through_seq),
@@ -634,7 +642,9 @@ fn a_checkpoint_is_built_beside_the_master_and_a_restart_starts_from_it() {
 
 /// A store from before checkpoints were built beside the master holds its first record
 /// beside a checkpoint that covers it: the master deletes it at start-up (the next
-/// checkpoint would otherwise delete every record from the first on, one by one).
+/// checkpoint would otherwise delete every record from the first on, one by one). Its
+/// checkpoint, stored whole as before parts, loads; the next is written in parts over
+/// it, and a restart starts from that.
 #[test]
 fn a_record_a_checkpoint_covers_is_deleted_at_start_up() {
     use tessera_core::driver::master::{log_key, seal};
@@ -670,7 +680,9 @@ fn a_record_a_checkpoint_covers_is_deleted_at_start_up() {
         ])
         .await
         .unwrap();
-        let _m = start_master(&rt, &net, &meta);
+        let mut opts = master_opts(CHUNK);
+        opts.checkpoint_part_bytes = 128;
+        let m = start_master_opts(&rt, &net, &meta, opts.clone());
         rt.sleep(Duration::from_secs(1)).await;
         let mut store = meta.clone();
         let left: Vec<u64> = store
@@ -686,6 +698,27 @@ fn a_record_a_checkpoint_covers_is_deleted_at_start_up() {
             .stat("/a")
             .await
             .expect("the record after the checkpoint");
+
+        // Past `checkpoint_every` (20) records: the next checkpoint, in parts.
+        for i in 0..25 {
+            client.mkdir(&format!("/b{i}"), false).await.unwrap();
+        }
+        rt.sleep(Duration::from_secs(1)).await;
+        let values = store.scan(b"checkpoint").await.unwrap();
+        let loaded = checkpoint::load(values).unwrap().unwrap();
+        assert!(
+            loaded.checkpoint.through_seq > 20 && loaded.parts > 1,
+            "through {}, {} parts",
+            loaded.checkpoint.through_seq,
+            loaded.parts
+        );
+        m.abort();
+        net.kill("master");
+        meta.crash();
+        let _m = start_master_opts(&rt, &net, &meta, opts);
+        for p in ["/a".to_string(), "/b24".into()] {
+            client.stat(&p).await.unwrap_or_else(|e| panic!("{p}: {e}"));
+        }
     });
 }
 

@@ -36,6 +36,7 @@ fn start_master(
         tick: Duration::from_millis(500),
         call_timeout: Duration::from_secs(2),
         checkpoint_delay: Duration::ZERO,
+        checkpoint_part_bytes: 0,
     };
     let fut = master::run(
         rt.clone(),

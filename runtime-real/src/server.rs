@@ -123,8 +123,9 @@ pub struct Knobs {
     /// The master writes a checkpoint after this many log records [default: 100000].
     #[arg(long)]
     pub checkpoint_every: Option<u64>,
-    /// A master replica sends another a checkpoint larger than this in parts of this
-    /// many bytes, one call each [default: 4194304 (4 MiB)].
+    /// A master stores its checkpoint in values of at most this many bytes, and a master
+    /// replica sends another a checkpoint larger than this in parts of this many bytes,
+    /// one call each [default: 4194304 (4 MiB)].
     #[arg(long)]
     pub snapshot_part_bytes: Option<usize>,
     /// Most bytes a chunkserver offers; the disk's free space caps it further
@@ -189,7 +190,8 @@ pub struct Resolved {
     pub tick: Duration,
     pub limits: ServerLimits,
     pub trace: Option<(PathBuf, Rotation)>,
-    /// A master replica's snapshots to others go in parts of this size.
+    /// A master's stored checkpoint, and a master replica's snapshots to others, go in
+    /// parts of this size.
     pub snapshot_part_bytes: usize,
 }
 
@@ -313,6 +315,7 @@ pub async fn run_master(data_dir: PathBuf, listen: String, knobs: &Knobs) -> Res
         tick: r.tick,
         call_timeout: r.rpc_timeout,
         checkpoint_delay: Duration::ZERO,
+        checkpoint_part_bytes: r.snapshot_part_bytes,
     };
     let trace = recorder(&r.trace, "master", &opts.listen)?;
     let transport = GrpcTransport::with_limits(r.limits);

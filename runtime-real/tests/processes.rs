@@ -662,16 +662,29 @@ fn a_master_alone_checkpoints_as_it_runs_and_recovers_from_them_after_kills() {
     let root = dir.path();
     let mut c = Cluster::start(root, 0);
     c.kill_master();
-    c.master_args = vec!["--checkpoint-every".into(), "20".into()];
+    // Stored in parts of 64 bytes: every start loads a checkpoint from many values.
+    c.master_args = ["--checkpoint-every", "20", "--snapshot-part-bytes", "64"]
+        .map(String::from)
+        .to_vec();
     c.start_master();
-    let (mut built, mut recovered) = (0, Vec::new());
+    let (mut built, mut recovered, mut parts) = (0, Vec::new(), Vec::new());
     for round in 0..4 {
         for i in 0..30 {
             c.ok(&["mkdir", &format!("/r{round}-{i}")]);
         }
         // The master's log starts afresh with each start: read it before the kill.
         let log = std::fs::read_to_string(root.join("master.log")).unwrap();
-        built += log.matches("checkpoint built beside the master").count();
+        for l in log
+            .lines()
+            .filter(|l| l.contains("checkpoint built beside the master"))
+        {
+            built += 1;
+            parts.extend(
+                l.split_whitespace()
+                    .find_map(|w| w.strip_prefix("parts="))
+                    .and_then(|n| n.parse::<u64>().ok()),
+            );
+        }
         c.kill_master();
         c.start_master();
         c.ok(&["stat", &format!("/r{round}-0")]);
@@ -689,6 +702,10 @@ fn a_master_alone_checkpoints_as_it_runs_and_recovers_from_them_after_kills() {
     assert!(
         built >= 4,
         "{built} checkpoints built in 120 directories and restarts"
+    );
+    assert!(
+        parts.len() == built && parts.iter().all(|&p| p > 4),
+        "parts of each checkpoint: {parts:?}"
     );
     // Each start read a checkpoint and a short log after it, not the whole log.
     assert!(

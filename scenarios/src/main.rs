@@ -246,7 +246,7 @@ mod madsim_main {
             let mut mends = [0u64; 2];
             let (mut listings, mut ns_ops, mut ns_writes, mut ns_files) = (0, 0, 0, 0);
             let (mut shadow_reads, mut group_checkpoints, mut from_parts) = (0, 0, 0);
-            let mut master_checkpoints = 0;
+            let (mut master_checkpoints, mut checkpoint_parts, mut shrunk) = (0, 0, 0);
             let mut faults = std::collections::BTreeMap::<&str, u64>::new();
             for &seed in &seeds {
                 let trace = trace_dir.as_ref().map(|d| {
@@ -267,6 +267,8 @@ mod madsim_main {
                 shadow_reads += o.shadow_reads_checked;
                 group_checkpoints += o.group_checkpoints;
                 master_checkpoints += o.master_checkpoints;
+                checkpoint_parts += o.master_checkpoint_parts;
+                shrunk += o.master_checkpoints_shrunk;
                 from_parts += o.snapshots_from_parts;
                 stale_runs += usize::from(o.stale_seen > 0);
                 scrubbed += o.scrub_found;
@@ -334,7 +336,9 @@ mod madsim_main {
                  reads_checked={reads} records_checked={records} listings_checked={listings} \
                  ns_ops_checked={ns_ops} ns_writes_checked={ns_writes} ns_files_checked={ns_files} \
                  shadow_reads_checked={shadow_reads} group_checkpoints={group_checkpoints} \
-                 master_checkpoints={master_checkpoints} snapshots_from_parts={from_parts} \
+                 master_checkpoints={master_checkpoints} master_checkpoint_parts={checkpoint_parts} \
+                 master_checkpoints_shrunk={shrunk} \
+                 snapshots_from_parts={from_parts} \
                  runs_with_stale_copies={stale_runs} \
                  scrubber_finds={scrubbed} mends_done={mends_done} mends_failed={mends_failed} \
                  faults={}",

@@ -26,8 +26,10 @@ use crate::net::{NetFaults, SimNet};
 use crate::runtime::{Clock, Jump, SimRuntime};
 
 const PORT: u16 = 7000;
-/// The part a master replica's snapshot is sent in: far below a snapshot's size here,
-/// so the transfer of a replica's state in parts runs under the network's faults.
+/// The part a master replica's snapshot is sent and stored in, and a master alone's
+/// checkpoint stored in: far below a checkpoint's size here, so the transfer of a
+/// replica's state in parts runs under the network's faults, and every restart loads a
+/// checkpoint from parts.
 const SNAPSHOT_PART_BYTES: usize = 512;
 
 /// The knobs a run is made of. The seed picks them (swarm testing): tiny chunks and short
@@ -303,6 +305,7 @@ fn start_group(
                         jump: rt.jump.clone(),
                         start,
                         checks: checks.clone(),
+                        store: None,
                     },
                     recorder(&knobs.trace_dir, "master", &addr2),
                 );
@@ -504,6 +507,7 @@ impl Cluster {
                         tick: knobs.master_tick,
                         call_timeout: knobs.rpc_timeout,
                         checkpoint_delay: knobs.checkpoint_delay,
+                        checkpoint_part_bytes: SNAPSHOT_PART_BYTES,
                     };
                     let obs = (
                         SimObserver {
@@ -512,6 +516,7 @@ impl Cluster {
                             jump: rt.jump.clone(),
                             start,
                             checks: checks.clone(),
+                            store: Some(store.clone()),
                         },
                         recorder(&knobs.trace_dir, "master", &addr),
                     );
@@ -600,6 +605,7 @@ impl Cluster {
                             jump: rt.jump.clone(),
                             start,
                             checks: checks2.clone(),
+                            store: None,
                         },
                         recorder(&knobs2.trace_dir, "chunkserver", &addr2),
                     );

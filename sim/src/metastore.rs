@@ -39,6 +39,11 @@ impl SimMetaStore {
         self.0.lock().expect("meta lock").delay = d;
     }
 
+    /// The durable values under `prefix` (for checks of what a driver wrote).
+    pub fn durable_under(&self, prefix: &[u8]) -> Vec<(Vec<u8>, Bytes)> {
+        tessera_core::runtime::scan_prefix(&self.0.lock().expect("meta lock").durable, prefix)
+    }
+
     /// Nothing written and kept (a new node's store, or one whose every write was lost).
     pub fn is_empty(&self) -> bool {
         self.0.lock().expect("meta lock").written.is_empty()

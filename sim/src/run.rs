@@ -103,6 +103,9 @@ pub struct Outcome {
     pub group_checkpoints: u64,
     /// Checkpoints a master alone's driver built beside it and wrote.
     pub master_checkpoints: u64,
+    /// The parts they were stored in, and how many were in fewer than the last.
+    pub master_checkpoint_parts: u64,
+    pub master_checkpoints_shrunk: u64,
     /// Snapshots master replicas made whole from parts.
     pub snapshots_from_parts: u64,
     pub ops_ok: u64,
@@ -388,6 +391,8 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         shadow_reads_checked: c.shadow_reads,
         group_checkpoints: c.group_checkpoints,
         master_checkpoints: c.master_checkpoints,
+        master_checkpoint_parts: c.master_checkpoint_parts,
+        master_checkpoints_shrunk: c.master_checkpoints_shrunk,
         snapshots_from_parts: c.snapshots_from_parts,
         ops_ok: runs.iter().map(|r| r.ok).sum(),
         ops_failed: runs.iter().map(|r| r.errors).sum(),

@@ -6,9 +6,9 @@
 
 use bytes::Bytes;
 
-use super::master::{CHECKPOINT_KEY, LOG_PREFIX, log_key, seal};
+use super::checkpoint::Sealed;
+use super::master::{LOG_PREFIX, log_key, seal};
 use crate::master::Effects;
-use crate::pb;
 use crate::types::LogSeq;
 
 /// What the next sync writes.
@@ -16,7 +16,15 @@ use crate::types::LogSeq;
 pub struct LogBatch {
     writes: Vec<(Vec<u8>, Option<Bytes>)>,
     last: Option<LogSeq>,
-    checkpoint: Option<pb::Checkpoint>,
+    checkpoint: Option<Sealed>,
+}
+
+/// What a batch must know of the store it goes to: the lowest log record left in it,
+/// and how many parts its checkpoint lies in (`driver::checkpoint`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    pub low_seq: LogSeq,
+    pub checkpoint_parts: u32,
 }
 
 /// A batch ready for the store: its writes in order, the last record in it (the
@@ -25,7 +33,7 @@ pub struct LogBatch {
 pub struct Commit {
     pub writes: Vec<(Vec<u8>, Option<Bytes>)>,
     pub through: Option<LogSeq>,
-    pub checkpoint: Option<pb::Checkpoint>,
+    pub checkpoint: Option<Sealed>,
 }
 
 impl LogBatch {
@@ -40,7 +48,7 @@ impl LogBatch {
 
     /// Takes a checkpoint built beside the master (`master::checkpointer`) into the
     /// batch: every record it covers was logged before, in this batch or an earlier one.
-    pub fn checkpoint(&mut self, cp: pb::Checkpoint) {
+    pub fn checkpoint(&mut self, cp: Sealed) {
         if let Some(old) = &self.checkpoint {
             assert!(
                 old.through_seq < cp.through_seq,
@@ -62,10 +70,10 @@ impl LogBatch {
     }
 
     /// The batch to write and sync. A checkpoint and the removal of the records it
-    /// covers form one atomic batch; records it covers that were about to be written are
-    /// not written. `low_seq` is the lowest record left in the store, moved past the
-    /// checkpoint.
-    pub fn commit(self, low_seq: &mut LogSeq) -> Commit {
+    /// covers (and of the earlier checkpoint's parts it does not overwrite) form one
+    /// atomic batch; records it covers that were about to be written are not written.
+    /// `held` is brought up to what the store holds once the batch is written.
+    pub fn commit(self, held: &mut Held) -> Commit {
         let LogBatch {
             mut writes,
             last,
@@ -75,9 +83,9 @@ impl LogBatch {
             let through = cp.through_seq;
             let covered = log_key(through);
             writes.retain(|(k, _)| !(k.starts_with(LOG_PREFIX) && k.as_slice() <= &covered[..]));
-            writes.push((CHECKPOINT_KEY.to_vec(), Some(seal(cp))));
-            writes.extend((*low_seq..=through).map(|seq| (log_key(seq), None)));
-            *low_seq = through + 1;
+            cp.writes(&mut held.checkpoint_parts, &mut writes);
+            writes.extend((held.low_seq..=through).map(|seq| (log_key(seq), None)));
+            held.low_seq = through + 1;
         }
         Commit {
             writes,

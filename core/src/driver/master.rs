@@ -1,8 +1,8 @@
 //! Runs the master over a `Runtime`, a `Transport` and a `MetaStore`.
 //!
 //! The op log lives in the store as `log/<seq, 8 bytes big-endian>` → record, and the
-//! latest checkpoint as `checkpoint`. Writing a checkpoint deletes the records it covers
-//! in the same batch.
+//! latest checkpoint under `checkpoint`, in parts (`driver::checkpoint`). Writing a
+//! checkpoint deletes the records it covers in the same batch.
 //!
 //! Each value is sealed ([`seal`]): a format byte, the CRC32C of the encoded message,
 //! then the message. A bit flipped or a value cut short on the disk under the store is
@@ -20,7 +20,8 @@ use futures::stream::FusedStream;
 use futures::{SinkExt, StreamExt};
 use prost::Message;
 
-use super::commit::LogBatch;
+use super::checkpoint::Sealed;
+use super::commit::{Held, LogBatch};
 use super::{DriverError, MasterStart, Observer};
 use crate::error::RpcError;
 use crate::master::checkpointer::{Checkpointer, Feed};
@@ -30,7 +31,7 @@ use crate::runtime::{MetaStore, Parts, PartsReader, Runtime, Transport};
 use crate::types::LogSeq;
 
 pub(crate) const LOG_PREFIX: &[u8] = b"log/";
-pub(crate) const CHECKPOINT_KEY: &[u8] = b"checkpoint";
+pub const CHECKPOINT_KEY: &[u8] = b"checkpoint";
 
 pub fn log_key(seq: LogSeq) -> Vec<u8> {
     let mut k = LOG_PREFIX.to_vec();
@@ -51,12 +52,36 @@ const UNSEALED_FIRST: &[u8] = &[
 
 /// `msg` as stored: [`SEALED`], CRC32C of the encoding (little-endian), the encoding.
 pub fn seal(msg: &impl Message) -> Bytes {
-    let body = msg.encode_to_vec();
-    let mut v = Vec::with_capacity(5 + body.len());
-    v.push(SEALED);
-    v.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
-    v.extend_from_slice(&body);
+    seal_as(SEALED, msg)
+}
+
+/// `msg` sealed under another first byte (a stored checkpoint's head: `checkpoint.rs`).
+pub(crate) fn seal_as(format: u8, msg: &impl Message) -> Bytes {
+    let len = msg.encoded_len();
+    let mut v = Vec::with_capacity(5 + len);
+    v.push(format);
+    v.extend_from_slice(&[0; 4]);
+    msg.encode(&mut v).expect("a Vec grows");
+    let sum = crc32c::crc32c(&v[5..]);
+    v[1..5].copy_from_slice(&sum.to_le_bytes());
     Bytes::from(v)
+}
+
+/// The body of a sealed value (any first byte), checked against its checksum.
+pub(crate) fn checked(v: &[u8]) -> Result<&[u8], String> {
+    let (sum, body) = v
+        .get(1..5)
+        .zip(v.get(5..))
+        .ok_or_else(|| format!("cut short: {} bytes", v.len()))?;
+    let want = u32::from_le_bytes(sum.try_into().expect("four bytes"));
+    let got = crc32c::crc32c(body);
+    if got != want {
+        return Err(format!(
+            "checksum mismatch ({} bytes: stored {want:#010x}, computed {got:#010x})",
+            v.len()
+        ));
+    }
+    Ok(body)
 }
 
 /// The message a stored value holds, checked against its checksum. A value from before
@@ -66,24 +91,10 @@ pub fn unseal<T: Message + Default>(v: &[u8]) -> Result<T, String> {
 }
 
 /// As [`unseal`], and whether the value was sealed.
-fn open<T: Message + Default>(v: &[u8]) -> Result<(T, bool), String> {
+pub(crate) fn open<T: Message + Default>(v: &[u8]) -> Result<(T, bool), String> {
     let sealed = v.first() == Some(&SEALED);
     let body = match v.first() {
-        Some(&SEALED) => {
-            let (sum, body) = v
-                .get(1..5)
-                .zip(v.get(5..))
-                .ok_or_else(|| format!("cut short: {} bytes", v.len()))?;
-            let want = u32::from_le_bytes(sum.try_into().expect("four bytes"));
-            let got = crc32c::crc32c(body);
-            if got != want {
-                return Err(format!(
-                    "checksum mismatch ({} bytes: stored {want:#010x}, computed {got:#010x})",
-                    v.len()
-                ));
-            }
-            body
-        }
+        Some(&SEALED) => checked(v)?,
         Some(b) if UNSEALED_FIRST.contains(b) => v,
         Some(b) => return Err(format!("unknown format (first byte {b:#04x})")),
         None => return Err("empty".into()),
@@ -105,13 +116,16 @@ pub struct MasterOptions {
     /// time. The simulator sets it, so that checkpoints come back after more records
     /// were logged and a crash can fall between a checkpoint's ask and its write.
     pub checkpoint_delay: Duration,
+    /// The most bytes of a checkpoint one stored value holds (0: 4 MiB); see
+    /// `driver::checkpoint`.
+    pub checkpoint_part_bytes: usize,
 }
 
 enum Event {
     Request(Incoming),
     CallResult(u64, Result<pb::ChunkResponse, RpcError>),
     Tick,
-    Checkpointed(pb::Checkpoint),
+    Checkpointed(Sealed),
 }
 
 type Incoming = crate::runtime::Incoming;
@@ -120,6 +134,8 @@ type Incoming = crate::runtime::Incoming;
 #[derive(Clone, Debug)]
 pub struct Durable {
     pub checkpoint: Option<pb::Checkpoint>,
+    /// How many parts the checkpoint lies in (`driver::checkpoint`).
+    pub checkpoint_parts: u32,
     pub tail: Vec<(LogSeq, pb::LogRecord)>,
 }
 
@@ -138,12 +154,12 @@ impl Durable {
 }
 
 /// Loads the checkpoint and the log tail from `store` and rebuilds the master.
-/// Also returns the lowest log record left in the store.
+/// Also returns what the next batch must know of the store.
 pub async fn recover<M: MetaStore>(
     store: &mut M,
     cfg: MasterConfig,
     now: crate::Time,
-) -> Result<(Master, LogSeq), DriverError> {
+) -> Result<(Master, Held), DriverError> {
     rebuild(cfg, now, &load(store).await?)
 }
 
@@ -164,22 +180,14 @@ pub async fn load<M: MetaStore>(store: &mut M) -> Result<Durable, DriverError> {
                 .into(),
         ));
     }
-    let checkpoint = match store
-        .scan(CHECKPOINT_KEY)
-        .await?
-        .into_iter()
-        .find(|(k, _)| k == CHECKPOINT_KEY)
-    {
-        Some((_, v)) => {
-            Some(open::<pb::Checkpoint>(&v).map_err(|e| damaged("checkpoint".into(), e))?)
-        }
-        None => None,
-    };
+    let loaded = super::checkpoint::load(store.scan(CHECKPOINT_KEY).await?)
+        .map_err(|e| damaged("checkpoint".into(), e))?;
     // Values are written in order, checkpoint before the records after it; once one was
     // sealed every later one is. An unsealed value after a sealed one is damage that
     // happened to look like an old value (its first byte changed by several bits).
-    let mut sealed_seen = checkpoint.as_ref().is_some_and(|(_, sealed)| *sealed);
-    let checkpoint = checkpoint.map(|(cp, _)| cp);
+    let mut sealed_seen = loaded.as_ref().is_some_and(|l| l.sealed);
+    let checkpoint_parts = loaded.as_ref().map_or(0, |l| l.parts);
+    let checkpoint = loaded.map(|l| l.checkpoint);
     let mut tail = Vec::new();
     for (k, v) in store.scan(LOG_PREFIX).await? {
         let seq: [u8; 8] = k[LOG_PREFIX.len()..]
@@ -197,7 +205,11 @@ pub async fn load<M: MetaStore>(store: &mut M) -> Result<Durable, DriverError> {
         sealed_seen |= sealed;
         tail.push((seq, rec));
     }
-    Ok(Durable { checkpoint, tail })
+    Ok(Durable {
+        checkpoint,
+        checkpoint_parts,
+        tail,
+    })
 }
 
 /// The log on its way to the store: the batch the next sync writes, and the
@@ -240,7 +252,7 @@ impl Logging {
     }
 
     /// A checkpoint came back: it goes into the next batch.
-    fn built(&mut self, cp: pb::Checkpoint) {
+    fn built(&mut self, cp: Sealed) {
         self.building = false;
         self.batch.checkpoint(cp);
     }
@@ -249,11 +261,12 @@ impl Logging {
 /// Starts the checkpointer on a task of its own, on the state recovery read.
 fn start_checkpointer<R: Runtime>(
     rt: &R,
-    chunk_size: u64,
+    opts: &MasterOptions,
     durable: std::sync::Arc<Durable>,
-    delay: Duration,
     tx: &mpsc::UnboundedSender<Event>,
 ) -> mpsc::UnboundedSender<Feed> {
+    let (chunk_size, delay) = (opts.config.chunk_size, opts.checkpoint_delay);
+    let part_bytes = opts.checkpoint_part_bytes;
     let (feeds, mut fed) = mpsc::unbounded::<Feed>();
     let (tx, rt2) = (tx.clone(), rt.clone());
     rt.spawn(async move {
@@ -270,14 +283,20 @@ fn start_checkpointer<R: Runtime>(
             let Some(cp) = checkpointer.feed(f) else {
                 continue;
             };
+            // Encoded and cut into parts here too: the loop only writes them.
+            let sealed = Sealed::new(&cp, part_bytes);
+            let (parts, bytes) = sealed.size();
             tracing::info!(
                 through = cp.through_seq,
                 entries = cp.entries.len(),
                 chunks = cp.chunks.len(),
+                parts,
+                bytes,
                 took_ms = rt2.now().saturating_sub(began).as_millis() as u64,
                 "checkpoint built beside the master"
             );
-            if tx.unbounded_send(Event::Checkpointed(cp)).is_err() {
+            drop(cp);
+            if tx.unbounded_send(Event::Checkpointed(sealed)).is_err() {
                 return;
             }
         }
@@ -285,13 +304,17 @@ fn start_checkpointer<R: Runtime>(
     feeds
 }
 
-/// The master `durable` describes, and the lowest log record left in the store.
+/// The master `durable` describes, and what the next batch must know of the store.
 pub fn rebuild(
     cfg: MasterConfig,
     now: crate::Time,
     durable: &Durable,
-) -> Result<(Master, LogSeq), DriverError> {
-    let Durable { checkpoint, tail } = durable;
+) -> Result<(Master, Held), DriverError> {
+    let Durable {
+        checkpoint,
+        checkpoint_parts,
+        tail,
+    } = durable;
     let records = tail.len();
     // The lowest record the next checkpoint deletes: one past this checkpoint (those it
     // covers are `Durable::stale`), else the first stored, else the next one logged (a
@@ -309,7 +332,11 @@ pub fn rebuild(
         chunks = m.meta().chunks.len(),
         "master recovered"
     );
-    Ok((m, low))
+    let held = Held {
+        low_seq: low,
+        checkpoint_parts: *checkpoint_parts,
+    };
+    Ok((m, held))
 }
 
 /// Runs the master until its store fails. Start-up is recovery.
@@ -346,7 +373,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
         .last()
         .map_or(0, |(s, _)| *s)
         .max(durable.checkpoint.as_ref().map_or(0, |c| c.through_seq));
-    let (mut master, mut low_seq) = rebuild(opts.config.clone(), now, &durable)?;
+    let (mut master, mut held) = rebuild(opts.config.clone(), now, &durable)?;
     // Call results, ticks and checkpoints, which the master itself started, come
     // through `events`.
     let (tx, mut events) = mpsc::unbounded::<Event>();
@@ -355,13 +382,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
     // for an event).
     let mut log = Logging {
         batch: LogBatch::default(),
-        feeds: start_checkpointer(
-            &rt,
-            opts.config.chunk_size,
-            durable.clone(),
-            opts.checkpoint_delay,
-            &tx,
-        ),
+        feeds: start_checkpointer(&rt, &opts, durable.clone(), &tx),
         // What the checkpointer starts from: the durable state (a fresh log's cluster id
         // record, made at recovery, comes in the first step's records).
         fed: recovered,
@@ -395,7 +416,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
     dispatch(&rt, &transport, &tx, &opts, &mut replies, effects);
     log.batch.delete(durable.stale());
     drop(durable);
-    let commit = std::mem::take(&mut log.batch).commit(&mut low_seq);
+    let commit = std::mem::take(&mut log.batch).commit(&mut held);
     assert!(
         commit.checkpoint.is_none(),
         "no checkpoint comes back before the loop reads its events"
@@ -464,7 +485,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
             ev = try_event(&mut events, &mut inbound);
         }
         if !log.batch.is_empty() {
-            let commit = std::mem::take(&mut log.batch).commit(&mut low_seq);
+            let commit = std::mem::take(&mut log.batch).commit(&mut held);
             store.write_synced(commit.writes).await?;
             if let Some(cp) = &commit.checkpoint {
                 observer.master_checkpointed(rt.now(), cp, master.last_seq());

@@ -4,6 +4,7 @@
 //! log records are written and synced before the master hears `LogSynced`, and storage
 //! operations complete before the chunkserver hears `StoreDone`.
 
+pub mod checkpoint;
 pub mod chunkserver;
 pub mod commit;
 pub mod group;
@@ -63,9 +64,10 @@ pub trait Observer: Send + 'static {
     ) {
     }
     /// A master alone's driver wrote checkpoint `cp`, built beside the master
-    /// (`master::checkpointer`); its master had logged through record `logged` by then.
-    /// The master does not see it: it is no input.
-    fn master_checkpointed(&mut self, _now: Time, _cp: &pb::Checkpoint, _logged: LogSeq) {}
+    /// (`master::checkpointer`) and sealed for the store (`driver::checkpoint`); its
+    /// master had logged through record `logged` by then. The master does not see it:
+    /// it is no input.
+    fn master_checkpointed(&mut self, _now: Time, _cp: &checkpoint::Sealed, _logged: LogSeq) {}
     fn chunkserver_step(
         &mut self,
         _now: Time,

@@ -4,7 +4,8 @@
 //! a log record to `Meta::apply`, a checkpoint to `Meta::restore`, chunk metadata to a
 //! chunkserver's recovery, a stored value to `unseal`, file bytes to the record scanner,
 //! a request (replica messages above all) to a master replica of a group, and the
-//! values of a replica's store to its start-up.
+//! values of a replica's store, or of a master alone's (its checkpoint in parts and its
+//! log), to its start-up.
 //! Each must answer with an error, never panic, and the state machines must still pass
 //! their own invariants afterwards.
 //!
@@ -37,9 +38,10 @@ pub enum Kind {
     Trace,
     GroupRequest,
     GroupStore,
+    MasterStore,
 }
 
-pub const KINDS: [Kind; 12] = [
+pub const KINDS: [Kind; 13] = [
     Kind::MasterRequest,
     Kind::ChunkRequest,
     Kind::HeartbeatReply,
@@ -52,6 +54,7 @@ pub const KINDS: [Kind; 12] = [
     Kind::Trace,
     Kind::GroupRequest,
     Kind::GroupStore,
+    Kind::MasterStore,
 ];
 
 /// The input that feeds `body` to the decoder of `kind` (for seeding a corpus).
@@ -80,6 +83,7 @@ pub fn run(data: &[u8]) -> usize {
         Kind::Trace => trace_file(body),
         Kind::GroupRequest => group_request(body),
         Kind::GroupStore => group_store(body),
+        Kind::MasterStore => master_store(body),
     };
     usize::from(handed_on)
 }
@@ -251,6 +255,44 @@ fn group_request(body: &[u8]) -> bool {
 /// little-endian value length, the value; repeated), loaded and started on: an error
 /// naming what is damaged, never a panic.
 fn group_store(body: &[u8]) -> bool {
+    let Ok(store) = crate::group::store::LogStore::load(unframe(body)) else {
+        return false;
+    };
+    let _ = replica_on(store);
+    true
+}
+
+/// The values a master alone's store holds (framed as [`group_store`] reads them),
+/// loaded and recovered from: an error naming what is damaged, never a panic.
+fn master_store(body: &[u8]) -> bool {
+    use crate::runtime::MetaStore;
+    let store = crate::testkit::MemMetaStore::default();
+    futures::executor::block_on(async {
+        let mut s = store.clone();
+        s.write(
+            unframe(body)
+                .into_iter()
+                .map(|(k, v)| (k, Some(v)))
+                .collect(),
+        )
+        .await
+        .expect("an in-memory store");
+        let Ok(durable) = crate::driver::master::load(&mut s).await else {
+            return false;
+        };
+        let cfg = MasterConfig::default();
+        let Ok((mut m, _)) = crate::driver::master::rebuild(cfg, Time(1), &durable) else {
+            return false;
+        };
+        // What it recovered it serves from.
+        let _ = m.handle(Time(2), master::Input::Tick);
+        true
+    })
+}
+
+/// Framed store values, as [`frame_store`] writes them; a value cut short is taken as
+/// far as it goes.
+fn unframe(body: &[u8]) -> Vec<(Vec<u8>, Bytes)> {
     let mut values = Vec::new();
     let mut rest = body;
     while let Some((&klen, r)) = rest.split_first() {
@@ -265,14 +307,10 @@ fn group_store(body: &[u8]) -> bool {
         values.push((key.to_vec(), Bytes::copy_from_slice(v)));
         rest = r;
     }
-    let Ok(store) = crate::group::store::LogStore::load(values) else {
-        return false;
-    };
-    let _ = replica_on(store);
-    true
+    values
 }
 
-/// A group store's values framed as [`group_store`] reads them.
+/// A store's values framed as [`group_store`] and [`master_store`] read them.
 pub fn frame_store(values: &[(Vec<u8>, Bytes)]) -> Vec<u8> {
     let mut out = Vec::new();
     for (k, v) in values {
@@ -640,6 +678,20 @@ pub fn seeds() -> Vec<Vec<u8>> {
         .filter_map(|(k, v)| Some((k, v?)))
         .collect();
     out.push(input(Kind::GroupStore, &frame_store(&values)));
+    // A master alone's store: a checkpoint in parts and a record after it.
+    let mut m = small_master();
+    let cp = m.checkpoint_now();
+    let mut values: Vec<(Vec<u8>, Bytes)> = crate::driver::checkpoint::Sealed::new(&cp, 64)
+        .values()
+        .collect();
+    let fx = m.handle(Time(5), master::Input::Tick);
+    values.extend(fx.log.iter().map(|(seq, r)| {
+        (
+            crate::driver::master::log_key(*seq),
+            crate::driver::master::seal(r),
+        )
+    }));
+    out.push(input(Kind::MasterStore, &frame_store(&values)));
     let reply = pb::MasterResponse {
         shadow: None,
         error: None,

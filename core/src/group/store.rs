@@ -23,6 +23,7 @@ use raft::{GetEntriesContext, RaftState, StorageError};
 
 use super::members::Members;
 use super::wire;
+use crate::driver::checkpoint::{join, pieces, split};
 use crate::driver::master::{seal, unseal};
 use crate::pb;
 
@@ -31,9 +32,6 @@ pub const HARD_KEY: &[u8] = b"group/hard";
 pub const CONF_KEY: &[u8] = b"group/conf";
 pub const SNAP_KEY: &[u8] = b"group/snap";
 pub const SNAP_PART_PREFIX: &[u8] = b"group/snap/";
-
-/// The size of a stored snapshot's parts until the replica sets its own.
-const PART_BYTES: usize = 4 << 20;
 
 fn part_key(n: u32) -> Vec<u8> {
     let mut k = SNAP_PART_PREFIX.to_vec();
@@ -339,28 +337,21 @@ impl LogStore {
     /// The writes that store `snap`: its metadata under [`SNAP_KEY`], its data in parts
     /// after it, and the removal of the earlier snapshot's parts it does not overwrite.
     fn write_snapshot(&mut self, snap: &rp::Snapshot, out: &mut Vec<Write>) {
-        let part = if self.part_bytes == 0 {
-            PART_BYTES
-        } else {
-            self.part_bytes
-        };
         let data = &snap.data;
-        let parts = u32::try_from(data.len().div_ceil(part)).expect("a snapshot in 2^32 parts");
+        let parts = pieces(data.len(), self.part_bytes);
         let mut head = wire::snapshot_to_pb(snap);
         head.data = Bytes::new();
         head.parts = parts;
         head.length = data.len() as u64;
         out.push((SNAP_KEY.to_vec(), Some(seal(&head))));
-        for n in 0..parts {
-            let at = n as usize * part;
-            let end = (at + part).min(data.len());
+        for (n, (offset, piece)) in split(data, self.part_bytes).enumerate() {
             let p = pb::RaftSnapshotPart {
                 message: None,
-                offset: at as u64,
+                offset,
                 total: data.len() as u64,
-                data: data.slice(at..end),
+                data: piece,
             };
-            out.push((part_key(n), Some(seal(&p))));
+            out.push((part_key(n as u32), Some(seal(&p))));
         }
         for n in parts..self.stored_parts {
             out.push((part_key(n), None));
@@ -480,36 +471,11 @@ fn snapshot_data(
     if !head.data.is_empty() {
         return Err("data both in the snapshot and in parts".into());
     }
-    if parts.len() != head.parts as usize || parts.keys().next_back() != Some(&(head.parts - 1)) {
-        return Err(format!(
-            "{} parts, {} held (the last numbered {:?})",
-            head.parts,
-            parts.len(),
-            parts.keys().next_back()
-        ));
-    }
-    // Nothing is allocated on a length not yet seen to add up.
-    let mut at = 0u64;
-    for (n, p) in &parts {
-        if p.offset != at || p.total != head.length || p.data.is_empty() {
-            return Err(format!(
-                "part {n} holds {} bytes at {} of {}, where {at} of {} come next",
-                p.data.len(),
-                p.offset,
-                p.total,
-                head.length
-            ));
-        }
-        at += p.data.len() as u64;
-    }
-    if at != head.length {
-        return Err(format!("parts hold {at} bytes of {}", head.length));
-    }
-    let mut data = bytes::BytesMut::with_capacity(at as usize);
-    for p in parts.values() {
-        data.extend_from_slice(&p.data);
-    }
-    Ok((data.freeze(), head.parts))
+    let held = parts
+        .into_iter()
+        .map(|(n, p)| (n, (p.offset, p.total, p.data)))
+        .collect();
+    Ok((join(head.parts, head.length, &held)?, head.parts))
 }
 
 /// The checkpoint a snapshot carries (None: the empty state before any).

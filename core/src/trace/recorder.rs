@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use super::record;
 use crate::chunkserver as cs;
+use crate::driver::checkpoint::Sealed;
 use crate::driver::{ChunkserverStart, MasterStart, Observer};
 use crate::group;
 use crate::master as ms;
@@ -142,7 +143,7 @@ impl<A: Observer, B: Observer> Observer for (A, B) {
         self.0.master_step(now, i, e, m);
         self.1.master_step(now, i, e, m);
     }
-    fn master_checkpointed(&mut self, now: Time, cp: &pb::Checkpoint, logged: LogSeq) {
+    fn master_checkpointed(&mut self, now: Time, cp: &Sealed, logged: LogSeq) {
         self.0.master_checkpointed(now, cp, logged);
         self.1.master_checkpointed(now, cp, logged);
     }
@@ -192,7 +193,7 @@ impl<A: Observer> Observer for Option<A> {
             o.master_step(now, i, e, m);
         }
     }
-    fn master_checkpointed(&mut self, now: Time, cp: &pb::Checkpoint, logged: LogSeq) {
+    fn master_checkpointed(&mut self, now: Time, cp: &Sealed, logged: LogSeq) {
         if let Some(o) = self {
             o.master_checkpointed(now, cp, logged);
         }

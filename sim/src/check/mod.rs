@@ -144,6 +144,12 @@ pub struct Checks {
     /// record, the master's own state at each step that said one was due, which the
     /// checkpoint written through that record must equal.
     pub master_checkpoints: u64,
+    /// The parts those checkpoints were stored in (`driver::checkpoint`).
+    pub master_checkpoint_parts: u64,
+    /// Checkpoints stored in fewer parts than the one they replaced (whose parts past
+    /// the new last must go), and by node the parts of the last one written.
+    pub master_checkpoints_shrunk: u64,
+    pub last_checkpoint_parts: HashMap<String, u32>,
     pub checkpoints_due: HashMap<(String, u64), tessera_core::pb::Checkpoint>,
     /// Snapshots replicas made whole from parts another sent (`snapshot_parts.rs`), and
     /// how many each replica had made as of its last step (it counts from its start).

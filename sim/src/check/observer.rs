@@ -17,6 +17,8 @@ pub struct SimObserver {
     pub jump: Jump,
     pub start: Instant,
     pub checks: Shared,
+    /// A master alone's store, whose checkpoint is read back as written.
+    pub store: Option<crate::metastore::SimMetaStore>,
 }
 
 impl SimObserver {
@@ -54,10 +56,19 @@ impl Observer for SimObserver {
         c.checkpoints_due.retain(|(n, _), _| *n != self.node);
     }
 
-    fn master_checkpointed(&mut self, _now: Time, cp: &tessera_core::pb::Checkpoint, logged: u64) {
+    fn master_checkpointed(
+        &mut self,
+        _now: Time,
+        cp: &tessera_core::driver::checkpoint::Sealed,
+        logged: u64,
+    ) {
         let t = self.true_ms();
         let mut c = self.checks.lock().expect("checks lock");
-        step::master_checkpointed(&mut c, &self.node, t, cp, logged);
+        let stored = self
+            .store
+            .as_ref()
+            .map(|s| s.durable_under(tessera_core::driver::master::CHECKPOINT_KEY));
+        step::master_checkpointed(&mut c, &self.node, t, cp, stored, logged);
     }
 
     fn replica_step(

@@ -124,19 +124,49 @@ pub fn replica_step(
 }
 
 /// A master alone's driver wrote checkpoint `cp`, built beside the master, whose
-/// master had logged through record `logged` by then. It must hold exactly the master's
-/// state at the step that said it was due: a restart starts from it.
+/// master had logged through record `logged` by then; `stored` is what its store holds
+/// under `checkpoint` now. Read back from those values, as a start-up reads them, it
+/// must hold exactly the master's state at the step that said it was due: a restart
+/// starts from it.
 pub fn master_checkpointed(
     c: &mut Checks,
     node: &str,
     t: i64,
-    cp: &tessera_core::pb::Checkpoint,
+    sealed: &tessera_core::driver::checkpoint::Sealed,
+    stored: Option<Vec<(Vec<u8>, bytes::Bytes)>>,
     logged: u64,
 ) {
-    let through = cp.through_seq;
+    let through = sealed.through_seq;
     c.trace.add(b"checkpointed");
     c.trace.add_u64(through);
     c.master_checkpoints += 1;
+    let parts = sealed.size().0;
+    c.master_checkpoint_parts += u64::from(parts);
+    if c.last_checkpoint_parts
+        .insert(node.to_string(), parts)
+        .is_some_and(|before| before > parts)
+    {
+        c.master_checkpoints_shrunk += 1;
+    }
+    let read = match stored {
+        Some(values) => tessera_core::driver::checkpoint::load(values).and_then(|l| {
+            let l = l.ok_or("none is stored")?;
+            if l.parts != parts {
+                return Err(format!("{} parts stored, {parts} written", l.parts));
+            }
+            Ok(l.checkpoint)
+        }),
+        None => sealed.read(),
+    };
+    let cp = match read {
+        Ok(cp) => cp,
+        Err(e) => {
+            let v = format!(
+                "{node} wrote a checkpoint through record {through} that does not read back: {e}"
+            );
+            return c.violation(t, v);
+        }
+    };
     // Built while the master went on logging.
     if logged > through {
         *c.faults.entry("slow_master_checkpoint").or_default() += 1;
@@ -146,7 +176,7 @@ pub fn master_checkpointed(
     c.checkpoints_due
         .retain(|(n, seq), _| n != node || *seq > through);
     let v = match due {
-        Some(want) if want == *cp => return,
+        Some(want) if want == cp => return,
         Some(_) => format!(
             "{node} wrote a checkpoint through record {through} that is not the master's \
              state at that record"

@@ -21,8 +21,9 @@ use futures::executor::block_on;
 use tessera_core::chunkserver::{
     self as cs, Chunkserver, ChunkserverConfig, Dest, OpId, Outgoing, Reply, StoreOp,
 };
+use tessera_core::driver::checkpoint::Sealed;
 use tessera_core::driver::chunkserver::{ensure_server_id, execute};
-use tessera_core::driver::commit::LogBatch;
+use tessera_core::driver::commit::{Held, LogBatch};
 use tessera_core::driver::master as master_driver;
 use tessera_core::driver::queues::ChunkQueues;
 use tessera_core::error::RpcError;
@@ -32,7 +33,7 @@ use tessera_core::pb;
 use tessera_core::pb::master_request as ms_req;
 use tessera_core::runtime::ChunkStore;
 use tessera_core::testkit::{MemChunkStore, MemMetaStore};
-use tessera_core::types::{ChunkHandle, LogSeq, Time};
+use tessera_core::types::{ChunkHandle, Time};
 
 use crate::check::{Checks, step};
 
@@ -129,14 +130,17 @@ struct MasterNode {
     replies: HashMap<u64, Token>,
     next_request: u64,
     batch: LogBatch,
-    low_seq: LogSeq,
+    held: Held,
     /// The copy of the state checkpoints are built from, fed what the master logs, as
     /// the driver's checkpointer task is (`master::checkpointer`).
     checkpointer: Checkpointer,
     /// A checkpoint built when it fell due, written with the next sync (by then the
     /// master may have logged more, as it does while a driver's checkpointer builds).
-    built: Option<pb::Checkpoint>,
+    built: Option<Sealed>,
 }
+
+/// The most bytes of a checkpoint one stored value holds.
+const CHECKPOINT_PART_BYTES: usize = 256;
 
 struct Live {
     cs: Chunkserver,
@@ -355,7 +359,7 @@ impl World {
         let checkpointer =
             Checkpointer::recover(cfg.chunk_size, durable.checkpoint.as_ref(), &durable.tail);
         match master_driver::rebuild(cfg, now, &durable) {
-            Ok((mut m, low_seq)) => {
+            Ok((mut m, held)) => {
                 let checkpointer =
                     checkpointer.expect("the master recovered from the same durable state");
                 // As the driver does; here the record is written with the next batch.
@@ -369,7 +373,7 @@ impl World {
                     replies: HashMap::new(),
                     next_request: 1,
                     batch,
-                    low_seq,
+                    held,
                     checkpointer,
                     built: None,
                 });
@@ -434,7 +438,14 @@ impl World {
                 node.m.meta().checkpoint(through),
                 "the checkpointer's state through record {through} is not the master's"
             );
-            node.built = Some(cp);
+            // In parts far smaller than a checkpoint, so every restart loads from parts.
+            let sealed = Sealed::new(&cp, CHECKPOINT_PART_BYTES);
+            assert_eq!(
+                sealed.read().as_ref(),
+                Ok(&cp),
+                "a sealed checkpoint reads back as something else"
+            );
+            node.built = Some(sealed);
         }
         let replies: Vec<_> = effects
             .replies
@@ -470,7 +481,7 @@ impl World {
         if node.batch.is_empty() {
             return false;
         }
-        let commit = std::mem::take(&mut node.batch).commit(&mut node.low_seq);
+        let commit = std::mem::take(&mut node.batch).commit(&mut node.held);
         use tessera_core::runtime::MetaStore;
         block_on(self.master_store.write(commit.writes)).expect("an in-memory store");
         block_on(self.master_store.sync()).expect("an in-memory store");
