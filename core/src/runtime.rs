@@ -25,6 +25,17 @@ pub trait Runtime: Clone + Send + Sync + 'static {
         F: Future<Output = ()> + Send + 'static;
     /// Seeded in the simulator, so a run replays exactly.
     fn random_u64(&self) -> u64;
+    /// Runs `f`, long work that never awaits (a checkpoint's build and encoding), where
+    /// it holds up no other task; its result comes back when it is done. A panic in `f`
+    /// goes on in the task that awaits it. Here it runs in place: the simulator's time
+    /// does not pass while a step computes, and a test's tasks wait their turn.
+    fn run_blocking<F, T>(&self, f: F) -> impl Future<Output = T> + Send
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        async move { f() }
+    }
 }
 
 /// One inbound call: its prost-encoded body, when it arrived, and where the encoded

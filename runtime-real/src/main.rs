@@ -432,7 +432,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(run(cli.cmd)) {
+    let result = rt.block_on(run(cli.cmd));
+    // Without waiting for work on the blocking threads (a checkpoint being built): every
+    // stop is a crash, and the next start recovers from the store.
+    rt.shutdown_background();
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tessera: {e}");

@@ -123,9 +123,9 @@ pub struct Knobs {
     /// The master writes a checkpoint after this many log records [default: 100000].
     #[arg(long)]
     pub checkpoint_every: Option<u64>,
-    /// A master stores its checkpoint in values of at most this many bytes, and a master
-    /// replica sends another a checkpoint larger than this in parts of this many bytes,
-    /// one call each [default: 4194304 (4 MiB)].
+    /// A master stores its checkpoint in parts of this many bytes (one value each, a few
+    /// bytes more), and a master replica sends another a checkpoint larger than this in
+    /// parts of this many bytes, one call each; 64 at least [default: 4194304 (4 MiB)].
     #[arg(long)]
     pub snapshot_part_bytes: Option<usize>,
     /// Most bytes a chunkserver offers; the disk's free space caps it further
@@ -234,9 +234,11 @@ impl Knobs {
         m.checkpoint_every = pick!(checkpoint_every, m.checkpoint_every).max(1);
         m.rng_seed = rand::random();
         let snapshot_part_bytes = pick!(snapshot_part_bytes, 4 << 20);
-        if snapshot_part_bytes == 0 || snapshot_part_bytes > MAX_MESSAGE / 2 {
+        // Each part carries a key and about 25 bytes of seal and framing: tiny parts
+        // would multiply a checkpoint's values and bytes many times over.
+        if !(64..=MAX_MESSAGE / 2).contains(&snapshot_part_bytes) {
             return Err(format!(
-                "--snapshot-part-bytes must be 1 to {} bytes (half the largest message)",
+                "--snapshot-part-bytes must be 64 to {} bytes (half the largest message)",
                 MAX_MESSAGE / 2
             ));
         }

@@ -901,6 +901,18 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
         !out.status.success() && err.contains(&format!("cannot listen on {addr}: ")),
         "{err}"
     );
+    // Parts so small a checkpoint would lie in more values than bytes.
+    let out = Command::new(BIN)
+        .args(["master", "--snapshot-part-bytes", "16", "--data-dir"])
+        .arg(root.join("tiny-parts"))
+        .args(["--listen", &nobody])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--snapshot-part-bytes must be 64 to "),
+        "{err}"
+    );
 
     let mut c = Cluster::start(root, 3);
     std::thread::sleep(Duration::from_secs(2));

@@ -119,9 +119,12 @@ pub struct Sealed {
 
 impl Sealed {
     /// `cp` encoded, sealed and cut into parts of at most `part_bytes` (0:
-    /// [`PART_BYTES`]).
-    pub fn new(cp: &pb::Checkpoint, part_bytes: usize) -> Sealed {
-        let whole = seal(cp);
+    /// [`PART_BYTES`]). It is dropped once encoded: at most it and its encoding, or its
+    /// encoding and the parts, are held at once.
+    pub fn new(cp: pb::Checkpoint, part_bytes: usize) -> Sealed {
+        let through_seq = cp.through_seq;
+        let whole = seal(&cp);
+        drop(cp);
         let total = whole.len() as u64;
         let parts: Vec<Bytes> = split(&whole, part_bytes)
             .map(|(offset, data)| {
@@ -135,13 +138,13 @@ impl Sealed {
         let head = seal_as(
             HEAD,
             &pb::CheckpointHead {
-                through_seq: cp.through_seq,
+                through_seq,
                 parts: u32::try_from(parts.len()).expect("a checkpoint in 2^32 parts"),
                 length: total,
             },
         );
         Sealed {
-            through_seq: cp.through_seq,
+            through_seq,
             head,
             parts,
         }
@@ -218,8 +221,12 @@ pub fn load(values: impl IntoIterator<Item = (Vec<u8>, Bytes)>) -> Result<Option
     };
     if head.first() != Some(&HEAD) {
         // From before parts: the whole checkpoint in one value.
-        if let Some(n) = held.keys().next() {
-            return Err(format!("part {n} beside a checkpoint stored whole"));
+        if !held.is_empty() {
+            return Err(format!(
+                "the head is not one (first byte {:#04x}), yet {} parts are stored",
+                head.first().copied().unwrap_or(0),
+                held.len()
+            ));
         }
         let (checkpoint, sealed) = open::<pb::Checkpoint>(&head)?;
         return Ok(Some(Loaded {
@@ -277,7 +284,7 @@ mod tests {
     #[test]
     fn a_checkpoint_is_stored_in_parts_and_read_back_whole() {
         let big = cp(40, 60);
-        let s = Sealed::new(&big, 100);
+        let s = Sealed::new(big.clone(), 100);
         let (parts, _) = s.size();
         let whole = seal(&big).len();
         assert_eq!(parts as usize, whole.div_ceil(100));
@@ -298,7 +305,7 @@ mod tests {
         // The writes of a smaller one over it remove the parts it does not overwrite.
         let mut store: BTreeMap<Vec<u8>, Bytes> = stored(&s).into_iter().collect();
         let mut count = parts;
-        let small = Sealed::new(&cp(80, 2), 100);
+        let small = Sealed::new(cp(80, 2), 100);
         let mut out = Vec::new();
         small.writes(&mut count, &mut out);
         for (k, v) in out {
@@ -322,7 +329,7 @@ mod tests {
     /// head damaged, stops the load with what is wrong.
     #[test]
     fn damage_to_a_stored_checkpoint_is_refused() {
-        let s = Sealed::new(&cp(40, 60), 100);
+        let s = Sealed::new(cp(40, 60), 100);
         let vals = stored(&s);
         let part = |vals: &[(Vec<u8>, Bytes)], n: u32| {
             vals.iter().position(|(k, _)| *k == part_key(n)).unwrap()
@@ -356,14 +363,14 @@ mod tests {
         // of its own.
         let mut changed = cp(40, 60);
         changed.entries[30].length = 31;
-        let other = stored(&Sealed::new(&changed, 100));
+        let other = stored(&Sealed::new(changed, 100));
         let n = (1..s.size().0)
             .find(|&n| other[part(&other, n)].1 != vals[part(&vals, n)].1)
             .expect("a part differs");
         let mut bad = vals.clone();
         bad[part(&vals, n)].1 = other[part(&other, n)].1.clone();
         assert!(err(bad).contains("whole: checksum mismatch"));
-        let other = stored(&Sealed::new(&cp(41, 60), 100));
+        let other = stored(&Sealed::new(cp(41, 60), 100));
         let mut bad = vals.clone();
         bad[part(&vals, 0)].1 = other[part(&other, 0)].1.clone();
         assert!(
@@ -377,6 +384,12 @@ mod tests {
         assert!(err(bad).contains("head: checksum mismatch"));
 
         let mut bad = vals.clone();
+        let mut v = bad[0].1.to_vec();
+        v[0] ^= 1;
+        bad[0].1 = v.into();
+        assert!(err(bad).contains("the head is not one (first byte 0xc7)"));
+
+        let mut bad = vals.clone();
         bad.remove(0);
         assert!(err(bad).contains("part 0 without a head"));
         let mut bad = vals.clone();
@@ -388,7 +401,7 @@ mod tests {
     /// must refuse the head, not take it for the checkpoint of an empty namespace.
     #[test]
     fn a_binary_from_before_parts_refuses_the_head() {
-        let s = Sealed::new(&cp(40, 60), 100);
+        let s = Sealed::new(cp(40, 60), 100);
         let head = &stored(&s)[0].1;
         let e = open::<pb::Checkpoint>(head).expect_err("refused");
         assert!(e.contains("unknown format (first byte 0xc6)"), "{e}");

@@ -205,7 +205,22 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                 if slow && !delay.is_zero() {
                     rt2.sleep(delay).await;
                 }
-                let event = match checkpointer.feed(f) {
+                // A walk of the whole state, or a state rebuilt from a snapshot: off the
+                // threads that run tasks. Entries fed meanwhile wait in the channel.
+                let blocking = slow || matches!(f, group::checkpointer::Feed::Reset(_));
+                let built = if blocking {
+                    let (back, built) = rt2
+                        .run_blocking(move || {
+                            let built = checkpointer.feed(f);
+                            (checkpointer, built)
+                        })
+                        .await;
+                    checkpointer = back;
+                    built
+                } else {
+                    checkpointer.feed(f)
+                };
+                let event = match built {
                     Some(group::checkpointer::Built::Checkpoint(t)) => Event::Checkpointed(t),
                     Some(group::checkpointer::Built::Copy(h)) => Event::MasterCopy(h),
                     None => continue,

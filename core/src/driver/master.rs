@@ -33,6 +33,10 @@ use crate::types::LogSeq;
 pub(crate) const LOG_PREFIX: &[u8] = b"log/";
 pub const CHECKPOINT_KEY: &[u8] = b"checkpoint";
 
+/// No log reaches this record: one numbered past it was damaged (a value from before
+/// sealing is not checked) and would overflow the numbers after it.
+const MAX_SEQ: LogSeq = 1 << 62;
+
 pub fn log_key(seq: LogSeq) -> Vec<u8> {
     let mut k = LOG_PREFIX.to_vec();
     k.extend_from_slice(&seq.to_be_bytes());
@@ -188,12 +192,23 @@ pub async fn load<M: MetaStore>(store: &mut M) -> Result<Durable, DriverError> {
     let mut sealed_seen = loaded.as_ref().is_some_and(|l| l.sealed);
     let checkpoint_parts = loaded.as_ref().map_or(0, |l| l.parts);
     let checkpoint = loaded.map(|l| l.checkpoint);
+    if let Some(cp) = &checkpoint
+        && cp.through_seq > MAX_SEQ
+    {
+        return Err(damaged(
+            "checkpoint".into(),
+            format!("through record {}, past any log", cp.through_seq),
+        ));
+    }
     let mut tail = Vec::new();
     for (k, v) in store.scan(LOG_PREFIX).await? {
         let seq: [u8; 8] = k[LOG_PREFIX.len()..]
             .try_into()
             .map_err(|_| bad(format!("log key {k:?}")))?;
         let seq = u64::from_be_bytes(seq);
+        if seq > MAX_SEQ {
+            return Err(damaged(format!("log key {k:?}"), "past any log".into()));
+        }
         let (rec, sealed) =
             open::<pb::LogRecord>(&v).map_err(|e| damaged(format!("log record {seq}"), e))?;
         if sealed_seen && !sealed {
@@ -276,26 +291,35 @@ fn start_checkpointer<R: Runtime>(
                 .expect("the master recovered from the same durable state");
         drop(durable);
         while let Some(f) = fed.next().await {
-            if matches!(f, Feed::Take { .. }) && !delay.is_zero() {
+            if matches!(f, Feed::Apply(_)) {
+                checkpointer.feed(f);
+                continue;
+            }
+            if !delay.is_zero() {
                 rt2.sleep(delay).await;
             }
             let began = rt2.now();
-            let Some(cp) = checkpointer.feed(f) else {
-                continue;
-            };
-            // Encoded and cut into parts here too: the loop only writes them.
-            let sealed = Sealed::new(&cp, part_bytes);
+            // A walk of the whole namespace and its encoding: off the threads that run
+            // tasks. Records fed meanwhile wait in the channel.
+            let (back, sealed, entries, chunks) = rt2
+                .run_blocking(move || {
+                    let cp = checkpointer.feed(f).expect("a take builds a checkpoint");
+                    let (entries, chunks) = (cp.entries.len(), cp.chunks.len());
+                    // Encoded and cut into parts here too: the loop only writes them.
+                    (checkpointer, Sealed::new(cp, part_bytes), entries, chunks)
+                })
+                .await;
+            checkpointer = back;
             let (parts, bytes) = sealed.size();
             tracing::info!(
-                through = cp.through_seq,
-                entries = cp.entries.len(),
-                chunks = cp.chunks.len(),
+                through = sealed.through_seq,
+                entries,
+                chunks,
                 parts,
                 bytes,
                 took_ms = rt2.now().saturating_sub(began).as_millis() as u64,
                 "checkpoint built beside the master"
             );
-            drop(cp);
             if tx.unbounded_send(Event::Checkpointed(sealed)).is_err() {
                 return;
             }
@@ -717,5 +741,30 @@ mod tests {
         .unwrap();
         let err = start(&mut store).map(|_| ()).unwrap_err().to_string();
         assert!(err.contains("log record 2: not sealed"), "{err}");
+
+        // An unsealed checkpoint (unchecked) through a record no log reaches: refused,
+        // not a number that overflows the next.
+        let mut store = MemMetaStore::default();
+        let cp = pb::Checkpoint {
+            through_seq: u64::MAX,
+            ..Default::default()
+        };
+        futures::executor::block_on(store.write(vec![(
+            CHECKPOINT_KEY.to_vec(),
+            Some(cp.encode_to_vec().into()),
+        )]))
+        .unwrap();
+        let err = start(&mut store).map(|_| ()).unwrap_err().to_string();
+        assert!(
+            err.contains("checkpoint: through record 18446744073709551615, past any log"),
+            "{err}"
+        );
+        futures::executor::block_on(store.write(vec![
+            (CHECKPOINT_KEY.to_vec(), None),
+            (log_key(u64::MAX), Some(records[0].encode_to_vec().into())),
+        ]))
+        .unwrap();
+        let err = start(&mut store).map(|_| ()).unwrap_err().to_string();
+        assert!(err.contains("past any log"), "{err}");
     }
 }

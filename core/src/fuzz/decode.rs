@@ -681,7 +681,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
     // A master alone's store: a checkpoint in parts and a record after it.
     let mut m = small_master();
     let cp = m.checkpoint_now();
-    let mut values: Vec<(Vec<u8>, Bytes)> = crate::driver::checkpoint::Sealed::new(&cp, 64)
+    let mut values: Vec<(Vec<u8>, Bytes)> = crate::driver::checkpoint::Sealed::new(cp, 64)
         .values()
         .collect();
     let fx = m.handle(Time(5), master::Input::Tick);

@@ -439,7 +439,7 @@ impl World {
                 "the checkpointer's state through record {through} is not the master's"
             );
             // In parts far smaller than a checkpoint, so every restart loads from parts.
-            let sealed = Sealed::new(&cp, CHECKPOINT_PART_BYTES);
+            let sealed = Sealed::new(cp.clone(), CHECKPOINT_PART_BYTES);
             assert_eq!(
                 sealed.read().as_ref(),
                 Ok(&cp),
