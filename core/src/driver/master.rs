@@ -291,30 +291,32 @@ fn start_checkpointer<R: Runtime>(
                 .expect("the master recovered from the same durable state");
         drop(durable);
         while let Some(f) = fed.next().await {
-            if matches!(f, Feed::Apply(_)) {
-                checkpointer.feed(f);
-                continue;
-            }
+            let through = match f {
+                Feed::Apply(records) => {
+                    checkpointer.apply(records);
+                    continue;
+                }
+                Feed::Take { through } => through,
+            };
             if !delay.is_zero() {
                 rt2.sleep(delay).await;
             }
             let began = rt2.now();
             // A walk of the whole namespace and its encoding: off the threads that run
             // tasks. Records fed meanwhile wait in the channel.
-            let (back, sealed, entries, chunks) = rt2
+            let (back, sealed) = rt2
                 .run_blocking(move || {
-                    let cp = checkpointer.feed(f).expect("a take builds a checkpoint");
-                    let (entries, chunks) = (cp.entries.len(), cp.chunks.len());
-                    // Encoded and cut into parts here too: the loop only writes them.
-                    (checkpointer, Sealed::new(cp, part_bytes), entries, chunks)
+                    // Encoded into parts as the walk goes: the loop only writes them.
+                    let sealed = Sealed::build(through, checkpointer.take(through), part_bytes);
+                    (checkpointer, sealed)
                 })
                 .await;
             checkpointer = back;
             let (parts, bytes) = sealed.size();
             tracing::info!(
                 through = sealed.through_seq,
-                entries,
-                chunks,
+                entries = sealed.entries,
+                chunks = sealed.chunks,
                 parts,
                 bytes,
                 took_ms = rt2.now().saturating_sub(began).as_millis() as u64,

@@ -77,7 +77,6 @@ pub fn dump(meta: &Meta) -> String {
     let tree: Vec<String> = meta
         .ns
         .walk()
-        .into_iter()
         .map(|(path, node)| match node {
             Node::Dir { mtime_ms, .. } => format!("{path:?} dir {mtime_ms}"),
             Node::File(f) => format!("{path:?} {f:?}"),

@@ -5,9 +5,10 @@
 //! answered nothing meanwhile: no request, no heartbeat, no call result. So the master
 //! only says when one is due (`Effects::checkpoint_due`), and its driver keeps a second
 //! copy of the state here, fed the same records in the same order as they are logged.
-//! The driver runs the checkpointer on a task of its own; a checkpoint it builds goes
-//! into the next batch the driver writes, with the removal of the records it covers
-//! (`driver::commit`). Records logged meanwhile stay in the log.
+//! The driver runs the checkpointer on a task of its own, and encodes a checkpoint's
+//! pieces into stored parts as the walk gives them (`driver::checkpoint::Sealed::build`).
+//! The parts go into the next batch the driver writes, with the removal of the records
+//! they cover (`driver::commit`). Records logged meanwhile stay in the log.
 //!
 //! The copy starts from what recovery read (the latest checkpoint and the log after
 //! it), rebuilt on the checkpointer's own task, so a restart is not slowed either. The
@@ -49,50 +50,55 @@ impl Checkpointer {
         self.seq
     }
 
-    /// Takes one feed; a `Take` gives the checkpoint built.
+    /// Applies records the master logged, in order, each numbered one past the last.
     ///
     /// The master applied every record before it was fed here, in the same order, so a
     /// record that is out of order or does not apply is a bug: it panics (the driver
     /// stops, and the next start recovers from the store, which this never touched).
-    pub fn feed(&mut self, f: Feed) -> Option<pb::Checkpoint> {
-        match f {
-            Feed::Apply(records) => {
-                for (seq, rec) in records {
-                    assert_eq!(
-                        seq,
-                        self.seq + 1,
-                        "the checkpointer was fed record {seq} after record {}",
-                        self.seq
-                    );
-                    if let Err(e) = self.meta.apply(&rec) {
-                        panic!(
-                            "record {seq} applied in the master but not in its checkpointer: {e}"
-                        );
-                    }
-                    self.seq = seq;
-                }
-                None
+    pub fn apply(&mut self, records: Vec<(LogSeq, pb::LogRecord)>) {
+        for (seq, rec) in records {
+            assert_eq!(
+                seq,
+                self.seq + 1,
+                "the checkpointer was fed record {seq} after record {}",
+                self.seq
+            );
+            if let Err(e) = self.meta.apply(&rec) {
+                panic!("record {seq} applied in the master but not in its checkpointer: {e}");
             }
-            Feed::Take { through } => {
-                // A checkpoint labelled past what it holds would let the driver delete
-                // records it does not hold; one labelled short would replay records twice.
-                assert_eq!(
-                    through, self.seq,
-                    "a checkpoint asked through record {through} of a state through record {}",
-                    self.seq
-                );
-                Some(self.meta.checkpoint(self.seq))
-            }
+            self.seq = seq;
         }
+    }
+
+    /// The checkpoint through record `through`, the last one applied, in pieces built
+    /// as they are taken (`Meta::checkpoint_pieces`): the driver encodes them into the
+    /// stored parts one by one, so the checkpoint is never whole in memory.
+    pub fn take(&self, through: LogSeq) -> impl Iterator<Item = pb::Checkpoint> + '_ {
+        // A checkpoint labelled past what it holds would let the driver delete records
+        // it does not hold; one labelled short would replay records twice.
+        assert_eq!(
+            through, self.seq,
+            "a checkpoint asked through record {through} of a state through record {}",
+            self.seq
+        );
+        self.meta.checkpoint_pieces(self.seq)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::driver::checkpoint::Sealed;
     use crate::master::{Input, Master, MasterConfig};
     use crate::pb::master_request::Req;
     use crate::types::Time;
+
+    /// What the driver stores of the checkpoint built through `through`, read back.
+    fn built_through(cp: &Checkpointer, through: LogSeq) -> pb::Checkpoint {
+        let sealed = Sealed::build(through, cp.take(through), 64);
+        assert!(sealed.size().0 > 1, "in parts");
+        sealed.read().expect("reads back")
+    }
 
     fn create(path: &str) -> Input {
         Input::Request {
@@ -126,10 +132,10 @@ mod tests {
             e.log.extend(synced.log);
             assert!(!e.log.is_empty(), "a create logs");
             log.extend(e.log.iter().cloned());
-            cp.feed(Feed::Apply(std::mem::take(&mut e.log)));
+            cp.apply(std::mem::take(&mut e.log));
             if let Some(due) = e.checkpoint_due.or(synced.checkpoint_due) {
                 assert_eq!(due, m.last_seq());
-                let c = cp.feed(Feed::Take { through: due }).expect("built");
+                let c = built_through(&cp, due);
                 assert_eq!(c, m.meta().checkpoint(due), "through {due}");
                 built.push(c);
             }
@@ -147,9 +153,9 @@ mod tests {
         );
         let (older, newer) = after.split_at(after.len() / 2);
         let mut again = Checkpointer::recover(cfg.chunk_size, Some(last), older).unwrap();
-        again.feed(Feed::Apply(newer.to_vec()));
+        again.apply(newer.to_vec());
         let through = m.last_seq();
-        let c = again.feed(Feed::Take { through }).expect("built");
+        let c = built_through(&again, through);
         assert_eq!(c, m.meta().checkpoint(through));
     }
 
@@ -173,8 +179,8 @@ mod tests {
     fn a_checkpoint_asked_past_what_was_fed_is_a_bug() {
         let (mut cp, mut log) = three_records();
         log.truncate(2);
-        cp.feed(Feed::Apply(log));
-        cp.feed(Feed::Take { through: 3 });
+        cp.apply(log);
+        let _ = cp.take(3);
     }
 
     /// Fed a record out of order, it stops.
@@ -183,6 +189,6 @@ mod tests {
     fn a_record_fed_out_of_order_is_a_bug() {
         let (mut cp, mut log) = three_records();
         log.remove(1);
-        cp.feed(Feed::Apply(log));
+        cp.apply(log);
     }
 }

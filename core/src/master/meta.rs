@@ -369,39 +369,64 @@ impl Meta {
         Ok(out)
     }
 
+    /// The checkpoint of this state through record `through_seq`.
     pub fn checkpoint(&self, through_seq: LogSeq) -> pb::Checkpoint {
-        let entries = self
-            .ns
-            .walk()
-            .into_iter()
-            .map(|(path, node)| match node {
-                Node::Dir { mtime_ms, .. } => pb::CheckpointEntry {
-                    path,
-                    is_dir: true,
-                    mtime_ms: *mtime_ms,
-                    ..Default::default()
-                },
-                Node::File(f) => pb::CheckpointEntry {
-                    path,
-                    is_dir: false,
-                    mtime_ms: f.mtime_ms,
-                    length: f.length,
-                    replication: f.replication.into(),
-                    chunks: f.chunks.to_vec(),
-                    chunk_size: f.chunk_size.into(),
-                },
-            })
-            .collect();
-        let chunks = self
-            .chunks
-            .iter()
-            .map(|(handle, c)| pb::CheckpointChunk {
-                handle,
-                version: c.version,
-                refcount: c.refcount,
-                goal: c.goal.into(),
-            })
-            .collect();
+        pb::Checkpoint {
+            entries: self.ns.walk().map(checkpoint_entry).collect(),
+            chunks: self.checkpoint_chunks().collect(),
+            completed: self.checkpoint_completed().collect(),
+            ..self.checkpoint_rest(through_seq)
+        }
+    }
+
+    /// The same checkpoint in pieces, each built as it is taken, so that it is never
+    /// whole in memory: first every field but the entries, chunks and completed
+    /// requests, then each of those alone. The encodings of the pieces, end to end, are
+    /// an encoding of the whole (a protobuf message merges what it decodes), and
+    /// decode to exactly [`Meta::checkpoint`].
+    pub fn checkpoint_pieces(
+        &self,
+        through_seq: LogSeq,
+    ) -> impl Iterator<Item = pb::Checkpoint> + '_ {
+        let entries = self.ns.walk().map(|e| pb::Checkpoint {
+            entries: vec![checkpoint_entry(e)],
+            ..Default::default()
+        });
+        let chunks = self.checkpoint_chunks().map(|c| pb::Checkpoint {
+            chunks: vec![c],
+            ..Default::default()
+        });
+        let completed = self.checkpoint_completed().map(|c| pb::Checkpoint {
+            completed: vec![c],
+            ..Default::default()
+        });
+        std::iter::once_with(move || self.checkpoint_rest(through_seq))
+            .chain(entries)
+            .chain(chunks)
+            .chain(completed)
+    }
+
+    fn checkpoint_chunks(&self) -> impl Iterator<Item = pb::CheckpointChunk> + '_ {
+        self.chunks.iter().map(|(handle, c)| pb::CheckpointChunk {
+            handle,
+            version: c.version,
+            refcount: c.refcount,
+            goal: c.goal.into(),
+        })
+    }
+
+    fn checkpoint_completed(&self) -> impl Iterator<Item = pb::Completed> + '_ {
+        self.retries.iter().map(|(token, c)| pb::Completed {
+            token,
+            path: c.path.clone(),
+            offset: c.append.map_or(0, |a| a.0),
+            length: c.append.map_or(0, |a| a.1),
+            append: c.append.is_some(),
+        })
+    }
+
+    /// The checkpoint without its entries, chunks and completed requests.
+    fn checkpoint_rest(&self, through_seq: LogSeq) -> pb::Checkpoint {
         let retired = self
             .retired
             .iter()
@@ -422,8 +447,8 @@ impl Meta {
             through_seq,
             cluster_id: self.cluster_id,
             next_handle: self.next_handle,
-            entries,
-            chunks,
+            entries: Vec::new(),
+            chunks: Vec::new(),
             retired,
             reserved,
             fallbacks: self
@@ -451,17 +476,7 @@ impl Meta {
                         .collect(),
                 })
                 .collect(),
-            completed: self
-                .retries
-                .iter()
-                .map(|(token, c)| pb::Completed {
-                    token,
-                    path: c.path.clone(),
-                    offset: c.append.map_or(0, |a| a.0),
-                    length: c.append.map_or(0, |a| a.1),
-                    append: c.append.is_some(),
-                })
-                .collect(),
+            completed: Vec::new(),
             // A group's snapshot adds its members (`group::members`).
             group_members: Default::default(),
             group_retired: Vec::new(),
@@ -636,5 +651,26 @@ impl Meta {
     /// A canonical dump of the whole state, for tests that compare two masters.
     pub fn fingerprint(&self) -> pb::Checkpoint {
         self.checkpoint(0)
+    }
+}
+
+/// A namespace entry as a checkpoint holds it.
+fn checkpoint_entry((path, node): (String, &Node)) -> pb::CheckpointEntry {
+    match node {
+        Node::Dir { mtime_ms, .. } => pb::CheckpointEntry {
+            path,
+            is_dir: true,
+            mtime_ms: *mtime_ms,
+            ..Default::default()
+        },
+        Node::File(f) => pb::CheckpointEntry {
+            path,
+            is_dir: false,
+            mtime_ms: f.mtime_ms,
+            length: f.length,
+            replication: f.replication.into(),
+            chunks: f.chunks.to_vec(),
+            chunk_size: f.chunk_size.into(),
+        },
     }
 }

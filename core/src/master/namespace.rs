@@ -394,9 +394,31 @@ impl Namespace {
             .collect()
     }
 
-    /// Every entry with its full path, parents before children (for checkpoints).
-    pub fn walk(&self) -> Vec<(String, &Node)> {
-        self.walk_from(ROOT, String::new())
+    /// Every entry with its full path, parents before children (for checkpoints): each
+    /// directory's entries in name order, then those of the directories among them, the
+    /// last first. Built as it is taken, so the paths are never all in memory at once.
+    pub fn walk(&self) -> impl Iterator<Item = (String, &Node)> + '_ {
+        type Range<'a> = std::collections::btree_map::Range<'a, (DirId, Box<str>), Node>;
+        let mut stack = vec![(ROOT, String::new())];
+        let mut dir: Option<(Range<'_>, String)> = None;
+        std::iter::from_fn(move || {
+            loop {
+                if let Some((range, prefix)) = &mut dir
+                    && let Some(((_, name), node)) = range.next()
+                {
+                    let p = format!("{prefix}/{name}");
+                    if let Node::Dir { id, .. } = node {
+                        stack.push((*id, p.clone()));
+                    }
+                    return Some((p, node));
+                }
+                let (id, prefix) = stack.pop()?;
+                let range = self
+                    .entries
+                    .range((id, Box::<str>::from(""))..(id + 1, Box::<str>::from("")));
+                dir = Some((range, prefix));
+            }
+        })
     }
 
     /// Up to `limit` entries below the directory at `path` in path order (a directory
@@ -484,24 +506,6 @@ impl Namespace {
         }
         Ok((out, false))
     }
-
-    fn walk_from(&self, top: DirId, top_path: String) -> Vec<(String, &Node)> {
-        let mut out = Vec::with_capacity(if top == ROOT { self.entries.len() } else { 0 });
-        let mut stack = vec![(top, top_path)];
-        while let Some((dir, prefix)) = stack.pop() {
-            for ((_, name), node) in self
-                .entries
-                .range((dir, Box::<str>::from(""))..(dir + 1, Box::<str>::from("")))
-            {
-                let p = format!("{prefix}/{name}");
-                if let Node::Dir { id, .. } = node {
-                    stack.push((*id, p.clone()));
-                }
-                out.push((p, node));
-            }
-        }
-        out
-    }
 }
 
 #[cfg(test)]
@@ -542,10 +546,13 @@ mod tests {
         ns.mkdir("/a", 1).unwrap();
         ns.create("/a/f", 1, 1024, 1).unwrap();
         ns.mkdir("/b", 1).unwrap();
-        let paths: Vec<_> = ns.walk().into_iter().map(|(p, _)| p).collect();
-        let pos = |p: &str| paths.iter().position(|x| x == p).unwrap();
-        assert!(pos("/a") < pos("/a/f"));
-        assert_eq!(paths.len(), 3);
+        ns.mkdir("/a/c", 1).unwrap();
+        ns.create("/a/c/g", 1, 1024, 1).unwrap();
+        ns.mkdir("/b/d", 1).unwrap();
+        let paths: Vec<_> = ns.walk().map(|(p, _)| p).collect();
+        // A directory's entries, then those of its directories, the last first: the
+        // order checkpoints have always been written in.
+        assert_eq!(paths, ["/a", "/b", "/b/d", "/a/c", "/a/f", "/a/c/g"]);
     }
 
     /// Every path below `dir` in path order, built from listings alone.

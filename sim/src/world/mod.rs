@@ -27,7 +27,7 @@ use tessera_core::driver::commit::{Held, LogBatch};
 use tessera_core::driver::master as master_driver;
 use tessera_core::driver::queues::ChunkQueues;
 use tessera_core::error::RpcError;
-use tessera_core::master::checkpointer::{Checkpointer, Feed};
+use tessera_core::master::checkpointer::Checkpointer;
 use tessera_core::master::{self as ms, Master, MasterConfig};
 use tessera_core::pb;
 use tessera_core::pb::master_request as ms_req;
@@ -423,29 +423,15 @@ impl World {
         );
         node.batch.add(&effects);
         if !effects.log.is_empty() {
-            node.checkpointer
-                .feed(Feed::Apply(std::mem::take(&mut effects.log)));
+            node.checkpointer.apply(std::mem::take(&mut effects.log));
         }
         if let Some(through) = effects.checkpoint_due {
-            // Only the master alone is fed in this world, so its copy must be exactly
-            // the master's state: the checkpoint a restart would start from.
-            let cp = node
-                .checkpointer
-                .feed(Feed::Take { through })
-                .expect("a checkpoint is built");
-            assert_eq!(
-                cp,
-                node.m.meta().checkpoint(through),
-                "the checkpointer's state through record {through} is not the master's"
-            );
-            // In parts far smaller than a checkpoint, so every restart loads from parts.
-            let sealed = Sealed::new(cp.clone(), CHECKPOINT_PART_BYTES);
-            assert_eq!(
-                sealed.read().as_ref(),
-                Ok(&cp),
-                "a sealed checkpoint reads back as something else"
-            );
-            node.built = Some(sealed);
+            // Built from the checkpointer's copy as the driver builds it, in parts far
+            // smaller than a checkpoint, so every restart loads from parts. Once
+            // written, the stored parts are read back and must be the master's state
+            // at this record (`check::step`).
+            let pieces = node.checkpointer.take(through);
+            node.built = Some(Sealed::build(through, pieces, CHECKPOINT_PART_BYTES));
         }
         let replies: Vec<_> = effects
             .replies
