@@ -6,21 +6,31 @@
 //! empty files (per-file cost), one with files/10 files of 10 chunks each, three replicas
 //! apiece (per-chunk cost, after taking off the files' share). Bytes are what the program
 //! asked the allocator for, so allocator rounding and fragmentation are not included.
+//!
+//! On the second namespace it also measures what building a checkpoint for the store
+//! costs beyond the state, at its peak: encoded piece by piece into parts, as the master
+//! builds it (`Sealed::build`), against the whole checkpoint message built first, then
+//! its whole sealed encoding, then the parts (as checkpoints were built before).
 #![allow(unsafe_code)] // a GlobalAlloc must be an unsafe impl
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
 use tessera_bench::MasterHarness;
+use tessera_core::driver::checkpoint::{self, Sealed};
+use tessera_core::driver::master::seal;
+use tessera_core::pb;
 
 struct Counting;
 
 static LIVE: AtomicIsize = AtomicIsize::new(0);
+static PEAK: AtomicIsize = AtomicIsize::new(0);
 
 // SAFETY: every call is passed to the system allocator unchanged; we only count.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        let now = LIVE.fetch_add(l.size() as isize, Ordering::Relaxed) + l.size() as isize;
+        PEAK.fetch_max(now, Ordering::Relaxed);
         unsafe { System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
@@ -28,7 +38,11 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
+        let grow = new as isize - l.size() as isize;
+        PEAK.fetch_max(
+            LIVE.fetch_add(grow, Ordering::Relaxed) + grow,
+            Ordering::Relaxed,
+        );
         unsafe { System.realloc(p, l, new) }
     }
 }
@@ -38,6 +52,14 @@ static A: Counting = Counting;
 
 fn live() -> isize {
     LIVE.load(Ordering::Relaxed)
+}
+
+/// The most `f` held beyond what was live before it, at its peak, and what it returns.
+fn peak<T>(f: impl FnOnce() -> T) -> (isize, T) {
+    let before = live();
+    PEAK.store(before, Ordering::Relaxed);
+    let out = f();
+    (PEAK.load(Ordering::Relaxed) - before, out)
 }
 
 /// Builds `files` files in directories of 1000, each with `chunks` chunks; returns the
@@ -78,5 +100,35 @@ fn main() {
     println!("files={files} bytes={file_bytes} per_file={per_file:.1}");
     println!(
         "chunks={chunks} (3 replicas each) bytes={bytes} per_chunk={per_chunk:.1} (+8 per chunk in its file's handle list)"
+    );
+
+    let meta = h.master.meta();
+    let (streamed, sealed) =
+        peak(|| Sealed::build(1, meta.checkpoint_pieces(1), checkpoint::PART_BYTES));
+    let (parts, stored) = sealed.size();
+    drop(sealed);
+    let (whole, _) = peak(|| {
+        let cp = meta.checkpoint(1);
+        let encoded = seal(&cp);
+        drop(cp);
+        let total = encoded.len() as u64;
+        encoded
+            .chunks(checkpoint::PART_BYTES)
+            .enumerate()
+            .map(|(n, data)| {
+                seal(&pb::CheckpointPart {
+                    offset: (n * checkpoint::PART_BYTES) as u64,
+                    total,
+                    data: data.to_vec().into(),
+                })
+            })
+            .collect::<Vec<_>>()
+    });
+    println!(
+        "checkpoint of {chunked} files and {chunks} chunks: {stored} bytes in {parts} parts; \
+         peak beyond the state while built: {streamed} in pieces ({:.2} of what is stored), \
+         {whole} whole first ({:.2})",
+        streamed as f64 / stored as f64,
+        whole as f64 / stored as f64
     );
 }
