@@ -551,6 +551,11 @@ mod tests {
         assert_eq!(s.read().unwrap(), want);
         // The same, built from the whole message.
         assert_eq!(stored(&Sealed::new(want.clone(), 64)), stored(&s));
+        // Sealed whole from the pieces, as a replica's snapshot is: the same message in
+        // as many bytes as sealing the message gives.
+        let whole = super::super::master::seal_pieces(meta.checkpoint_pieces(through));
+        assert_eq!(whole.len(), seal(&want).len());
+        assert_eq!(unseal::<pb::Checkpoint>(&whole).unwrap(), want);
     }
 
     /// A part damaged, missing, out of place, left over, from another checkpoint or cut

@@ -59,6 +59,21 @@ pub fn seal(msg: &impl Message) -> Bytes {
     seal_as(SEALED, msg)
 }
 
+/// The message that `pieces` make up, merged in order, sealed as [`seal`] seals it,
+/// though never whole: each piece is encoded straight into the sealed value, whose
+/// bytes decode to the same message (a protobuf message merges what it decodes).
+pub fn seal_pieces<M: Message>(pieces: impl IntoIterator<Item = M>) -> Bytes {
+    let mut v = vec![SEALED, 0, 0, 0, 0];
+    for p in pieces {
+        p.encode(&mut v).expect("a Vec grows");
+    }
+    let sum = crc32c::crc32c(&v[5..]);
+    v[1..5].copy_from_slice(&sum.to_le_bytes());
+    // Held as long as the snapshot is: not with the room the Vec grew into.
+    v.shrink_to_fit();
+    Bytes::from(v)
+}
+
 /// `msg` sealed under another first byte (a stored checkpoint's head: `checkpoint.rs`).
 pub(crate) fn seal_as(format: u8, msg: &impl Message) -> Bytes {
     let len = msg.encoded_len();

@@ -25,7 +25,7 @@ use prost::Message as _;
 use raft::eraftpb as rp;
 
 use super::shadow::Shadow;
-use crate::driver::master::seal;
+use crate::driver::master::seal_pieces;
 use crate::master::{MasterConfig, Meta};
 use crate::pb;
 use crate::types::LogSeq;
@@ -156,12 +156,17 @@ impl Checkpointer {
                     "a checkpoint asked as of entry {} of a state through entry {}",
                     ask.index, self.shadow.applied
                 );
-                let mut cp = self.shadow.meta.checkpoint(self.shadow.seq);
-                cp.group_members = ask.members.clone().into_iter().collect();
-                cp.group_retired = ask.retired.clone();
+                // Encoded piece by piece (`Meta::checkpoint_pieces`): the checkpoint is
+                // never whole as a message beside its encoding.
+                let members = pb::Checkpoint {
+                    group_members: ask.members.clone().into_iter().collect(),
+                    group_retired: ask.retired.clone(),
+                    ..Default::default()
+                };
+                let pieces = self.shadow.meta.checkpoint_pieces(self.shadow.seq);
                 Some(Built::Checkpoint(Taken {
                     seq: self.shadow.seq,
-                    data: seal(&cp),
+                    data: seal_pieces(pieces.chain(std::iter::once(members))),
                     ask,
                 }))
             }
