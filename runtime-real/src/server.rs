@@ -123,8 +123,8 @@ pub struct Knobs {
     /// The master writes a checkpoint after this many log records [default: 100000].
     #[arg(long)]
     pub checkpoint_every: Option<u64>,
-    /// A master stores its checkpoint in parts of this many bytes (one value each, a few
-    /// bytes more), and a master replica sends another a checkpoint larger than this in
+    /// A master stores its checkpoint in parts of about this many bytes (one value each:
+    /// as many of its entries as fit, or one larger entry alone), and a master replica sends another a checkpoint larger than this in
     /// parts of this many bytes, one call each; 64 at least [default: 4194304 (4 MiB)].
     #[arg(long)]
     pub snapshot_part_bytes: Option<usize>,

@@ -112,14 +112,13 @@ fn main() {
         let encoded = seal(&cp);
         drop(cp);
         let total = encoded.len() as u64;
-        encoded
-            .chunks(checkpoint::PART_BYTES)
-            .enumerate()
-            .map(|(n, data)| {
+        (0..encoded.len())
+            .step_by(checkpoint::PART_BYTES)
+            .map(|at| {
                 seal(&pb::CheckpointPart {
-                    offset: (n * checkpoint::PART_BYTES) as u64,
+                    offset: at as u64,
                     total,
-                    data: data.to_vec().into(),
+                    data: encoded.slice(at..(at + checkpoint::PART_BYTES).min(encoded.len())),
                 })
             })
             .collect::<Vec<_>>()

@@ -10,9 +10,9 @@
 //!
 //! The encoding is never whole in memory, nor is the checkpoint as a message: the
 //! checkpointer walks its state into pieces (`Meta::checkpoint_pieces`: the scalars,
-//! then one entry, chunk or completed request at a time), and [`Sealed::build`] encodes
-//! each into the part being filled, cutting a part only between pieces and sealing it
-//! at once. The encodings of a message's pieces, end to end, are an encoding of the
+//! then each item of each repeated field alone, such as an entry or a chunk), and
+//! [`Sealed::build`] encodes each into the part being filled, cutting a part only
+//! between pieces and sealing it at once. The encodings of a message's pieces, end to end, are an encoding of the
 //! message, so each part decodes alone and merges into those before it at start-up.
 //! Loading refuses a part damaged, missing, out of place or left over, and checks the
 //! head's checksum over every part's bytes end to end, so parts that fit end to end yet
@@ -134,6 +134,75 @@ fn check_run(
     Ok(())
 }
 
+/// `cp` in the pieces `Meta::checkpoint_pieces` gives a state's checkpoint in: its
+/// scalars, then each item of each repeated field alone, the fields in the same order.
+pub fn pieces_of(cp: pb::Checkpoint) -> impl Iterator<Item = pb::Checkpoint> {
+    // Named field by field, so a field added to the message does not compile here
+    // until it is given a piece.
+    let pb::Checkpoint {
+        through_seq,
+        next_handle,
+        entries,
+        chunks,
+        retired,
+        reserved,
+        cluster_id,
+        completed,
+        fallbacks,
+        group_members,
+        group_retired,
+        lease_holders,
+        leases_settled_in,
+        master_epoch,
+    } = cp;
+    let scalars = pb::Checkpoint {
+        through_seq,
+        next_handle,
+        cluster_id,
+        leases_settled_in,
+        master_epoch,
+        ..Default::default()
+    };
+    let one = pb::Checkpoint::default;
+    std::iter::once(scalars)
+        .chain(entries.into_iter().map(move |e| pb::Checkpoint {
+            entries: vec![e],
+            ..one()
+        }))
+        .chain(chunks.into_iter().map(move |c| pb::Checkpoint {
+            chunks: vec![c],
+            ..one()
+        }))
+        .chain(retired.into_iter().map(move |r| pb::Checkpoint {
+            retired: vec![r],
+            ..one()
+        }))
+        .chain(reserved.into_iter().map(move |r| pb::Checkpoint {
+            reserved: vec![r],
+            ..one()
+        }))
+        .chain(fallbacks.into_iter().map(move |f| pb::Checkpoint {
+            fallbacks: vec![f],
+            ..one()
+        }))
+        .chain(completed.into_iter().map(move |c| pb::Checkpoint {
+            completed: vec![c],
+            ..one()
+        }))
+        .chain(lease_holders.into_iter().map(move |l| pb::Checkpoint {
+            lease_holders: vec![l],
+            ..one()
+        }))
+        // A group's snapshot's members, last, as the group checkpointer adds them.
+        .chain(
+            (!group_members.is_empty() || !group_retired.is_empty()).then(|| pb::Checkpoint {
+                group_members,
+                group_retired,
+                ..one()
+            }),
+        )
+}
+
 /// A checkpoint ready for the store: its head and its parts, sealed.
 #[derive(Clone, Debug)]
 pub struct Sealed {
@@ -146,33 +215,17 @@ pub struct Sealed {
 }
 
 impl Sealed {
-    /// `cp` stored as [`Sealed::build`] stores a state's checkpoint: in pieces, the
-    /// scalars first, then each entry, chunk and completed request alone.
-    pub fn new(mut cp: pb::Checkpoint, part_bytes: usize) -> Sealed {
-        let entries = std::mem::take(&mut cp.entries);
-        let chunks = std::mem::take(&mut cp.chunks);
-        let completed = std::mem::take(&mut cp.completed);
-        let through_seq = cp.through_seq;
-        let pieces = std::iter::once(cp)
-            .chain(entries.into_iter().map(|e| pb::Checkpoint {
-                entries: vec![e],
-                ..Default::default()
-            }))
-            .chain(chunks.into_iter().map(|c| pb::Checkpoint {
-                chunks: vec![c],
-                ..Default::default()
-            }))
-            .chain(completed.into_iter().map(|c| pb::Checkpoint {
-                completed: vec![c],
-                ..Default::default()
-            }));
-        Sealed::build(through_seq, pieces, part_bytes)
+    /// `cp` stored as [`Sealed::build`] stores a state's checkpoint: in the pieces
+    /// [`pieces_of`] cuts it into.
+    pub fn new(cp: pb::Checkpoint, part_bytes: usize) -> Sealed {
+        Sealed::build(cp.through_seq, pieces_of(cp), part_bytes)
     }
 
     /// The checkpoint through record `through_seq` that `pieces` make up (merged in
     /// order: `Meta::checkpoint_pieces`), encoded piece by piece into parts of at most
-    /// `part_bytes` (0: [`PART_BYTES`]), each sealed as soon as it is full. A part is cut
-    /// only between pieces, so a piece larger than `part_bytes` gets a part of its own.
+    /// `part_bytes` (0: [`PART_BYTES`]) unless one piece alone is larger: a part is cut
+    /// only between pieces, so such a piece gets a part of its own. Each part is sealed
+    /// as soon as it is full.
     /// Only the sealed parts and the one being filled are held, never the whole
     /// checkpoint or its whole encoding.
     pub fn build(
@@ -678,6 +731,32 @@ mod tests {
         let mut bad = first.clone();
         bad[n].1 = other[n].1.clone();
         assert!(err(bad).contains("whole: checksum mismatch"));
+    }
+
+    /// A binary of the first layout of parts joins the parts and opens the whole as one
+    /// sealed value: it must refuse a store in pieces, not misread it. Each part claims
+    /// a total of 0, which its join refuses; past that, the bytes end to end are no
+    /// sealed value, which it refuses too.
+    #[test]
+    fn a_binary_of_the_first_layout_refuses_pieces() {
+        let vals = stored(&Sealed::new(cp(40, 60), 100));
+        let h = pb::CheckpointHead::decode(checked(&vals[0].1).unwrap()).unwrap();
+        let held: BTreeMap<u32, (u64, u64, Bytes)> = vals[1..]
+            .iter()
+            .enumerate()
+            .map(|(n, (_, v))| {
+                let p = unseal::<pb::CheckpointPart>(v).unwrap();
+                (n as u32, (p.offset, p.total, p.data))
+            })
+            .collect();
+        let e = join(h.parts, h.length, &held).expect_err("refused");
+        assert!(e.contains("part 0 holds") && e.contains(" of 0,"), "{e}");
+        let whole = Bytes::from(data(&vals));
+        let (_, sealed) = open::<pb::Checkpoint>(&whole).unwrap();
+        assert!(
+            !sealed,
+            "taken for a value from before sealing, which it refuses"
+        );
     }
 
     /// A binary from before parts reads `checkpoint` as a whole sealed checkpoint: it

@@ -135,7 +135,8 @@ pub struct MasterOptions {
     /// time. The simulator sets it, so that checkpoints come back after more records
     /// were logged and a crash can fall between a checkpoint's ask and its write.
     pub checkpoint_delay: Duration,
-    /// The most bytes of a checkpoint one stored value holds (0: 4 MiB); see
+    /// The size of a stored checkpoint's parts (0: 4 MiB): one holds as many of the
+    /// checkpoint's pieces as fit, and a piece larger than that alone; see
     /// `driver::checkpoint`.
     pub checkpoint_part_bytes: usize,
 }

@@ -1,12 +1,14 @@
 //! `oplog_roundtrip`: an arbitrary sequence of metadata operations, applied as the live
 //! master applies them (a refused one is not logged and must change nothing),
-//! checkpointed at arbitrary points as the driver does (sealed, stored, opened again),
+//! checkpointed at arbitrary points as the driver does (in pieces, into sealed parts,
+//! loaded again),
 //! then recovered as a restarted master recovers (the latest checkpoint and the records
 //! after it): the recovered state must be the state that applying every record gave.
 //! Recovery from the whole log, without a checkpoint, must give it too.
 
 use arbitrary::{Arbitrary, Unstructured};
 
+use crate::driver::checkpoint::{self, Sealed};
 use crate::driver::master::{seal, unseal};
 use crate::master::{Master, MasterConfig, Meta, Node};
 use crate::pb::{self, log_record::Op};
@@ -215,7 +217,7 @@ pub fn run(data: &[u8]) -> usize {
     let mut meta = Meta::new(cfg.chunk_size);
     // The log as the store holds it: sealed values, and the latest checkpoint.
     let mut log: Vec<(LogSeq, bytes::Bytes)> = Vec::new();
-    let mut stored_checkpoint: Option<(LogSeq, bytes::Bytes)> = None;
+    let mut stored_checkpoint: Option<(LogSeq, Sealed)> = None;
     let mut seq: LogSeq = 0;
     let mut append = |meta: &mut Meta, rec: pb::LogRecord, log: &mut Vec<_>| -> bool {
         let before = dump(meta);
@@ -244,7 +246,14 @@ pub fn run(data: &[u8]) -> usize {
         match step {
             Step::Checkpoint => {
                 let through = log.last().map_or(0, |(s, _)| *s);
-                stored_checkpoint = Some((through, seal(&meta.checkpoint(through))));
+                // In small parts, from the state's pieces, as the driver stores it; read
+                // back at once, it must be the state's checkpoint.
+                let sealed = Sealed::build(through, meta.checkpoint_pieces(through), 64);
+                let back = checkpoint::load(sealed.values())
+                    .expect("a checkpoint as stored")
+                    .expect("one is stored");
+                assert_eq!(back.checkpoint, meta.checkpoint(through), "read back");
+                stored_checkpoint = Some((through, sealed));
             }
             Step::Odd { token: t } => {
                 let rec = pb::LogRecord {
@@ -273,9 +282,9 @@ pub fn run(data: &[u8]) -> usize {
     }
     let want = dump(&meta);
     let (through, checkpoint) = match &stored_checkpoint {
-        Some((through, v)) => (
+        Some((through, sealed)) => (
             *through,
-            Some(unseal::<pb::Checkpoint>(v).expect("a checkpoint as sealed")),
+            Some(sealed.read().expect("a checkpoint as stored")),
         ),
         None => (0, None),
     };

@@ -369,130 +369,152 @@ impl Meta {
         Ok(out)
     }
 
-    /// The checkpoint of this state through record `through_seq`.
+    /// The checkpoint of this state through record `through_seq`: its pieces, merged.
     pub fn checkpoint(&self, through_seq: LogSeq) -> pb::Checkpoint {
-        pb::Checkpoint {
-            entries: self.ns.walk().map(checkpoint_entry).collect(),
-            chunks: self.checkpoint_chunks().collect(),
-            completed: self.checkpoint_completed().collect(),
-            ..self.checkpoint_rest(through_seq)
+        let mut pieces = self.checkpoint_pieces(through_seq);
+        let mut cp = pieces.next().expect("the scalars come first");
+        for piece in pieces {
+            // Named field by field, so a field added to the message does not compile
+            // here until it is given a piece.
+            let pb::Checkpoint {
+                through_seq: 0,
+                next_handle: 0,
+                entries,
+                chunks,
+                retired,
+                reserved,
+                cluster_id: 0,
+                completed,
+                fallbacks,
+                group_members,
+                group_retired,
+                lease_holders,
+                leases_settled_in: 0,
+                master_epoch: 0,
+            } = piece
+            else {
+                panic!("a piece after the first sets a scalar");
+            };
+            assert!(group_members.is_empty() && group_retired.is_empty());
+            cp.entries.extend(entries);
+            cp.chunks.extend(chunks);
+            cp.retired.extend(retired);
+            cp.reserved.extend(reserved);
+            cp.completed.extend(completed);
+            cp.fallbacks.extend(fallbacks);
+            cp.lease_holders.extend(lease_holders);
         }
+        cp
     }
 
-    /// The same checkpoint in pieces, each built as it is taken, so that it is never
-    /// whole in memory: first every field but the entries, chunks and completed
-    /// requests, then each of those alone. The encodings of the pieces, end to end, are
-    /// an encoding of the whole (a protobuf message merges what it decodes), and
-    /// decode to exactly [`Meta::checkpoint`].
+    /// The checkpoint through record `through_seq` in pieces, each built as it is
+    /// taken, so that it is never whole in memory: first its scalars, then each item of
+    /// each repeated field alone (entries, chunks, retired copies, reservations,
+    /// fallbacks, completed requests, lease holders). The encodings of the pieces, end
+    /// to end, are an encoding of the whole (a protobuf message merges what it
+    /// decodes). A group's snapshot adds its members (`group::members`).
     pub fn checkpoint_pieces(
         &self,
         through_seq: LogSeq,
     ) -> impl Iterator<Item = pb::Checkpoint> + '_ {
+        let scalars = pb::Checkpoint {
+            through_seq,
+            cluster_id: self.cluster_id,
+            next_handle: self.next_handle,
+            leases_settled_in: self.leases_settled_in,
+            master_epoch: self.master_epoch,
+            ..Default::default()
+        };
         let entries = self.ns.walk().map(|e| pb::Checkpoint {
             entries: vec![checkpoint_entry(e)],
             ..Default::default()
         });
-        let chunks = self.checkpoint_chunks().map(|c| pb::Checkpoint {
-            chunks: vec![c],
+        let chunks = self.chunks.iter().map(|(handle, c)| pb::Checkpoint {
+            chunks: vec![pb::CheckpointChunk {
+                handle,
+                version: c.version,
+                refcount: c.refcount,
+                goal: c.goal.into(),
+            }],
             ..Default::default()
         });
-        let completed = self.checkpoint_completed().map(|c| pb::Checkpoint {
-            completed: vec![c],
-            ..Default::default()
-        });
-        std::iter::once_with(move || self.checkpoint_rest(through_seq))
-            .chain(entries)
-            .chain(chunks)
-            .chain(completed)
-    }
-
-    fn checkpoint_chunks(&self) -> impl Iterator<Item = pb::CheckpointChunk> + '_ {
-        self.chunks.iter().map(|(handle, c)| pb::CheckpointChunk {
-            handle,
-            version: c.version,
-            refcount: c.refcount,
-            goal: c.goal.into(),
-        })
-    }
-
-    fn checkpoint_completed(&self) -> impl Iterator<Item = pb::Completed> + '_ {
-        self.retries.iter().map(|(token, c)| pb::Completed {
-            token,
-            path: c.path.clone(),
-            offset: c.append.map_or(0, |a| a.0),
-            length: c.append.map_or(0, |a| a.1),
-            append: c.append.is_some(),
-        })
-    }
-
-    /// The checkpoint without its entries, chunks and completed requests.
-    fn checkpoint_rest(&self, through_seq: LogSeq) -> pb::Checkpoint {
         let retired = self
             .retired
             .iter()
-            .map(|((handle, address), version)| pb::RetireReplicaOp {
-                handle: *handle,
-                address: address.clone(),
-                version: *version,
-                lift: false,
-            })
-            .collect();
-        let mut reserved: Vec<pb::ChunkVersion> = self
-            .reserved
+            .map(|((handle, address), version)| pb::Checkpoint {
+                retired: vec![pb::RetireReplicaOp {
+                    handle: *handle,
+                    address: address.clone(),
+                    version: *version,
+                    lift: false,
+                }],
+                ..Default::default()
+            });
+        // In handle order, for a checkpoint that does not depend on a hash map's: the
+        // pairs are sorted whole (16 bytes for each chunk with a grant out or failed).
+        let mut reserved: Vec<(ChunkHandle, Version)> =
+            self.reserved.iter().map(|(&h, &v)| (h, v)).collect();
+        reserved.sort_unstable();
+        let reserved = reserved
+            .into_iter()
+            .map(|(handle, version)| pb::Checkpoint {
+                reserved: vec![pb::ChunkVersion { handle, version }],
+                ..Default::default()
+            });
+        let fallbacks = self.fallbacks.iter().map(|(&handle, f)| pb::Checkpoint {
+            fallbacks: vec![pb::FallbackEntry {
+                handle,
+                demoted: f
+                    .demoted
+                    .iter()
+                    .map(|(address, &version)| pb::DemotedCopy {
+                        address: address.clone(),
+                        version,
+                    })
+                    .collect(),
+                holders: f.holders.iter().cloned().collect(),
+                levels: f
+                    .any_at
+                    .iter()
+                    .map(|(&version, l)| pb::DemotedLevel {
+                        version,
+                        not_demoted: l.not.iter().cloned().collect(),
+                        until: l.until,
+                    })
+                    .collect(),
+            }],
+            ..Default::default()
+        });
+        let completed = self.retries.iter().map(|(token, c)| pb::Checkpoint {
+            completed: vec![pb::Completed {
+                token,
+                path: c.path.clone(),
+                offset: c.append.map_or(0, |a| a.0),
+                length: c.append.map_or(0, |a| a.1),
+                append: c.append.is_some(),
+            }],
+            ..Default::default()
+        });
+        let lease_holders = self
+            .lease_holders
             .iter()
-            .map(|(&handle, &version)| pb::ChunkVersion { handle, version })
-            .collect();
-        reserved.sort_unstable_by_key(|r| r.handle);
-        pb::Checkpoint {
-            through_seq,
-            cluster_id: self.cluster_id,
-            next_handle: self.next_handle,
-            entries: Vec::new(),
-            chunks: Vec::new(),
-            retired,
-            reserved,
-            fallbacks: self
-                .fallbacks
-                .iter()
-                .map(|(&handle, f)| pb::FallbackEntry {
-                    handle,
-                    demoted: f
-                        .demoted
-                        .iter()
-                        .map(|(address, &version)| pb::DemotedCopy {
-                            address: address.clone(),
-                            version,
-                        })
-                        .collect(),
-                    holders: f.holders.iter().cloned().collect(),
-                    levels: f
-                        .any_at
-                        .iter()
-                        .map(|(&version, l)| pb::DemotedLevel {
-                            version,
-                            not_demoted: l.not.iter().cloned().collect(),
-                            until: l.until,
-                        })
-                        .collect(),
-                })
-                .collect(),
-            completed: Vec::new(),
-            // A group's snapshot adds its members (`group::members`).
-            group_members: Default::default(),
-            group_retired: Vec::new(),
-            lease_holders: self
-                .lease_holders
-                .iter()
-                .map(|((address, server_id), &term)| pb::LeaseHolderOp {
+            .map(|((address, server_id), &term)| pb::Checkpoint {
+                lease_holders: vec![pb::LeaseHolderOp {
                     address: address.clone(),
                     term,
                     forget_before: 0,
                     server_id: *server_id,
-                })
-                .collect(),
-            leases_settled_in: self.leases_settled_in,
-            master_epoch: self.master_epoch,
-        }
+                }],
+                ..Default::default()
+            });
+        std::iter::once(scalars)
+            .chain(entries)
+            .chain(chunks)
+            .chain(retired)
+            .chain(reserved)
+            .chain(fallbacks)
+            .chain(completed)
+            .chain(lease_holders)
     }
 
     /// The state a checkpoint (if any) and the durable records after it describe, and

@@ -139,7 +139,7 @@ struct MasterNode {
     built: Option<Sealed>,
 }
 
-/// The most bytes of a checkpoint one stored value holds.
+/// The size of a stored checkpoint's parts (a piece larger than that gets one alone).
 const CHECKPOINT_PART_BYTES: usize = 256;
 
 struct Live {
@@ -349,6 +349,10 @@ impl World {
         }
         let now = self.master_clock();
         let cfg = self.settings.master.clone();
+        // A run's checkpoints die with it; the next run's come due afresh.
+        self.checks
+            .checkpoints_due
+            .retain(|(node, _), _| node != "master");
         let durable = match block_on(master_driver::load(&mut self.master_store)) {
             Ok(d) => d,
             Err(e) => {
@@ -461,16 +465,33 @@ impl World {
         let Some(node) = self.master.as_mut() else {
             return false;
         };
-        if let Some(cp) = node.built.take() {
-            node.batch.checkpoint(cp);
+        let built = node.built.take();
+        if let Some(cp) = &built {
+            node.batch.checkpoint(cp.clone());
         }
         if node.batch.is_empty() {
             return false;
         }
+        let logged = node.m.last_seq();
         let commit = std::mem::take(&mut node.batch).commit(&mut node.held);
         use tessera_core::runtime::MetaStore;
         block_on(self.master_store.write(commit.writes)).expect("an in-memory store");
         block_on(self.master_store.sync()).expect("an in-memory store");
+        if let Some(sealed) = built {
+            // Read back from the store as a start-up reads it, and judged as the
+            // scenarios judge a driver's checkpoints: it must be the master's state at
+            // the step that said it was due.
+            let stored = block_on(self.master_store.scan(master_driver::CHECKPOINT_KEY))
+                .expect("an in-memory store");
+            step::master_checkpointed(
+                &mut self.checks,
+                "master",
+                self.now,
+                &sealed,
+                Some(stored),
+                logged,
+            );
+        }
         if let Some(through) = commit.through {
             self.master_input(ms::Input::LogSynced { through });
         }
