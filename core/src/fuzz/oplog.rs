@@ -69,9 +69,10 @@ struct Input {
     steps: Vec<(Step, Option<u8>)>,
 }
 
-/// The whole state as text, read from the structures themselves rather than through
-/// `Meta::checkpoint` (which recovery starts from): a checkpoint that left something out
-/// would otherwise leave it out of both sides of the comparison.
+/// The whole persistent state as text, read from the structures themselves rather than
+/// through `Meta::checkpoint` (which recovery starts from): a checkpoint that left
+/// something out would otherwise leave it out of both sides of the comparison. The
+/// simulator compares each checkpoint a master writes by it too (`check::step`).
 pub fn dump(meta: &Meta) -> String {
     let mut reserved: Vec<_> = meta.reserved.iter().collect();
     reserved.sort_unstable();
@@ -86,16 +87,24 @@ pub fn dump(meta: &Meta) -> String {
         .collect();
     format!(
         "cluster {}\nnext handle {}\nnamespace {:?}\nchunks {:?}\nretired {:?}\n\
-         reserved {:?}\ncompleted {:?}\nfallbacks {:?}\nfiles {}",
+         reserved {:?}\ncompleted {:?}\nfallbacks {:?}\nfiles {}\nlease holders {:?}\n\
+         leases settled in {}\nepoch {}",
         meta.cluster_id,
         meta.next_handle,
         tree,
-        meta.chunks.iter().collect::<Vec<_>>(),
+        // Where replicas are is learned from heartbeats, not logged.
+        meta.chunks
+            .iter()
+            .map(|(h, c)| (h, c.version, c.refcount, c.goal))
+            .collect::<Vec<_>>(),
         meta.retired,
         reserved,
         meta.retries.iter().collect::<Vec<_>>(),
         meta.fallbacks,
         meta.ns.file_count(),
+        meta.lease_holders,
+        meta.leases_settled_in,
+        meta.master_epoch,
     )
 }
 

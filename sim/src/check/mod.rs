@@ -150,7 +150,7 @@ pub struct Checks {
     /// the new last must go), and by node the parts of the last one written.
     pub master_checkpoints_shrunk: u64,
     pub last_checkpoint_parts: HashMap<String, u32>,
-    pub checkpoints_due: HashMap<(String, u64), tessera_core::pb::Checkpoint>,
+    pub checkpoints_due: HashMap<(String, u64), Due>,
     /// Snapshots replicas made whole from parts another sent (`snapshot_parts.rs`), and
     /// how many each replica had made as of its last step (it counts from its start).
     pub snapshots_from_parts: u64,
@@ -266,4 +266,17 @@ pub type Shared = Arc<Mutex<Checks>>;
 
 pub fn shared() -> Shared {
     Arc::new(Mutex::new(Checks::default()))
+}
+
+/// A master alone's state at the step that said a checkpoint was due, which the
+/// checkpoint written for it must hold (`step::master_checkpointed`).
+#[derive(Debug)]
+pub struct Due {
+    /// The checkpoint of that state.
+    pub checkpoint: tessera_core::pb::Checkpoint,
+    /// The state itself as text (`fuzz::oplog::dump`), read from its structures rather
+    /// than through the checkpoint builder, so that a field the builder leaves out
+    /// shows; and the default chunk size to restore a checkpoint with.
+    pub state: String,
+    pub chunk_size: u64,
 }

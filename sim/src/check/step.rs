@@ -176,7 +176,32 @@ pub fn master_checkpointed(
     c.checkpoints_due
         .retain(|(n, seq), _| n != node || *seq > through);
     let v = match due {
-        Some(want) if want == cp => return,
+        Some(want) if want.checkpoint == cp => {
+            // Restored as a start-up restores it, it must be that state: a field the
+            // checkpoint builder leaves out is left out of both checkpoints above.
+            let got = tessera_core::master::Meta::restore(&cp, want.chunk_size)
+                .map(|m| tessera_core::fuzz::oplog::dump(&m));
+            match got {
+                Ok(got) if got == want.state => return,
+                Ok(got) => {
+                    let (g, w) = got
+                        .lines()
+                        .zip(want.state.lines())
+                        .find(|(g, w)| g != w)
+                        .unwrap_or(("(fewer lines)", "(more lines)"));
+                    format!(
+                        "{node} wrote a checkpoint through record {through} that restores \
+                         to another state than the master's at that record: {:.200} \
+                         where the master had {:.200}",
+                        g, w
+                    )
+                }
+                Err(e) => format!(
+                    "{node} wrote a checkpoint through record {through} that does not \
+                     restore: {e}"
+                ),
+            }
+        }
         Some(_) => format!(
             "{node} wrote a checkpoint through record {through} that is not the master's \
              state at that record"
@@ -234,9 +259,14 @@ pub fn master_step(
     }
     if let Some(through) = effects.checkpoint_due {
         tr.add_u64(through);
+        let meta = master.meta();
         c.checkpoints_due.insert(
             (node.to_string(), through),
-            master.meta().checkpoint(through),
+            super::Due {
+                checkpoint: meta.checkpoint(through),
+                state: tessera_core::fuzz::oplog::dump(meta),
+                chunk_size: meta.default_chunk_size,
+            },
         );
     }
     // What any master (a deposed leader too) took: heartbeats judged, removes logged,
