@@ -597,7 +597,26 @@ impl<R: Runtime, T: Transport> Client<R, T> {
             .remove(&(path.to_string(), key));
     }
 
+    /// Where the chunks of `path` are, for a read: a shadow may answer once the leader
+    /// could not be reached (its view is used for the read, not kept).
     async fn locations(&self, path: &str, fresh: bool) -> Result<pb::GetChunksResponse, FsError> {
+        self.locations_from(path, fresh, true).await
+    }
+
+    /// Where the chunks of `path` are, for a write: from the leader only. A shadow
+    /// behind it may not have applied the file's create yet (a put creates the file
+    /// and writes it at once), and its "not found" would fail a write to a file that
+    /// exists.
+    async fn leader_locations(&self, path: &str) -> Result<pb::GetChunksResponse, FsError> {
+        self.locations_from(path, false, false).await
+    }
+
+    async fn locations_from(
+        &self,
+        path: &str,
+        fresh: bool,
+        read: bool,
+    ) -> Result<pb::GetChunksResponse, FsError> {
         let now = self.rt.now();
         if !fresh
             && let Some(l) = self.cache.lock().expect("cache lock").get(path)
@@ -605,14 +624,12 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         {
             return Ok(l.info.clone());
         }
-        let (info, shadow) = match self
-            .master_call(Req::GetChunks(pb::GetChunksRequest {
-                path: path.into(),
-                first_index: 0,
-                count: 0,
-            }))
-            .await?
-        {
+        let req = Req::GetChunks(pb::GetChunksRequest {
+            path: path.into(),
+            first_index: 0,
+            count: 0,
+        });
+        let (info, shadow) = match self.master_from(req, read && self.cfg.shadow_reads).await? {
             (Resp::GetChunks(c), shadow) => (c, shadow),
             (other, _) => return Err(unexpected(other)),
         };
@@ -746,9 +763,15 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         Ok(self.locations(path, false).await?.chunk_size)
     }
 
+    /// As [`Client::chunk_size`], for a file about to be written: asked of the leader
+    /// only, as a write's own lookups are (a shadow may not know the file yet).
+    pub async fn chunk_size_to_write(&self, path: &str) -> Result<u64, FsError> {
+        Ok(self.leader_locations(path).await?.chunk_size)
+    }
+
     /// Writes `data` at `offset`, splitting it at chunk boundaries.
     pub async fn write(&self, path: &str, offset: u64, data: Bytes) -> Result<(), FsError> {
-        let chunk_size = self.locations(path, false).await?.chunk_size;
+        let chunk_size = self.leader_locations(path).await?.chunk_size;
         let end = offset
             .checked_add(data.len() as u64)
             .ok_or_else(|| FsError::InvalidArgument("write past the largest offset".into()))?;
@@ -896,7 +919,7 @@ impl<R: Runtime, T: Transport> Client<R, T> {
     /// Record append of `data` as it is (the caller frames it): atomic, at least once, at
     /// an offset the primary picks, never across a chunk boundary. Returns its file offset.
     pub async fn record_append(&self, path: &str, data: Bytes) -> Result<u64, FsError> {
-        let chunk_size = self.locations(path, false).await?.chunk_size;
+        let chunk_size = self.leader_locations(path).await?.chunk_size;
         if data.is_empty() || data.len() as u64 > chunk_size / 4 {
             return Err(FsError::InvalidArgument(format!(
                 "a record append takes 1 to {} bytes, not {}",

@@ -139,3 +139,61 @@ fn a_client_says_once_that_it_is_still_trying_a_few_seconds_in() {
         );
     }
 }
+
+/// A client writing to a file asks the leader where its chunks are, never a shadow: a
+/// shadow behind the leader may not have applied the file's create yet, and its "not
+/// found" would fail a write to a file that exists (seen from outside: a put during a
+/// failover failed with "not found" for the file it had just created). A read may take
+/// a shadow's answer.
+#[test]
+fn a_write_takes_no_shadows_answer_a_read_may() {
+    let rt = TestRuntime::new(9);
+    let net = MemNet::new(rt.clone());
+    let rt2 = rt.clone();
+    rt.block_on(async move {
+        let rt = rt2;
+        // "a" leads but cannot be reached; "b" is a shadow that knows no leader and has
+        // not applied the create of anything.
+        let net2 = net.clone();
+        rt.spawn(async move {
+            let mut inbound = net2.listen("b").await.unwrap();
+            while let Some(inc) = inbound.next().await {
+                let req = pb::MasterRequest::decode(PartsReader::from(inc.body)).unwrap();
+                let resp = if req.stale_ok {
+                    pb::MasterResponse {
+                        error: Some(FsError::NotFound("/f".into()).to_pb()),
+                        shadow: Some(pb::ShadowAnswer::default()),
+                        ..Default::default()
+                    }
+                } else {
+                    pb::MasterResponse {
+                        error: Some(FsError::NotLeader(String::new()).to_pb()),
+                        ..Default::default()
+                    }
+                };
+                let _ = inc.reply.send(resp.encode_to_vec().into());
+            }
+        });
+        rt.sleep(Duration::from_millis(1)).await;
+        let mut cfg = ClientConfig::new("a,b");
+        cfg.retry_for = Duration::from_secs(3);
+        let c = Client::new(rt.clone(), net.clone(), cfg);
+        let data = bytes::Bytes::from_static(b"hello");
+        for (what, got) in [
+            ("write", c.write("/f", 0, data.clone()).await.map(|_| ())),
+            (
+                "record append",
+                c.record_append("/f", data.clone()).await.map(|_| ()),
+            ),
+            ("append", c.append("/f", data.clone()).await.map(|_| ())),
+        ] {
+            assert!(
+                matches!(got, Err(FsError::NotLeader(_) | FsError::Unavailable(_))),
+                "a {what} took a shadow's answer: {got:?}"
+            );
+        }
+        // A read is answered by the shadow once the leader could not be reached.
+        let got = c.stat("/f").await;
+        assert!(matches!(got, Err(FsError::NotFound(_))), "{got:?}");
+    });
+}

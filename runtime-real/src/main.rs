@@ -1022,7 +1022,11 @@ async fn copy_in(c: &Tessera, local: &str, path: &str, dest: Dest) -> Result<(),
             .await
             .map_err(|e| say(e, path))?,
     };
-    let chunk = c.chunk_size(path).await.map_err(|e| say(e, path))?;
+    // Just created, perhaps: the leader knows it, a shadow may not yet.
+    let chunk = c
+        .chunk_size_to_write(path)
+        .await
+        .map_err(|e| say(e, path))?;
     let progress = bar(Some(len));
     drop(f);
     let (c2, path2, local2, bar2) = (
