@@ -433,9 +433,12 @@ fn main() -> ExitCode {
         }
     };
     let result = rt.block_on(run(cli.cmd));
-    // Without waiting for work on the blocking threads (a checkpoint being built): every
-    // stop is a crash, and the next start recovers from the store.
-    rt.shutdown_background();
+    // Not waiting long for work on the blocking threads (a checkpoint being built):
+    // every stop is a crash, and the next start recovers from the store. But the tasks
+    // are dropped, and the stores they hold closed, before the process exits: a store
+    // still closing on a worker thread while the process exits aborts it ("pthread lock:
+    // Invalid argument", seen on `tessera dev` stopped by Ctrl-C).
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

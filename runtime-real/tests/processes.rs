@@ -1904,3 +1904,79 @@ fn a_lost_master_replica_is_replaced_by_a_new_one() {
         let _ = p.wait();
     }
 }
+
+/// `tessera dev` stopped by Ctrl-C exits cleanly, with one master and with a group: its
+/// tasks, and the stores they hold, are dropped before the process exits. (With the
+/// runtime shut down in the background, a store still closing on a worker thread as the
+/// process exited aborted it, "pthread lock: Invalid argument": every time with three
+/// masters, seen from outside.) The data is there at the next start.
+#[test]
+fn dev_stopped_by_ctrl_c_exits_cleanly_and_keeps_its_data() {
+    let root = tempfile::tempdir().expect("temp dir");
+    // Consecutive ports for each cluster: the masters', then the chunkservers'. A
+    // group keeps its members' addresses, so it starts again on the same ones.
+    let run = || -> Vec<u16> {
+        loop {
+            let first = free_port();
+            let rest: Vec<u16> = (0..5).map(|_| free_port()).collect();
+            if rest
+                .iter()
+                .enumerate()
+                .all(|(i, &p)| p == first + 1 + i as u16)
+            {
+                break std::iter::once(first).chain(rest).collect();
+            }
+        }
+    };
+    let (one, group) = (run(), run());
+    for (round, masters) in [(0, 1), (1, 3), (2, 3)] {
+        let ports = if masters == 1 { &one } else { &group };
+        let dir = root.path().join(format!("m{masters}"));
+        let dev = Command::new(BIN)
+            .args(["dev", "--dir", dir.to_str().unwrap()])
+            .args([
+                "--port",
+                &ports[0].to_string(),
+                "--masters",
+                &masters.to_string(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let addrs: Vec<String> = ports[..masters]
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        let cli = |args: &[&str]| {
+            Command::new(BIN)
+                .args(args)
+                .env("TESSERA_MASTER", addrs.join(","))
+                .args(["--retry-for", "60s"])
+                .output()
+                .unwrap()
+        };
+        let made = cli(&["mkdir", &format!("/round-{round}")]);
+        assert!(made.status.success(), "{made:?}");
+        if round == 2 {
+            // The group started again from its data.
+            let ls = cli(&["ls", "/"]);
+            assert!(
+                String::from_utf8_lossy(&ls.stdout).contains("round-1"),
+                "{ls:?}"
+            );
+        }
+        let int = Command::new("kill")
+            .args(["-INT", &dev.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(int.success());
+        let out = dev.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && !err.contains("pthread"),
+            "dev with {masters} master(s) stopped by Ctrl-C: {:?}\n{err}",
+            out.status
+        );
+    }
+}
