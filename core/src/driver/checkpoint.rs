@@ -12,8 +12,9 @@
 //! checkpointer walks its state into pieces (`Meta::checkpoint_pieces`: the scalars,
 //! then each item of each repeated field alone, such as an entry or a chunk), and
 //! [`Sealed::build`] encodes each into the part being filled, cutting a part only
-//! between pieces and sealing it at once. The encodings of a message's pieces, end to end, are an encoding of the
-//! message, so each part decodes alone and merges into those before it at start-up.
+//! between pieces and sealing it at once. The encodings of a message's pieces, end to
+//! end, are an encoding of the message, so each part decodes alone and merges into
+//! those before it at start-up.
 //! Loading refuses a part damaged, missing, out of place or left over, and checks the
 //! head's checksum over every part's bytes end to end, so parts that fit end to end yet
 //! come from two checkpoints are refused too.
@@ -225,9 +226,8 @@ impl Sealed {
     /// order: `Meta::checkpoint_pieces`), encoded piece by piece into parts of at most
     /// `part_bytes` (0: [`PART_BYTES`]) unless one piece alone is larger: a part is cut
     /// only between pieces, so such a piece gets a part of its own. Each part is sealed
-    /// as soon as it is full.
-    /// Only the sealed parts and the one being filled are held, never the whole
-    /// checkpoint or its whole encoding.
+    /// as soon as it is full: only the sealed parts and the one being filled are held,
+    /// never the whole checkpoint or its whole encoding.
     pub fn build(
         through_seq: LogSeq,
         pieces: impl IntoIterator<Item = pb::Checkpoint>,

@@ -63,27 +63,33 @@ pub fn seal(msg: &impl Message) -> Bytes {
 /// though never whole: each piece is encoded straight into the sealed value, whose
 /// bytes decode to the same message (a protobuf message merges what it decodes).
 pub fn seal_pieces<M: Message>(pieces: impl IntoIterator<Item = M>) -> Bytes {
-    let mut v = vec![SEALED, 0, 0, 0, 0];
-    for p in pieces {
-        p.encode(&mut v).expect("a Vec grows");
-    }
-    let sum = crc32c::crc32c(&v[5..]);
-    v[1..5].copy_from_slice(&sum.to_le_bytes());
+    let mut v = sealed_with(SEALED, 0, |v| {
+        for p in pieces {
+            p.encode(v).expect("a Vec grows");
+        }
+    });
     // Held as long as the snapshot is: not with the room the Vec grew into.
     v.shrink_to_fit();
     Bytes::from(v)
 }
 
-/// `msg` sealed under another first byte (a stored checkpoint's head: `checkpoint.rs`).
-pub(crate) fn seal_as(format: u8, msg: &impl Message) -> Bytes {
-    let len = msg.encoded_len();
-    let mut v = Vec::with_capacity(5 + len);
+/// `format`, the CRC32C of what `body` writes after it (little-endian), and that: a
+/// sealed value. `capacity` is what `body` is expected to write.
+fn sealed_with(format: u8, capacity: usize, body: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut v = Vec::with_capacity(5 + capacity);
     v.push(format);
     v.extend_from_slice(&[0; 4]);
-    msg.encode(&mut v).expect("a Vec grows");
+    body(&mut v);
     let sum = crc32c::crc32c(&v[5..]);
     v[1..5].copy_from_slice(&sum.to_le_bytes());
-    Bytes::from(v)
+    v
+}
+
+/// `msg` sealed under another first byte (a stored checkpoint's head: `checkpoint.rs`).
+pub(crate) fn seal_as(format: u8, msg: &impl Message) -> Bytes {
+    Bytes::from(sealed_with(format, msg.encoded_len(), |v| {
+        msg.encode(v).expect("a Vec grows")
+    }))
 }
 
 /// The body of a sealed value (any first byte), checked against its checksum.
