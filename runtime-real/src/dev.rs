@@ -9,6 +9,95 @@ use crate::server::{self, Knobs};
 /// The master address commands use when given none: a dev cluster's on its default port.
 pub const DEFAULT_MASTER: &str = "127.0.0.1:7070";
 
+/// Whether `dir` holds no master's data yet (a first start), or the data of exactly the
+/// masters `--masters` asks for: a master alone keeps it in `master`, a group's replica
+/// N in `master<N>`. Anything else is refused rather than started beside: another
+/// `--masters` than the cluster was made with would start a new, empty cluster next to
+/// the old one (whose chunkservers it would then turn away as another cluster's), and
+/// some replicas' data without the others' is data lost, which forming the group again
+/// would hide.
+pub fn fresh(dir: &std::path::Path, masters: usize) -> Result<bool, String> {
+    let mut alone = false;
+    let mut replicas = std::collections::BTreeSet::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let Some(rest) = name.strip_prefix("master") else {
+                continue;
+            };
+            if !e.path().join("meta").exists() {
+                continue;
+            }
+            if rest.is_empty() {
+                alone = true;
+            } else if let Ok(id) = rest.parse::<u64>() {
+                replicas.insert(id);
+            }
+        }
+    }
+    let shown = dir.display();
+    let group = |ids: &std::collections::BTreeSet<u64>| {
+        ids.iter()
+            .map(|id| format!("master{id}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if alone && !replicas.is_empty() {
+        return Err(format!(
+            "{shown} holds both a master alone's data (master) and a master group's ({}): \
+             it is no one cluster's; start each from its own --dir",
+            group(&replicas)
+        ));
+    }
+    if masters == 1 {
+        if !replicas.is_empty() {
+            return Err(format!(
+                "{shown} holds a master group's data ({}), made with --masters {}: start it \
+                 with that, or give another --dir for a new cluster",
+                group(&replicas),
+                replicas.len()
+            ));
+        }
+        return Ok(!alone);
+    }
+    if alone {
+        return Err(format!(
+            "{shown} holds a master alone's data (master), made with --masters 1: start it \
+             with that, or give another --dir for a new cluster"
+        ));
+    }
+    let want: std::collections::BTreeSet<u64> = (1..=masters as u64).collect();
+    if replicas.is_empty() {
+        return Ok(true);
+    }
+    if replicas == want {
+        return Ok(false);
+    }
+    if replicas.is_subset(&want) {
+        let lost: std::collections::BTreeSet<u64> = want.difference(&replicas).copied().collect();
+        let n = replicas.len();
+        // Replicas 1 to n of an odd n: most likely a group of n.
+        let made = if n > 1 && n % 2 == 1 && replicas.iter().copied().eq(1..=n as u64) {
+            format!("if the cluster was made with --masters {n}, start it with that; if not, ")
+        } else {
+            String::new()
+        };
+        return Err(format!(
+            "{shown} holds the data of {} but none for {}: {made}a replica's data is lost, \
+             and forming the group again would hide the loss",
+            group(&replicas),
+            group(&lost)
+        ));
+    }
+    Err(format!(
+        "{shown} holds a master group's data ({}), not that of --masters {masters}: start it \
+         with --masters {}, or give another --dir for a new cluster",
+        group(&replicas),
+        replicas.len()
+    ))
+}
+
 pub async fn run(
     dir: PathBuf,
     chunkservers: usize,
@@ -33,6 +122,8 @@ pub async fn run(
         addrs.push(format!("127.0.0.1:{}", port_at(i)?));
     }
     let master = addrs.join(",");
+    // The group forms on the cluster's first start; later starts recover.
+    let bootstrap = fresh(&dir, masters)?;
     let mut tasks = tokio::task::JoinSet::new();
     if masters == 1 {
         let (d, m, k) = (dir.join("master"), master.clone(), knobs.clone());
@@ -43,20 +134,6 @@ pub async fn run(
             .enumerate()
             .map(|(i, a)| (i as u64 + 1, a.clone()))
             .collect();
-        // The group forms on the cluster's first start, when no replica has a data
-        // directory; later starts recover. Some with and some without is a replica's
-        // data lost (or a group started with another --masters): not formed again.
-        let have: Vec<bool> = (1..=masters)
-            .map(|id| dir.join(format!("master{id}")).join("meta").exists())
-            .collect();
-        let bootstrap = !have.iter().any(|&h| h);
-        if !bootstrap && !have.iter().all(|&h| h) {
-            return Err(format!(
-                "{} holds data for only some of the {masters} master replicas: a replica's \
-                 data is missing, or the cluster was made with another --masters",
-                dir.display()
-            ));
-        }
         for id in 1..=masters as u64 {
             let (d, k, m) = (
                 dir.join(format!("master{id}")),
@@ -110,5 +187,60 @@ pub async fn run(
             Some(Err(e)) => Err(format!("a server task failed: {e}")),
             _ => Err("a server stopped".into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fresh;
+
+    fn dir_with(masters: &[&str]) -> tempfile::TempDir {
+        let d = tempfile::tempdir().expect("temp dir");
+        for m in masters {
+            std::fs::create_dir_all(d.path().join(m).join("meta")).expect("mkdir");
+        }
+        d
+    }
+
+    #[test]
+    fn a_cluster_starts_only_with_the_masters_it_was_made_with() {
+        // First starts.
+        assert_eq!(fresh(dir_with(&[]).path(), 1), Ok(true));
+        assert_eq!(fresh(dir_with(&[]).path(), 3), Ok(true));
+        assert_eq!(
+            fresh(&std::path::PathBuf::from("/no/such/dir"), 3),
+            Ok(true)
+        );
+        // A chunkserver's directory, or a master's without a store yet, is no master's.
+        assert_eq!(fresh(dir_with(&["cs0", "master2x"]).path(), 3), Ok(true));
+        let d = dir_with(&[]);
+        std::fs::create_dir_all(d.path().join("master1")).expect("mkdir");
+        assert_eq!(fresh(d.path(), 3), Ok(true));
+        // Later starts, as made.
+        assert_eq!(fresh(dir_with(&["master", "cs0"]).path(), 1), Ok(false));
+        let three = dir_with(&["master1", "master2", "master3"]);
+        assert_eq!(fresh(three.path(), 3), Ok(false));
+        // Another --masters than the cluster was made with.
+        let e = fresh(three.path(), 1).unwrap_err();
+        assert!(e.contains("made with --masters 3"), "{e}");
+        let e = fresh(three.path(), 5).unwrap_err();
+        assert!(
+            e.contains("made with --masters 3") && e.contains("master4, master5"),
+            "{e}"
+        );
+        let e = fresh(dir_with(&["master"]).path(), 3).unwrap_err();
+        assert!(e.contains("made with --masters 1"), "{e}");
+        let five = dir_with(&["master1", "master2", "master3", "master4", "master5"]);
+        let e = fresh(five.path(), 3).unwrap_err();
+        assert!(e.contains("start it with --masters 5"), "{e}");
+        // A replica's data lost.
+        let e = fresh(dir_with(&["master1", "master3"]).path(), 3).unwrap_err();
+        assert!(
+            e.contains("none for master2") && !e.contains("made with"),
+            "{e}"
+        );
+        // Two clusters' data in one directory.
+        let e = fresh(dir_with(&["master", "master1"]).path(), 1).unwrap_err();
+        assert!(e.contains("no one cluster's"), "{e}");
     }
 }

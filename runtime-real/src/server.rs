@@ -223,7 +223,16 @@ impl Knobs {
                 tessera_core::MAX_CHUNK_SIZE
             ));
         }
-        m.default_replication = pick!(replication, m.default_replication).max(1);
+        // A zero would be taken for "at least one" (or "every record"), silently.
+        let positive = |name: &str, v: u64| {
+            if v == 0 {
+                Err(format!("--{name} must be at least 1"))
+            } else {
+                Ok(())
+            }
+        };
+        m.default_replication = pick!(replication, m.default_replication);
+        positive("replication", u64::from(m.default_replication))?;
         m.lease_duration = pick!(lease, m.lease_duration);
         m.max_clock_skew = pick!(max_clock_skew, m.max_clock_skew);
         m.heartbeat_timeout = pick!(dead_after, m.heartbeat_timeout);
@@ -231,7 +240,8 @@ impl Knobs {
         m.clones_per_server = pick!(clones_per_server, m.clones_per_server);
         m.clones_cluster = pick!(clones_cluster, m.clones_cluster);
         m.clone_timeout = pick!(clone_timeout, m.clone_timeout);
-        m.checkpoint_every = pick!(checkpoint_every, m.checkpoint_every).max(1);
+        m.checkpoint_every = pick!(checkpoint_every, m.checkpoint_every);
+        positive("checkpoint-every", m.checkpoint_every)?;
         m.rng_seed = rand::random();
         let snapshot_part_bytes = pick!(snapshot_part_bytes, 4 << 20);
         // Each part carries a key and about 25 bytes of seal and framing: tiny parts
@@ -246,9 +256,11 @@ impl Knobs {
         c.scrub_interval = pick!(scrub_interval, c.scrub_interval);
         c.scrub_idle = pick!(scrub_idle, c.scrub_idle);
         c.read_cache_bytes = pick!(read_cache, c.read_cache_bytes);
-        m.max_queued = pick!(max_queued, m.max_queued).max(1);
-        c.max_queued = pick!(max_queued, c.max_queued).max(1);
-        c.max_queued_per_chunk = pick!(max_queued_per_chunk, c.max_queued_per_chunk).max(1);
+        m.max_queued = pick!(max_queued, m.max_queued);
+        c.max_queued = pick!(max_queued, c.max_queued);
+        c.max_queued_per_chunk = pick!(max_queued_per_chunk, c.max_queued_per_chunk);
+        positive("max-queued", m.max_queued as u64)?;
+        positive("max-queued-per-chunk", c.max_queued_per_chunk as u64)?;
         let heartbeat = pick!(heartbeat, Duration::from_secs(1));
         if heartbeat * 2 > m.heartbeat_timeout {
             return Err("--dead-after must be at least twice --heartbeat".into());
@@ -460,4 +472,38 @@ fn recorder(
     let sink = FileSink::open(dir, role, address, *rotation)?;
     tracing::info!(dir = %sink.dir().display(), "recording a trace");
     Ok(Some(Recorder::new(sink)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Knobs;
+
+    #[test]
+    fn a_zero_where_one_is_the_least_is_refused() {
+        assert!(Knobs::default().resolve().is_ok());
+        let refused = |k: Knobs| k.resolve().err().unwrap_or_default();
+        let e = refused(Knobs {
+            replication: Some(0),
+            ..Knobs::default()
+        });
+        assert_eq!(e, "--replication must be at least 1");
+        let e = refused(Knobs {
+            checkpoint_every: Some(0),
+            ..Knobs::default()
+        });
+        assert_eq!(e, "--checkpoint-every must be at least 1");
+        let e = refused(Knobs {
+            max_queued: Some(0),
+            ..Knobs::default()
+        });
+        assert_eq!(e, "--max-queued must be at least 1");
+        let one = Knobs {
+            replication: Some(1),
+            checkpoint_every: Some(1),
+            max_queued: Some(1),
+            max_queued_per_chunk: Some(1),
+            ..Knobs::default()
+        };
+        assert!(one.resolve().is_ok());
+    }
 }

@@ -1979,4 +1979,29 @@ fn dev_stopped_by_ctrl_c_exits_cleanly_and_keeps_its_data() {
             out.status
         );
     }
+    // Started again with another --masters than it was made with, a cluster is refused
+    // (before, a new and empty one started beside its data).
+    for (made, asked) in [(1, 3), (3, 1), (3, 5)] {
+        let dir = root.path().join(format!("m{made}"));
+        let mut dev = Command::new(BIN)
+            .args(["dev", "--dir", dir.to_str().unwrap()])
+            .args(["--port", &free_port().to_string()])
+            .args(["--masters", &asked.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let give_up = Instant::now() + Duration::from_secs(30);
+        while dev.try_wait().unwrap().is_none() && Instant::now() < give_up {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = dev.kill();
+        let out = dev.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(&format!("made with --masters {made}")),
+            "dev --masters {asked} over a cluster made with {made}: {:?}\n{err}",
+            out.status
+        );
+    }
 }
