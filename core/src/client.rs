@@ -218,6 +218,14 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         self
     }
 
+    /// This client, with shadow reads on or off (see [`ClientConfig::shadow_reads`]);
+    /// it shares everything else (caches, the leader it follows, its id) with the
+    /// client it was made from.
+    pub fn with_shadow_reads(mut self, on: bool) -> Self {
+        self.cfg.shadow_reads = on;
+        self
+    }
+
     /// Whether a shadow master answered any read of this client since it was made
     /// (or since `forget_shadow_answers`), and of those the one furthest behind: which
     /// replica, from what log position, how far behind. None: the leader answered all.

@@ -85,6 +85,7 @@ fn lost_remove_knobs(k: &mut Knobs) {
 fn group_scenario(sc: Scenario) -> Scenario {
     Scenario {
         shape: Shape { masters: 3, ..MANY },
+        shadow_write: true,
         workload: Workload {
             kind: Kind::Shared { files: 2 },
             ops: 40,
@@ -105,6 +106,7 @@ const fn scenario(name: &'static str, faults: FaultMix) -> Scenario {
         silent_corruption: false,
         last_copy_rot: false,
         lost_remove: false,
+        shadow_write: false,
         stale_collected: false,
         vary: false,
     }

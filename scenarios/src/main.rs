@@ -246,6 +246,7 @@ mod madsim_main {
             let mut mends = [0u64; 2];
             let (mut listings, mut ns_ops, mut ns_writes, mut ns_files) = (0, 0, 0, 0);
             let (mut shadow_reads, mut group_checkpoints, mut from_parts) = (0, 0, 0);
+            let mut known_writes = 0;
             let (mut master_checkpoints, mut checkpoint_parts, mut shrunk) = (0, 0, 0);
             let mut faults = std::collections::BTreeMap::<&str, u64>::new();
             for &seed in &seeds {
@@ -265,6 +266,7 @@ mod madsim_main {
                 ns_writes += o.ns_writes_checked;
                 ns_files += o.ns_files_checked;
                 shadow_reads += o.shadow_reads_checked;
+                known_writes += o.known_writes_checked;
                 group_checkpoints += o.group_checkpoints;
                 master_checkpoints += o.master_checkpoints;
                 checkpoint_parts += o.master_checkpoint_parts;
@@ -335,7 +337,8 @@ mod madsim_main {
                 "scenario={} seeds={} wall={wall:.1}s seeds_per_min={:.1} sim_per_wall={:.0}x \
                  reads_checked={reads} records_checked={records} listings_checked={listings} \
                  ns_ops_checked={ns_ops} ns_writes_checked={ns_writes} ns_files_checked={ns_files} \
-                 shadow_reads_checked={shadow_reads} group_checkpoints={group_checkpoints} \
+                 shadow_reads_checked={shadow_reads} known_writes_checked={known_writes} \
+                 group_checkpoints={group_checkpoints} \
                  master_checkpoints={master_checkpoints} master_checkpoint_parts={checkpoint_parts} \
                  master_checkpoints_shrunk={shrunk} \
                  snapshots_from_parts={from_parts} \

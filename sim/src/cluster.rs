@@ -444,6 +444,26 @@ impl Cluster {
         }
     }
 
+    /// Cuts client `i` off from master replicas `replicas` (both ways).
+    pub fn cut_client(&self, i: usize, replicas: &[usize]) {
+        let net = NetSim::current();
+        let me = self.clients[i].0.id();
+        for &r in replicas {
+            net.clog_link(me, self.replicas[r].id);
+            net.clog_link(self.replicas[r].id, me);
+        }
+    }
+
+    /// Undoes `cut_client`.
+    pub fn mend_client(&self, i: usize, replicas: &[usize]) {
+        let net = NetSim::current();
+        let me = self.clients[i].0.id();
+        for &r in replicas {
+            net.unclog_link(me, self.replicas[r].id);
+            net.unclog_link(self.replicas[r].id, me);
+        }
+    }
+
     /// Builds and starts the cluster. Call inside the madsim runtime.
     pub fn start(shape: Shape, knobs: Knobs, checks: Shared) -> Cluster {
         let handle = Handle::current();
@@ -675,13 +695,24 @@ impl Cluster {
     /// write use 0: a cached location may name a replica that has since gone stale, and
     /// GFS's bound on that window is the cache's timeout.
     pub fn client_with_ttl(&self, i: usize, ttl: Duration) -> Client<SimRuntime, SimNet> {
+        self.client_with(i, ttl, None)
+    }
+
+    /// As [`Cluster::client_with_ttl`], retrying each operation for `retry_for` when
+    /// given (in place of the workload's).
+    pub fn client_with(
+        &self,
+        i: usize,
+        ttl: Duration,
+        retry_for: Option<Duration>,
+    ) -> Client<SimRuntime, SimNet> {
         let jump = self.jumps[1 + self.servers.len() + i].clone();
         let rt = SimRuntime::with_jump(self.start, self.clients[i].1, jump);
         let mut cfg = ClientConfig::new(self.master_addr.clone());
         cfg.rpc_timeout = self.knobs.rpc_timeout;
         // About as long as six attempts used to take: long enough to ride out most
         // faults, short enough that clients also see failures and must judge them.
-        cfg.retry_for = self.knobs.rpc_timeout * 2 + Duration::from_secs(3);
+        cfg.retry_for = retry_for.unwrap_or(self.knobs.rpc_timeout * 2 + Duration::from_secs(3));
         cfg.backoff = Duration::from_millis(100);
         cfg.location_ttl = ttl;
         // The workload's checks judge reads as linearizable: a shadow master's answer

@@ -32,5 +32,7 @@ pub mod run;
 #[cfg(madsim)]
 pub mod runtime;
 #[cfg(madsim)]
+pub mod shadow_write;
+#[cfg(madsim)]
 pub mod workload;
 pub mod world;

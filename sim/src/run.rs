@@ -29,6 +29,9 @@ pub struct Scenario {
     /// remove of a deleted file it took after its holders reported; the file, undeleted,
     /// must read back whole (`lost_remove.rs`).
     pub lost_remove: bool,
+    /// After healing, a master group's client writes a file it just made while the only
+    /// replica it reaches is a shadow behind the create (`shadow_write.rs`).
+    pub shadow_write: bool,
     /// Healing also means every stale copy (a version below the master's) is deleted.
     pub stale_collected: bool,
     /// The seed also picks the cluster's shape (servers, racks, clients), its
@@ -99,6 +102,8 @@ pub struct Outcome {
     pub ns_files_checked: u64,
     /// Reads of the shared directory a shadow master answered, judged as stale reads.
     pub shadow_reads_checked: u64,
+    /// Writes to files their client knew were there, checked not to fail "not found".
+    pub known_writes_checked: u64,
     /// Checkpoints master replicas built beside their event loops and took back.
     pub group_checkpoints: u64,
     /// Checkpoints a master alone's driver built beside it and wrote.
@@ -293,6 +298,19 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
     } else {
         healed
     };
+    let healed = if healed && sc.shadow_write && !cluster.replicas.is_empty() {
+        crate::shadow_write::shadow_write(&mut cluster, &checks).await;
+        liveness(
+            &cluster,
+            &checks,
+            sc.heal_within,
+            sc.faults.beyond_claim,
+            sc.stale_collected,
+        )
+        .await
+    } else {
+        healed
+    };
     if healed && !sc.faults.beyond_claim && shared {
         if let Some(mut r) = runs.pop() {
             let client = client_for(&cluster, r.id);
@@ -359,6 +377,9 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         {
             missing.push("no acknowledged record read back".to_string());
         }
+        if !matches!(sc.workload.kind, workload::Kind::Replay(_)) && c.known_writes_checked == 0 {
+            missing.push("no write to a file its client knew was there checked".into());
+        }
         let files_left = runs.iter().any(|r| !r.model.files.is_empty());
         if c.reads_checked == 0 && files_left {
             missing.push("files left, but no read checked".to_string());
@@ -389,6 +410,7 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         ns_writes_checked: c.ns_writes_checked,
         ns_files_checked: c.ns_files_checked,
         shadow_reads_checked: c.shadow_reads,
+        known_writes_checked: c.known_writes_checked,
         group_checkpoints: c.group_checkpoints,
         master_checkpoints: c.master_checkpoints,
         master_checkpoint_parts: c.master_checkpoint_parts,

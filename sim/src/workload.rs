@@ -89,6 +89,10 @@ pub struct ClientRun {
     /// Directories a replay's operations went to (listed after healing); empty for
     /// other workloads, whose files are in `/c<id>`.
     pub dirs: std::collections::BTreeSet<String>,
+    /// Files of `model` this client knows are there: it made them, or moved them in
+    /// place, with an acknowledged call, and no call of unknown outcome touched them
+    /// since (nobody else uses `/c<id>`). A write to one may fail, but never "not found".
+    pub known: std::collections::BTreeSet<String>,
     /// Files a replay record-appended to, judged by the append model, not `model`.
     pub append_files: Vec<String>,
     /// A replay's client (its directories are those in `dirs`).
@@ -108,6 +112,7 @@ impl ClientRun {
             errors: 0,
             ns_files: Vec::new(),
             dirs: Default::default(),
+            known: Default::default(),
             append_files: Vec::new(),
             replay: false,
             replayed: 0,
@@ -137,6 +142,34 @@ pub async fn crashable<T>(
             checks.lock().expect("checks").fault("client_crash", 1);
             Err(FsError::Unavailable("the client crashed".into()))
         }
+    }
+}
+
+/// `client` as the CLI makes it, shadow reads on, for writes: no write may take a
+/// shadow's answer (its view may predate the file's create), which a client with shadow
+/// reads off could never show. The workload's reads keep them off: its checks judge
+/// reads as linearizable, which a shadow's answer is not.
+fn writer(client: &C) -> C {
+    client.clone().with_shadow_reads(true)
+}
+
+/// A write of some kind (`what`) to a file its client knows is there gave `result`: it
+/// may fail for many reasons, but not with "not found". A master, or a shadow standing
+/// in for it, that has not applied the file's create must not be the one a write asks
+/// (a put creates its file and writes it at once).
+fn known_file<T>(
+    checks: &Shared,
+    start: madsim::time::Instant,
+    what: String,
+    result: &Result<T, FsError>,
+) {
+    checks.lock().expect("checks").known_writes_checked += 1;
+    if let Err(e @ FsError::NotFound(_)) = result {
+        violation(
+            checks,
+            start,
+            format!("{what} failed \"{e}\", though its client knows the file is there"),
+        );
     }
 }
 
@@ -272,7 +305,7 @@ pub async fn run(
             } else if roll < 220 + w.delete_permille {
                 list_check(&client, &mut run, &checks, start).await;
             } else if roll < 600 || w.no_reads {
-                write(&client, &mut run, &path, seq, &w, &checks).await;
+                write(&client, &mut run, &path, seq, &w, &checks, start).await;
             } else {
                 read(&client, &mut run, &path, &checks, start).await;
             }
@@ -383,7 +416,7 @@ async fn replay_run(
                     if run.model.files.contains_key(path) {
                         let len = (*len).clamp(1, REPLAY_MAX_IO);
                         let data = pattern(run.id, 2_000_000 + seq, len);
-                        write_at(client, run, path, *offset, data, checks).await;
+                        write_at(client, run, path, *offset, data, checks, start).await;
                         true
                     } else {
                         false
@@ -510,8 +543,13 @@ async fn write_at(
     off: u64,
     data: Bytes,
     checks: &Shared,
+    start: madsim::time::Instant,
 ) {
-    let result = crashable(checks, client.write(path, off, data.clone())).await;
+    let result = crashable(checks, writer(client).write(path, off, data.clone())).await;
+    if !run.replay && run.known.contains(path) {
+        let what = format!("a write to {path} (made by its client)");
+        known_file(checks, start, what, &result);
+    }
     let f = run.model.files.get_mut(path).expect("modelled");
     match result {
         Ok(()) => {
@@ -633,6 +671,7 @@ async fn create(client: &C, run: &mut ClientRun, path: &str, checks: &Shared) {
     match crashable(checks, client.create(path, 0)).await {
         Ok(()) => {
             run.ok += 1;
+            run.known.insert(path.to_string());
             run.model
                 .files
                 .insert(path.to_string(), FileModel::default());
@@ -655,6 +694,7 @@ async fn create(client: &C, run: &mut ClientRun, path: &str, checks: &Shared) {
 }
 
 async fn delete(client: &C, run: &mut ClientRun, path: &str, checks: &Shared) {
+    run.known.remove(path);
     match crashable(checks, client.delete(path, false)).await {
         Ok(()) => {
             run.ok += 1;
@@ -690,9 +730,11 @@ async fn renamed(
     to: &str,
     result: Result<(), FsError>,
 ) {
+    run.known.remove(from);
     let moved = match result {
         Ok(()) => {
             run.ok += 1;
+            run.known.insert(to.to_string());
             Some(true)
         }
         Err(_) => {
@@ -730,13 +772,14 @@ async fn write(
     seq: u64,
     w: &Workload,
     checks: &Shared,
+    start: madsim::time::Instant,
 ) {
     let f = run.model.files.get(path).expect("modelled");
     let room = w.max_file.saturating_sub(1);
     let off = rand() % (f.len_max + w.max_write).min(room).max(1);
     let len = (1 + rand() % w.max_write).min(w.max_file - off).max(1);
     let data = pattern(run.id, seq, len);
-    write_at(client, run, path, off, data, checks).await;
+    write_at(client, run, path, off, data, checks, start).await;
 }
 
 async fn read(
@@ -1089,7 +1132,9 @@ async fn shared_run(
                 .get_mut(&path)
                 .expect("shared file")
                 .begin(now_ms(start), off, data.clone());
-            let result = crashable(checks, client.write(&path, off, data)).await;
+            let result = crashable(checks, writer(client).write(&path, off, data)).await;
+            // Made before any client started, and never deleted.
+            known_file(checks, start, format!("a write to {path}"), &result);
             let ok = result.is_ok();
             if ok {
                 run.ok += 1;
@@ -1690,7 +1735,10 @@ async fn plain_append(
         .get_mut(path)
         .expect("plain append file")
         .begin(data.len() as u64);
-    match crashable(checks, client.append(path, data.clone())).await {
+    let result = crashable(checks, writer(client).append(path, data.clone())).await;
+    // Made before any client started, and never deleted.
+    known_file(checks, start, format!("an append to {path}"), &result);
+    match result {
         Ok(at) => {
             run.ok += 1;
             let mut c = checks.lock().expect("checks");
@@ -1756,7 +1804,12 @@ async fn put_one(
         .get_mut(path)
         .expect("put path")
         .begin_put(now_ms(start), data.clone());
-    let ok = crashable(checks, client.put(path, 0, data)).await.is_ok();
+    let result = crashable(checks, writer(client).put(path, 0, data)).await;
+    // A put makes its own file under a name of its own and writes it: whatever became of
+    // `path` meanwhile, nothing may answer that its file is not there.
+    let what = format!("a put to {path} (a write into the file it made)");
+    known_file(checks, start, what, &result);
+    let ok = result.is_ok();
     if ok {
         run.ok += 1;
         checks.lock().expect("checks").writes_acked += 1;
@@ -1923,12 +1976,17 @@ async fn append_sized(
         .expect("append file")
         .attempted
         .insert(id, payload.clone());
-    match crashable(
+    let result = crashable(
         checks,
-        client.record_append(path, record::frame(id, &payload)),
+        writer(client).record_append(path, record::frame(id, &payload)),
     )
-    .await
-    {
+    .await;
+    // The shared files were made before any client started, and are never deleted; a
+    // replay's may be another client's to delete.
+    if !run.replay {
+        known_file(checks, start, format!("a record append to {path}"), &result);
+    }
+    match result {
         Ok(at) => {
             run.ok += 1;
             let mut c = checks.lock().expect("checks");

@@ -71,6 +71,10 @@ pub struct Checks {
     pub ns_deleted: HashMap<String, i64>,
     pub ns_reclaimed: Option<i64>,
     pub writes_acked: u64,
+    /// Writes, appends and puts to files their client knows are there (it made them, or
+    /// moved them in place, with an acknowledged call, and nothing it did since left
+    /// that in doubt): none may fail with "not found" (see `workload::known_file`).
+    pub known_writes_checked: u64,
     /// Files many clients write at once, by path.
     pub histories: BTreeMap<String, history::History>,
     /// Files written by record append, by path.
