@@ -50,7 +50,7 @@ struct Cli {
 #[derive(clap::Args, Clone)]
 struct MasterAddr {
     /// The master to talk to.
-    #[arg(long, env = "TESSERA_MASTER", default_value = DEV_MASTER, global = true)]
+    #[arg(long, env = "TESSERA_MASTER", default_value = DEV_MASTER, global = true, value_parser = server::master_list)]
     master: String,
     /// How long a command keeps trying while the master or chunkservers do not answer:
     /// a master restart or failover takes a few seconds, and writes to files that existed
@@ -98,7 +98,7 @@ enum Cmd {
     /// Run a chunkserver: stores chunk replicas and serves reads and mutations.
     Chunkserver {
         /// The master's address, host:port.
-        #[arg(long, env = "TESSERA_MASTER", default_value = DEV_MASTER)]
+        #[arg(long, env = "TESSERA_MASTER", default_value = DEV_MASTER, value_parser = server::master_list)]
         master: String,
         /// Where chunk files and their metadata live.
         #[arg(long)]

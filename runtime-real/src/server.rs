@@ -340,6 +340,30 @@ pub async fn run_master(data_dir: PathBuf, listen: String, knobs: &Knobs) -> Res
 
 /// A master group's members from `1=host:port,2=...` or `host:port,...` (numbered 1,
 /// 2, ... in order).
+/// A `--master` (or `TESSERA_MASTER`) value checked: one or more addresses, `host:port`,
+/// separated by commas. Anything else is refused at once, rather than tried until
+/// `--retry-for` runs out (an empty value was, for two minutes).
+pub fn master_list(list: &str) -> Result<String, String> {
+    let addrs: Vec<&str> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .collect();
+    if addrs.is_empty() {
+        return Err("no master address: give host:port (a group's: a,b,c)".into());
+    }
+    for a in &addrs {
+        let port = a.rsplit_once(':').and_then(|(host, port)| {
+            (!host.is_empty()).then_some(())?;
+            port.parse::<u16>().ok().filter(|&p| p != 0)
+        });
+        if port.is_none() {
+            return Err(format!("{a:?} is no master address: give host:port"));
+        }
+    }
+    Ok(list.to_string())
+}
+
 pub fn parse_peers(list: &str) -> Result<std::collections::BTreeMap<u64, String>, String> {
     let mut members = std::collections::BTreeMap::new();
     for (n, part) in list
@@ -477,6 +501,31 @@ fn recorder(
 #[cfg(test)]
 mod tests {
     use super::Knobs;
+
+    #[test]
+    fn a_master_address_is_host_and_port() {
+        use super::master_list;
+        for ok in [
+            "127.0.0.1:7070",
+            "a:1, b:2 ,c:3",
+            "[::1]:7070",
+            "localhost:7070,",
+        ] {
+            assert_eq!(master_list(ok).as_deref(), Ok(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            " , ",
+            "127.0.0.1",
+            ":7070",
+            "a:b",
+            "a:0",
+            "a:70700",
+            "a:1,b",
+        ] {
+            assert!(master_list(bad).is_err(), "{bad:?} taken");
+        }
+    }
 
     #[test]
     fn a_zero_where_one_is_the_least_is_refused() {

@@ -887,6 +887,38 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
         "{err}"
     );
 
+    // No address, or no address of a master: refused at once (an empty one was tried
+    // for the whole --retry-for, two minutes by default).
+    for (given, said) in [
+        ("", "no master address"),
+        (" , ", "no master address"),
+        ("localhost", "\"localhost\" is no master address"),
+        (
+            "127.0.0.1:1,127.0.0.1",
+            "\"127.0.0.1\" is no master address",
+        ),
+    ] {
+        let out = Command::new(BIN)
+            .args(["ls", "/", "--master", given])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(said),
+            "{given:?}: {err}"
+        );
+        let out = Command::new(BIN)
+            .args(["admin", "report"])
+            .env("TESSERA_MASTER", given)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(said),
+            "{given:?}: {err}"
+        );
+    }
+
     // A server whose address is taken says so and stops (before it does anything).
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
