@@ -235,6 +235,8 @@ pub struct Scheduler {
     /// from some chunkservers, listed), and until when. Never more than a minority
     /// (one of three, two of five), so a majority is always up and connected.
     replica: Vec<Impaired>,
+    /// Terms whose leader [`Scheduler::watch`] has seen before it served.
+    fresh_terms: std::collections::BTreeSet<u64>,
     /// A replica being replaced (it is in `replica` meanwhile, dead or joining).
     replacing: Option<Replacement>,
     /// The group id the next replaced replica joins under.
@@ -303,7 +305,67 @@ impl Scheduler {
             replacing: None,
             next_group_id: 0,
             replaced: 0,
+            fresh_terms: Default::default(),
         }
+    }
+
+    /// Whether [`Scheduler::watch`] has anything to watch for: a master group whose
+    /// replicas take a while to make a new leader's master copy.
+    pub fn watches(&self, cluster: &Cluster) -> bool {
+        self.mix.group_faults
+            && !cluster.replicas.is_empty()
+            && !cluster.knobs.checkpoint_delay.is_zero()
+    }
+
+    /// Called between steps, often: cuts a leader off from the group while the copy its
+    /// master will start from is still being made, in every other term (by its number,
+    /// so no draw moves the seed's other faults). The leader loses the lead before the
+    /// copy comes back, and must drop it. Random faults never land in that window, a
+    /// few hundred milliseconds to two seconds after an election: sweeps counted no
+    /// copy dropped.
+    pub fn watch(&mut self, cluster: &mut Cluster) {
+        if !self.watches(cluster) || !self.replica.is_empty() || self.replacing.is_some() {
+            return;
+        }
+        let fresh = {
+            let c = cluster.checks.lock().expect("checks");
+            c.leaders.iter().max_by_key(|(t, _)| **t).map(|(t, node)| {
+                (
+                    *t,
+                    node.clone(),
+                    c.serving.get(node).copied().unwrap_or(false),
+                )
+            })
+        };
+        let Some((term, node, serving)) = fresh else {
+            return;
+        };
+        let Some(i) = cluster
+            .replicas
+            .iter()
+            .position(|r| r.node == node && r.alive)
+        else {
+            return;
+        };
+        if serving || !self.fresh_terms.insert(term) || term % 2 == 1 {
+            return;
+        }
+        cluster.cut_replica(i, &[]);
+        cluster.count_fault("fresh_leader_cut", 1);
+        let until = cluster.true_ms() + 3 * cluster.knobs.checkpoint_delay.as_millis() as i64;
+        self.note(
+            cluster,
+            format!(
+                "cut master{} off from the group as it starts to lead term {term}, before its master's copy is made",
+                i + 1
+            ),
+        );
+        self.replica.push(Impaired {
+            i,
+            dead: false,
+            until,
+            servers: Vec::new(),
+        });
     }
 
     pub fn mix(&self) -> FaultMix {

@@ -230,7 +230,19 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
     // The fault phase lasts as long as the workload.
     let mut sched = Scheduler::new(sc.faults, sc.shape.chunkservers);
     while !handles.iter().all(|h| h.is_finished()) {
-        madsim::time::sleep(Duration::from_millis(500 + rand() % 3_000)).await;
+        let wait = Duration::from_millis(500 + rand() % 3_000);
+        if sched.watches(&cluster) {
+            // Watched in between, in slices (only where there is something to watch: a
+            // task woken more often can change the order of others').
+            let until = madsim::time::Instant::now() + wait;
+            while madsim::time::Instant::now() < until {
+                let left = until - madsim::time::Instant::now();
+                madsim::time::sleep(left.min(Duration::from_millis(50))).await;
+                sched.watch(&mut cluster);
+            }
+        } else {
+            madsim::time::sleep(wait).await;
+        }
         if !sc.faults.is_empty() {
             sched.step(&mut cluster);
         }
@@ -376,9 +388,6 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
             && c.records_checked == 0
         {
             missing.push("no acknowledged record read back".to_string());
-        }
-        if !matches!(sc.workload.kind, workload::Kind::Replay(_)) && c.known_writes_checked == 0 {
-            missing.push("no write to a file its client knew was there checked".into());
         }
         let files_left = runs.iter().any(|r| !r.model.files.is_empty());
         if c.reads_checked == 0 && files_left {
