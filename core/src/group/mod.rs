@@ -774,7 +774,7 @@ impl Replica {
             // A view of the namespace is answered only while no other replica can have
             // been elected (`lease.rs`): a leader cut off from its group still thinks
             // it leads for a while, and would answer from a state the new leader has
-            // moved past.
+            // moved past. (A mutation's refusal is such a view too: see `absorb`.)
             self.out.replies.push((
                 id,
                 master::err(FsError::Unavailable(
@@ -1055,10 +1055,34 @@ impl Replica {
 
     /// The master's effects: its records proposed as one entry, the rest passed on.
     fn absorb(&mut self, e: master::Effects) {
-        for (id, _) in &e.replies {
-            self.asked.remove(id);
+        let lapsed = self.now >= self.authority_until();
+        for (id, resp) in e.replies {
+            self.asked.remove(&id);
+            // A refusal for what the state holds ("not found", "already exists") logs
+            // nothing: it is a view of the state, given only while no other replica can
+            // have been elected, as a read's is. Past that, a new leader may have made
+            // the file this one calls missing, and a client that knows it is there would
+            // fail its write. Asked again, the request is answered by whichever replica
+            // then leads (this one, its refusal remembered, if it never stopped leading).
+            let from_state = resp.error.as_ref().is_some_and(|e| {
+                matches!(
+                    FsError::from_pb(e),
+                    FsError::NotFound(_)
+                        | FsError::AlreadyExists(_)
+                        | FsError::NotADirectory(_)
+                        | FsError::IsADirectory(_)
+                        | FsError::NotEmpty(_)
+                )
+            });
+            let resp = if from_state && lapsed {
+                master::err(FsError::Unavailable(
+                    "the master group's leader is confirming it still leads".into(),
+                ))
+            } else {
+                resp
+            };
+            self.out.replies.push((id, resp));
         }
-        self.out.replies.extend(e.replies);
         let generation = self.generation;
         self.out.calls.extend(e.calls.into_iter().map(|mut c| {
             assert!(c.id < 1 << CALL_ID_BITS, "call id {} out of range", c.id);

@@ -363,7 +363,7 @@ impl World {
     }
 
     /// Asks `req` of the leader, following "not the leader" answers and retrying with
-    /// the same token, until it is answered otherwise.
+    /// the same token (after "unavailable" too), until it is answered otherwise.
     fn call(&mut self, req: MReq, token: u64) -> Result<(), FsError> {
         let mut to = self.leader().unwrap_or(1);
         for _ in 0..100 {
@@ -385,6 +385,9 @@ impl World {
                         self.run(100);
                     }
                 }
+                // A leader confirming it still leads (one just elected, say): asked
+                // again, as a client does.
+                Some(Err(FsError::Unavailable(_))) => self.run(100),
                 Some(r) => return r,
                 None => to = self.leader().unwrap_or(to % 3 + 1),
             }
@@ -661,6 +664,52 @@ fn a_cut_off_leader_loses_its_authority_before_another_is_elected() {
         w.live(l).master().is_none(),
         "the cut-off leader still serves"
     );
+}
+
+/// A leader cut off from its group answers nothing from its state once its authority
+/// has lapsed, though it has not yet stepped down: not a read, and not a refusal of a
+/// mutation either. A new leader may be changing that state by then; "not found" for a
+/// file it made would fail the write of a client that knows the file is there.
+#[test]
+fn a_leader_past_its_authority_refuses_no_mutation_from_its_state() {
+    let mut w = World::new(3);
+    w.run(4000);
+    let l = w.leader().unwrap();
+    w.run(1000);
+    for i in (1..=3).filter(|&i| i != l) {
+        w.cut.insert((i, l));
+        w.cut.insert((l, i));
+    }
+    let mut asked = Vec::new();
+    for n in 0..600 {
+        w.advance();
+        let r = w.live(l);
+        if r.master().is_none() {
+            break;
+        }
+        if w.now >= r.authority_until() {
+            // Refused from the state as it is: a parent that is not there, a file that
+            // is not there.
+            asked.push(w.ask(l, mkdir("/nowhere/x"), 900 + n));
+            let target = MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+                path: "/nowhere/f".into(),
+                chunk_index: 0,
+                append: false,
+            });
+            asked.push(w.ask(l, target, 2000 + n));
+        }
+    }
+    assert!(
+        !asked.is_empty(),
+        "the leader stepped down before its authority lapsed"
+    );
+    for id in asked {
+        assert!(
+            matches!(w.reply(id), None | Some(Err(FsError::Unavailable(_)))),
+            "a leader past its authority answered {:?}",
+            w.reply(id)
+        );
+    }
 }
 
 /// Snapshots: the log is dropped behind them, a replica restarts from one, and a replica
