@@ -37,6 +37,18 @@ pub fn fresh(dir: &std::path::Path, masters: usize) -> Result<bool, String> {
         }
     }
     let shown = dir.display();
+    // The --masters that made replicas 1 to n, an odd n above 1; None for any other set
+    // (one with a replica lost, or replaced under a new id by `admin masters`).
+    let made_with = |ids: &std::collections::BTreeSet<u64>| {
+        let n = ids.len();
+        (n > 1 && n % 2 == 1 && ids.iter().copied().eq(1..=n as u64)).then_some(n)
+    };
+    let start_it = |ids: &std::collections::BTreeSet<u64>| match made_with(ids) {
+        Some(n) => format!("made with --masters {n}: start it with that"),
+        None => "which no --masters starts as it is (a replica lost, or replaced under \
+                 a new id): run its replicas with `tessera master`"
+            .to_string(),
+    };
     let group = |ids: &std::collections::BTreeSet<u64>| {
         ids.iter()
             .map(|id| format!("master{id}"))
@@ -53,10 +65,10 @@ pub fn fresh(dir: &std::path::Path, masters: usize) -> Result<bool, String> {
     if masters == 1 {
         if !replicas.is_empty() {
             return Err(format!(
-                "{shown} holds a master group's data ({}), made with --masters {}: start it \
-                 with that, or give another --dir for a new cluster",
+                "{shown} holds a master group's data ({}), {}; or give another --dir for a \
+                 new cluster",
                 group(&replicas),
-                replicas.len()
+                start_it(&replicas)
             ));
         }
         return Ok(!alone);
@@ -76,12 +88,12 @@ pub fn fresh(dir: &std::path::Path, masters: usize) -> Result<bool, String> {
     }
     if replicas.is_subset(&want) {
         let lost: std::collections::BTreeSet<u64> = want.difference(&replicas).copied().collect();
-        let n = replicas.len();
         // Replicas 1 to n of an odd n: most likely a group of n.
-        let made = if n > 1 && n % 2 == 1 && replicas.iter().copied().eq(1..=n as u64) {
-            format!("if the cluster was made with --masters {n}, start it with that; if not, ")
-        } else {
-            String::new()
+        let made = match made_with(&replicas) {
+            Some(n) => {
+                format!("if the cluster was made with --masters {n}, start it with that; if not, ")
+            }
+            None => String::new(),
         };
         return Err(format!(
             "{shown} holds the data of {} but none for {}: {made}a replica's data is lost, \
@@ -91,10 +103,10 @@ pub fn fresh(dir: &std::path::Path, masters: usize) -> Result<bool, String> {
         ));
     }
     Err(format!(
-        "{shown} holds a master group's data ({}), not that of --masters {masters}: start it \
-         with --masters {}, or give another --dir for a new cluster",
+        "{shown} holds a master group's data ({}), not that of --masters {masters}, {}; or \
+         give another --dir for a new cluster",
         group(&replicas),
-        replicas.len()
+        start_it(&replicas)
     ))
 }
 
@@ -122,7 +134,8 @@ pub async fn run(
         addrs.push(format!("127.0.0.1:{}", port_at(i)?));
     }
     let master = addrs.join(",");
-    // The group forms on the cluster's first start; later starts recover.
+    // Refused if the directory holds other masters' data; else whether this is the
+    // cluster's first start (a group forms then; later starts recover).
     let bootstrap = fresh(&dir, masters)?;
     let mut tasks = tokio::task::JoinSet::new();
     if masters == 1 {
@@ -232,7 +245,22 @@ mod tests {
         assert!(e.contains("made with --masters 1"), "{e}");
         let five = dir_with(&["master1", "master2", "master3", "master4", "master5"]);
         let e = fresh(five.path(), 3).unwrap_err();
-        assert!(e.contains("start it with --masters 5"), "{e}");
+        assert!(
+            e.contains("made with --masters 5: start it with that"),
+            "{e}"
+        );
+        // Replicas a `--masters` count would not name: none suggested.
+        let odd = dir_with(&["master1", "master2", "master4"]);
+        let e = fresh(odd.path(), 3).unwrap_err();
+        assert!(
+            e.contains("no --masters starts") && !e.contains("made with"),
+            "{e}"
+        );
+        let e = fresh(dir_with(&["master1", "master3"]).path(), 1).unwrap_err();
+        assert!(
+            e.contains("no --masters starts") && !e.contains("made with"),
+            "{e}"
+        );
         // A replica's data lost.
         let e = fresh(dir_with(&["master1", "master3"]).path(), 3).unwrap_err();
         assert!(

@@ -338,8 +338,6 @@ pub async fn run_master(data_dir: PathBuf, listen: String, knobs: &Knobs) -> Res
         .map_err(|e| format!("master stopped: {e}"))
 }
 
-/// A master group's members from `1=host:port,2=...` or `host:port,...` (numbered 1,
-/// 2, ... in order).
 /// A `--master` (or `TESSERA_MASTER`) value checked: one or more addresses, `host:port`,
 /// separated by commas. Anything else is refused at once, rather than tried until
 /// `--retry-for` runs out (an empty value was, for two minutes).
@@ -354,7 +352,8 @@ pub fn master_list(list: &str) -> Result<String, String> {
     }
     for a in &addrs {
         let port = a.rsplit_once(':').and_then(|(host, port)| {
-            (!host.is_empty()).then_some(())?;
+            // Not `1=host:port`: that is how --peers numbers replicas, not an address.
+            (!host.is_empty() && !host.contains('=')).then_some(())?;
             port.parse::<u16>().ok().filter(|&p| p != 0)
         });
         if port.is_none() {
@@ -364,6 +363,8 @@ pub fn master_list(list: &str) -> Result<String, String> {
     Ok(list.to_string())
 }
 
+/// A master group's members from `1=host:port,2=...` or `host:port,...` (numbered 1,
+/// 2, ... in order).
 pub fn parse_peers(list: &str) -> Result<std::collections::BTreeMap<u64, String>, String> {
     let mut members = std::collections::BTreeMap::new();
     for (n, part) in list
@@ -546,6 +547,11 @@ mod tests {
             ..Knobs::default()
         });
         assert_eq!(e, "--max-queued must be at least 1");
+        let e = refused(Knobs {
+            max_queued_per_chunk: Some(0),
+            ..Knobs::default()
+        });
+        assert_eq!(e, "--max-queued-per-chunk must be at least 1");
         let one = Knobs {
             replication: Some(1),
             checkpoint_every: Some(1),

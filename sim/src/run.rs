@@ -311,7 +311,7 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         healed
     };
     let healed = if healed && sc.shadow_write && !cluster.replicas.is_empty() {
-        crate::shadow_write::shadow_write(&mut cluster, &checks).await;
+        crate::shadow_write::shadow_write(&cluster, &checks).await;
         liveness(
             &cluster,
             &checks,

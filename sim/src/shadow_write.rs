@@ -49,16 +49,32 @@ async fn answered<T, F: std::future::Future<Output = Result<T, FsError>>>(
     }
 }
 
-pub async fn shadow_write(cluster: &mut Cluster, checks: &Shared) {
-    let Some(leader) = cluster.leader() else {
+pub async fn shadow_write(cluster: &Cluster, checks: &Shared) {
+    let n = cluster.replicas.len();
+    if n < 2 {
         fail(
             checks,
             cluster,
-            "the shadow-write phase found no leader".into(),
+            "the shadow-write phase needs a master group".into(),
         );
         return;
+    }
+    // Healed, the group elects a leader soon; a moment without one is waited out.
+    let give_up = madsim::time::Instant::now() + Duration::from_secs(60);
+    let leader = loop {
+        if let Some(l) = cluster.leader() {
+            break l;
+        }
+        if madsim::time::Instant::now() >= give_up {
+            fail(
+                checks,
+                cluster,
+                "the shadow-write phase found no leader".into(),
+            );
+            return;
+        }
+        madsim::time::sleep(Duration::from_millis(100)).await;
     };
-    let n = cluster.replicas.len();
     let behind = (leader + 1 + (rand() % (n as u64 - 1)) as usize) % n;
     let others: Vec<usize> = (0..n).filter(|&i| i != behind).collect();
     let client = rand() as usize % cluster.clients.len();
@@ -92,8 +108,10 @@ pub async fn shadow_write(cluster: &mut Cluster, checks: &Shared) {
 
     // 3. A read, then a write, each asked until answered otherwise than "unavailable".
     cluster.cut_client(client, &others);
-    // Long enough for one call to find every other replica silent and then ask the
-    // shadow (the CLI waits longer still).
+    // A call takes a shadow's answer only once it has waited as many times as there are
+    // replicas, and each cut-off replica it asks costs a call timeout: a call that
+    // starts at the shadow gets there within n + 1 timeouts, one that starts elsewhere
+    // may run out first, and `answered` asks again (the CLI waits longer still).
     let patience = cluster.knobs.rpc_timeout * (n as u32 + 2) + Duration::from_secs(3);
     let c = cluster
         .client_with(client, Duration::from_secs(5), Some(patience))
