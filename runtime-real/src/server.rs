@@ -262,6 +262,24 @@ impl Knobs {
         positive("max-queued", m.max_queued as u64)?;
         positive("max-queued-per-chunk", c.max_queued_per_chunk as u64)?;
         let heartbeat = pick!(heartbeat, Duration::from_secs(1));
+        let rpc_timeout = pick!(rpc_timeout, Duration::from_secs(10));
+        let tick = pick!(tick, Duration::from_millis(500));
+        // A zero period would spin (a heartbeat or tick loop busy, seen from outside at
+        // 92 % of a core), a zero lease would let no write through, a zero timeout would
+        // fail every call: none is what anybody means.
+        for (name, d) in [
+            ("heartbeat", heartbeat),
+            ("tick", tick),
+            ("lease", m.lease_duration),
+            ("rpc-timeout", rpc_timeout),
+            ("clone-timeout", m.clone_timeout),
+            ("scrub-interval", c.scrub_interval),
+        ] {
+            if d.is_zero() {
+                return Err(format!("--{name} must be more than 0s"));
+            }
+        }
+        positive("capacity", c.capacity_bytes)?;
         if heartbeat * 2 > m.heartbeat_timeout {
             return Err("--dead-after must be at least twice --heartbeat".into());
         }
@@ -297,7 +315,6 @@ impl Knobs {
             .clone()
             .or(file.trace_dir)
             .map(|d| (d, rotation));
-        let rpc_timeout = pick!(rpc_timeout, Duration::from_secs(10));
         // The master's quiet period after a restart covers a grant still in flight.
         m.call_timeout = rpc_timeout;
         Ok(Resolved {
@@ -307,7 +324,7 @@ impl Knobs {
             chunkserver: c,
             heartbeat,
             rpc_timeout,
-            tick: pick!(tick, Duration::from_millis(500)),
+            tick,
             snapshot_part_bytes,
         })
     }
@@ -315,6 +332,7 @@ impl Knobs {
 
 pub async fn run_master(data_dir: PathBuf, listen: String, knobs: &Knobs) -> Result<(), String> {
     let r = knobs.resolve()?;
+    reachable("--listen", &listen)?;
     std::fs::create_dir_all(&data_dir)
         .map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
     let store = RocksMetaStore::open(&data_dir.join("meta")).map_err(|e| {
@@ -336,6 +354,32 @@ pub async fn run_master(data_dir: PathBuf, listen: String, knobs: &Knobs) -> Res
     master::run(TokioRuntime, transport, store, opts, (Quiet, trace))
         .await
         .map_err(|e| format!("master stopped: {e}"))
+}
+
+/// A server's `--listen` checked: it is also the address others reach it at, and its
+/// identity to the master (a chunkserver's) or the group (a replica's), so a port 0
+/// (the system's pick, known to nobody) or an address of no host (0.0.0.0, [::]) will
+/// not do.
+pub fn reachable(flag: &str, listen: &str) -> Result<(), String> {
+    let Some((host, port)) = listen.rsplit_once(':') else {
+        return Err(format!("{flag} {listen:?}: give host:port"));
+    };
+    if host.is_empty() || !matches!(port.parse::<u16>(), Ok(p) if p != 0) {
+        return Err(format!(
+            "{flag} {listen:?}: give host:port, with a port other than 0"
+        ));
+    }
+    let ip = host.trim_start_matches('[').trim_end_matches(']');
+    if ip
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_unspecified())
+    {
+        return Err(format!(
+            "{flag} {listen:?} is no address others can reach this server at (it is also \
+             the server's name to them): give its own, such as 127.0.0.1:{port}"
+        ));
+    }
+    Ok(())
 }
 
 /// A `--master` (or `TESSERA_MASTER`) value checked: one or more addresses, `host:port`,
@@ -415,6 +459,9 @@ pub async fn run_replica(
     if !members.contains_key(&id) {
         return Err(format!("replica {id} is not in --peers {members:?}"));
     }
+    for a in members.values() {
+        reachable("--peers", a)?;
+    }
     if members.len().is_multiple_of(2) && bootstrap {
         // Allowed (a group changes size one replica at a time, through even sizes), but
         // an even group survives no more failures than one replica fewer.
@@ -465,6 +512,7 @@ pub async fn run_chunkserver(
     knobs: &Knobs,
 ) -> Result<(), String> {
     let r = knobs.resolve()?;
+    reachable("--listen", &listen)?;
     let store = FileChunkStore::open(&data_dir)
         .map_err(|e| format!("cannot open the chunk store in {}: {e}", data_dir.display()))?;
     let config = ChunkserverConfig {
@@ -501,6 +549,8 @@ fn recorder(
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::Knobs;
 
     #[test]
@@ -529,6 +579,29 @@ mod tests {
     }
 
     #[test]
+    fn a_server_listens_where_others_can_reach_it() {
+        use super::reachable;
+        for ok in [
+            "127.0.0.1:7070",
+            "localhost:7070",
+            "[::1]:7070",
+            "10.0.0.3:1",
+        ] {
+            assert_eq!(reachable("--listen", ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "127.0.0.1:0",
+            "0.0.0.0:7070",
+            "[::]:7070",
+            "127.0.0.1",
+            ":7070",
+            "a:b",
+        ] {
+            assert!(reachable("--listen", bad).is_err(), "{bad:?} taken");
+        }
+    }
+
+    #[test]
     fn a_zero_where_one_is_the_least_is_refused() {
         assert!(Knobs::default().resolve().is_ok());
         let refused = |k: Knobs| k.resolve().err().unwrap_or_default();
@@ -552,6 +625,58 @@ mod tests {
             ..Knobs::default()
         });
         assert_eq!(e, "--max-queued-per-chunk must be at least 1");
+        let zero = Some(Duration::ZERO);
+        for (name, k) in [
+            (
+                "heartbeat",
+                Knobs {
+                    heartbeat: zero,
+                    ..Knobs::default()
+                },
+            ),
+            (
+                "tick",
+                Knobs {
+                    tick: zero,
+                    ..Knobs::default()
+                },
+            ),
+            (
+                "lease",
+                Knobs {
+                    lease: zero,
+                    ..Knobs::default()
+                },
+            ),
+            (
+                "rpc-timeout",
+                Knobs {
+                    rpc_timeout: zero,
+                    ..Knobs::default()
+                },
+            ),
+            (
+                "clone-timeout",
+                Knobs {
+                    clone_timeout: zero,
+                    ..Knobs::default()
+                },
+            ),
+            (
+                "scrub-interval",
+                Knobs {
+                    scrub_interval: zero,
+                    ..Knobs::default()
+                },
+            ),
+        ] {
+            assert_eq!(refused(k), format!("--{name} must be more than 0s"));
+        }
+        let e = refused(Knobs {
+            capacity: Some(0),
+            ..Knobs::default()
+        });
+        assert_eq!(e, "--capacity must be at least 1");
         let one = Knobs {
             replication: Some(1),
             checkpoint_every: Some(1),
