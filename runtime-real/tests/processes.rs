@@ -898,25 +898,21 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
             "\"127.0.0.1\" is no master address",
         ),
     ] {
-        let out = Command::new(BIN)
-            .args(["ls", "/", "--master", given])
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            !out.status.success() && err.contains(said),
-            "{given:?}: {err}"
-        );
-        let out = Command::new(BIN)
+        // By flag, and by environment.
+        let mut by_flag = Command::new(BIN);
+        by_flag.args(["ls", "/", "--master", given]);
+        let mut by_env = Command::new(BIN);
+        by_env
             .args(["admin", "report"])
-            .env("TESSERA_MASTER", given)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            !out.status.success() && err.contains(said),
-            "{given:?}: {err}"
-        );
+            .env("TESSERA_MASTER", given);
+        for mut cmd in [by_flag, by_env] {
+            let out = cmd.output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success() && err.contains(said),
+                "{given:?}: {err}"
+            );
+        }
     }
 
     // A server whose address is taken says so and stops (before it does anything).

@@ -441,6 +441,14 @@ impl World {
         panic!("the voters never became {voters:?}: {st:#?}");
     }
 
+    /// Cuts replica `id` off from the other two, both ways.
+    fn cut_off(&mut self, id: u64) {
+        for i in (1..=3).filter(|&i| i != id) {
+            self.cut.insert((i, id));
+            self.cut.insert((id, i));
+        }
+    }
+
     fn has_dir(&self, id: u64, p: &str) -> bool {
         self.live(id).shadow().meta.ns.dir_id(p).is_ok()
     }
@@ -636,10 +644,7 @@ fn a_cut_off_leader_loses_its_authority_before_another_is_elected() {
         before > w.now,
         "a leader in touch with its group has authority"
     );
-    for i in (1..=3).filter(|&i| i != l) {
-        w.cut.insert((i, l));
-        w.cut.insert((l, i));
-    }
+    w.cut_off(l);
     let cut_at = w.now;
     let mut last_authority = Time::ZERO;
     for _ in 0..600 {
@@ -676,10 +681,7 @@ fn a_leader_past_its_authority_refuses_no_mutation_from_its_state() {
     w.run(4000);
     let l = w.leader().unwrap();
     w.run(1000);
-    for i in (1..=3).filter(|&i| i != l) {
-        w.cut.insert((i, l));
-        w.cut.insert((l, i));
-    }
+    w.cut_off(l);
     let mut asked = Vec::new();
     for n in 0..600 {
         w.advance();
