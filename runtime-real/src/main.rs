@@ -92,6 +92,14 @@ enum Cmd {
         /// group's state, and votes once the leader makes it a voter.
         #[arg(long, requires = "peers", conflicts_with = "bootstrap")]
         join: bool,
+        /// Threads that run the master: its event loop is one thread whatever this says,
+        /// and more threads serve its connections beside it. One (the default) is the
+        /// fastest where cores are few or shared (measured by `scripts/bench-meta.sh`:
+        /// a group of three replicas on two cores made 40 % more creates per second on
+        /// one thread each than on two); give more on a machine of its own with many
+        /// clients. Reading and syncing the store always runs on threads of its own.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+        threads: u16,
         #[command(flatten)]
         knobs: Knobs,
     },
@@ -422,17 +430,34 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // A master runs on the threads it is given (`--threads`); every other command on
+    // one worker per core.
+    let mut b = match cli.cmd {
+        Cmd::Master { threads: 1, .. } => tokio::runtime::Builder::new_current_thread(),
+        Cmd::Master { threads, .. } => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(threads.into());
+            b
+        }
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    let rt = match b.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("tessera: cannot start the runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let result = rt.block_on(run(cli.cmd));
+    // The command runs as a task on the runtime's workers, not on this thread: the
+    // tasks it wakes (and that wake it) run on the same threads, and a wake-up that
+    // crosses threads costs more than the work of most requests.
+    let result = rt.block_on(async move {
+        match tokio::spawn(run(cli.cmd)).await {
+            Ok(r) => r,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => Err(format!("the command's task was cancelled: {e}")),
+        }
+    });
     // Not waiting long for work on the blocking threads (a checkpoint being built):
     // every stop is a crash, and the next start recovers from the store. But the tasks
     // are dropped, and the stores they hold closed, before the process exits: a store
@@ -680,6 +705,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             bootstrap,
             join,
             knobs,
+            ..
         } => {
             let members = server::parse_peers(peers.as_deref().unwrap_or(&listen))?;
             let id = match id {
