@@ -62,7 +62,7 @@ impl Chunkserver {
             .collect();
         changing.sort_unstable();
         changing.dedup();
-        let used_bytes: u64 = self.chunks.values().map(|c| c.meta.length).sum();
+        let used_bytes = self.used_bytes();
         // The configured capacity is a quota; a disk with less room left caps it.
         let capacity_bytes = match self.disk_available {
             Some(free) => self.cfg.capacity_bytes.min(used_bytes.saturating_add(free)),

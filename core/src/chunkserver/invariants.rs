@@ -15,6 +15,13 @@ impl Chunkserver {
                 self.pushed_bytes
             ));
         }
+        let used = self.used_bytes_summed();
+        if used != self.used_bytes() {
+            return Err(format!(
+                "the chunks held are {used} bytes but {} are counted",
+                self.used_bytes()
+            ));
+        }
         let queued = self
             .queues
             .values()

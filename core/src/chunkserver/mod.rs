@@ -20,6 +20,7 @@ mod push;
 mod reads;
 mod repair;
 mod scrub;
+mod space;
 mod versions;
 mod writes;
 
@@ -49,6 +50,8 @@ pub struct ChunkserverConfig {
     /// The address other nodes reach this server at; also its identity to the master.
     pub address: String,
     pub rack: String,
+    /// A quota on the bytes of the chunks this server holds: a mutation or clone that
+    /// would pass it is refused with `NoSpace`, as when the disk is full (`space.rs`).
     pub capacity_bytes: u64,
     /// Largest piece read from a peer in one call while cloning.
     pub clone_piece: u64,
@@ -442,6 +445,8 @@ pub struct Chunkserver {
     started: bool,
     /// Free space on the disk, as the store last told the driver.
     disk_available: Option<u64>,
+    /// The bytes of the chunks held: the sum of their lengths, kept as they change.
+    used_bytes: u64,
     /// This server's identity, as stored under `IDENTITY_HANDLE` (0: none).
     server_id: u64,
     /// The cluster this server belongs to: it acts on no master of another (0: none yet,
@@ -501,6 +506,7 @@ impl Chunkserver {
             fills: HashMap::default(),
             started: false,
             disk_available: None,
+            used_bytes: 0,
             server_id: 0,
             cluster_id: 0,
             joining: false,
@@ -538,6 +544,7 @@ impl Chunkserver {
                 );
                 cs.queues.entry(h).or_default().push_back(Job::Repair(w));
             }
+            cs.used_bytes += meta.length;
             cs.chunks.insert(
                 h,
                 Chunk {
@@ -944,6 +951,8 @@ impl Chunkserver {
                 match meta {
                     Some(meta) => {
                         let now = self.now;
+                        let was = self.chunks.get(&h).map_or(0, |c| c.meta.length);
+                        self.used_bytes = self.used_bytes - was + meta.length;
                         let c = self.chunks.entry(h).or_insert_with(|| Chunk {
                             meta: meta.clone(),
                             lease_until: None,
@@ -991,7 +1000,7 @@ impl Chunkserver {
                         }
                     }
                     None => {
-                        self.chunks.remove(&h);
+                        self.forget_chunk(h);
                         self.corrupt.remove(&h);
                         self.kept.remove(&h);
                         self.drop_held(h);

@@ -102,7 +102,7 @@ impl Chunkserver {
     pub(super) fn mark_corrupt(&mut self, h: ChunkHandle, by_scrubber: bool) {
         tracing::warn!(chunk = h, server = %self.cfg.address, "checksum mismatch");
         let mut version = 0;
-        if let Some(c) = self.chunks.remove(&h) {
+        if let Some(c) = self.forget_chunk(h) {
             version = c.meta.version;
             self.kept.insert(h, c.meta);
         }

@@ -2566,3 +2566,122 @@ fn a_served_copy_ordered_mended_is_verified_first() {
     let (r, asked) = mend(&mut last, &mut [&mut old], 9, 3);
     assert!(r.error.is_some() && asked == 0, "{r:?}");
 }
+
+// ---- capacity ------------------------------------------------------------------------
+
+/// `--capacity` is a quota the server keeps (`space.rs`): a write, a secondary's apply
+/// and a clone that would grow its chunks past it are refused `NoSpace`, with nothing
+/// written or forwarded; an overwrite within a chunk, and growth up to the quota
+/// exactly, still go; a deleted chunk makes room again; heartbeats report the count.
+#[test]
+fn the_capacity_is_a_quota_the_server_keeps() {
+    let mut h = H::with(ChunkserverConfig {
+        address: "cs0".into(),
+        capacity_bytes: 1000,
+        ..Default::default()
+    });
+    let no_space = |r: &pb::ChunkResponse| {
+        let e = r.error.as_ref().map(FsError::from_pb);
+        assert!(
+            matches!(&e, Some(FsError::NoSpace(m)) if m.contains("capacity of 1000")),
+            "{r:?}"
+        );
+    };
+    h.create(1);
+    h.create(2);
+    assert!(h.write(1, 0, &[1; 600]).error.is_none());
+    no_space(&h.write(2, 0, &[2; 500]));
+    assert!(
+        h.disk.data[&2].is_empty(),
+        "a refused write reached the disk"
+    );
+    // Overwriting bytes the chunk has grows nothing.
+    assert!(h.write(1, 100, &[3; 500]).error.is_none());
+    assert!(h.write(2, 0, &[2; 400]).error.is_none(), "up to the quota");
+    assert_eq!(h.cs.used_bytes(), 1000);
+    // As primary, refused before anything is forwarded.
+    let r = h.run(Input::Request {
+        id: 900,
+        arrived: h.now,
+        req: pb::ChunkRequest {
+            req: Some(R::Write(pb::WriteChunkRequest {
+                handle: 1,
+                version: 1,
+                offset: 600,
+                data: Bytes::from_static(b"x"),
+                secondaries: vec!["cs1".into()],
+                client_id: 1,
+                client_seq: 1,
+                data_id: 0,
+            })),
+        },
+    });
+    no_space(&r[0].1);
+    assert!(h.calls.is_empty(), "forwarded: {:?}", h.calls);
+    // As secondary, refused in its turn: the primary's next mutation is not held for it.
+    // (Chunk 1 took mutations 1 and 2 as primary.)
+    no_space(&send_apply(&mut h, 3, 600, b"y")[0].1);
+    let r = send_apply(&mut h, 4, 0, b"z");
+    assert!(r[0].1.error.is_none(), "{r:?}");
+    // A clone past the quota is refused once its bytes are in, and stores nothing.
+    let mut src = H::new();
+    src.create(5);
+    src.write(5, 0, &[5; 300]);
+    let mut replies = h.run(Input::Request {
+        id: 1000,
+        arrived: h.now,
+        req: pb::ChunkRequest {
+            req: Some(R::Clone(pb::CloneChunkRequest {
+                epoch: 0,
+                handle: 5,
+                version: 1,
+                source: "cs0".into(),
+                ..Default::default()
+            })),
+        },
+    });
+    while replies.is_empty() {
+        let c = h.calls.pop().expect("a read of the source");
+        let Outgoing::Chunk(pb::ChunkRequest {
+            req: Some(R::Read(r)),
+        }) = c.req
+        else {
+            panic!()
+        };
+        let resp = src.req(R::Read(r));
+        replies = h.run(Input::CallResult {
+            id: c.id,
+            result: Ok(Reply::Chunk(resp)),
+        });
+    }
+    no_space(&replies[0].1);
+    assert!(!h.disk.data.contains_key(&5));
+    h.cs.check_invariants().unwrap();
+    // Heartbeats report the count; the master's order to delete chunk 1 makes room.
+    h.calls.clear();
+    h.run(Input::Tick);
+    let c = h.calls.pop().expect("a heartbeat");
+    let Outgoing::Master(pb::MasterRequest {
+        req: Some(MReq::Heartbeat(hb)),
+        ..
+    }) = &c.req
+    else {
+        panic!("{:?}", c.req)
+    };
+    assert_eq!((hb.used_bytes, hb.capacity_bytes), (1000, 1000));
+    h.run(Input::CallResult {
+        id: c.id,
+        result: Ok(Reply::Master(pb::MasterResponse {
+            resp: Some(pb::master_response::Resp::Heartbeat(delete_order(0, 1))),
+            ..Default::default()
+        })),
+    });
+    assert_eq!(h.cs.used_bytes(), 400);
+    assert!(h.write(2, 400, &[2; 600]).error.is_none(), "room made");
+    h.cs.check_invariants().unwrap();
+    // A restart counts what the store holds.
+    let metas: Vec<pb::ChunkMeta> = h.disk.meta.values().cloned().collect();
+    let cs = Chunkserver::recover(h.cs.config().clone(), h.now, metas);
+    assert_eq!(cs.used_bytes(), 1000);
+    cs.check_invariants().unwrap();
+}

@@ -193,6 +193,9 @@ impl Chunkserver {
         if let Err(e) = self.newer_than_clone(h, version) {
             return self.done(h, id, err(e));
         }
+        if let Err(e) = self.room_for(h, buf.len() as u64) {
+            return self.done(h, id, err(e));
+        }
         let data = buf.freeze();
         let meta = pb::ChunkMeta {
             handle: h,

@@ -105,6 +105,9 @@ impl Chunkserver {
         h: ChunkHandle,
         f: Forward,
     ) -> Result<Option<pb::ChunkResponse>, FsError> {
+        // Before anything is forwarded: a mutation this server has no room for goes
+        // nowhere.
+        self.room_for(h, f.offset + f.data.len() as u64)?;
         let c = self.chunks.get_mut(&h).expect("usable");
         c.serial += 1;
         let serial = c.serial;
@@ -200,6 +203,9 @@ impl Chunkserver {
         // A secondary knows no chunk size (its primary checked the mutation against it).
         check_range(r.offset, data.len(), MAX_CHUNK_SIZE)?;
         self.chunks.get_mut(&h).expect("usable").serial = r.serial;
+        // Refused in its turn, as a full disk would refuse it: the primary's next
+        // mutation follows this one's serial.
+        self.room_for(h, r.offset + data.len() as u64)?;
         tracing::debug!(chunk = h, server = %self.cfg.address, serial = r.serial, offset = r.offset, len = data.len(), "applying mutation");
         self.apply_local(id, h, r.offset, data)
     }
