@@ -941,6 +941,18 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
         !out.status.success() && err.contains("--snapshot-part-bytes must be 64 to "),
         "{err}"
     );
+    // A master with no thread to run on.
+    let out = Command::new(BIN)
+        .args(["master", "--threads", "0", "--data-dir"])
+        .arg(root.join("no-threads"))
+        .args(["--listen", &nobody])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("'--threads <THREADS>'"),
+        "{err}"
+    );
 
     let mut c = Cluster::start(root, 3);
     std::thread::sleep(Duration::from_secs(2));
@@ -1640,6 +1652,11 @@ fn a_master_group_of_processes_survives_its_leaders_kills() {
         let mut flags = vec!["--trace-dir", trace_dir.as_str(), "--lease", "60s"];
         if first {
             flags.push("--bootstrap");
+        }
+        // One replica runs on worker threads, the others on one thread (the default):
+        // the group runs on both.
+        if i == 1 {
+            flags.extend(["--threads", "2"]);
         }
         start_replica(root, i, &masters[i], &peers, &flags)
     };
