@@ -499,9 +499,7 @@ impl Master {
         let targets: Vec<ServerIdx> = if create {
             let chosen = self.place(goal, &[]);
             if chosen.is_empty() {
-                return Err(FsError::Unavailable(
-                    "no chunkserver with free space".into(),
-                ));
+                return Err(self.no_placement());
             }
             for &s in &chosen {
                 self.servers
@@ -811,6 +809,26 @@ impl Master {
     /// have ended by time: a server that never reports the term (its identity write
     /// failing, a binary from before heartbeats carried it) then gets them as before,
     /// and refuses what it cannot take, rather than stall its chunks for good.
+    /// Why a new chunk has nowhere to go. Every server that takes this master's orders
+    /// full is an answer (`NoSpace`: a client that asks again only waits, until an
+    /// operator frees space or adds a server); no server yet, or only busy ones, is a
+    /// wait (`Unavailable`: servers report after a start, and creation limits pass).
+    fn no_placement(&self) -> FsError {
+        let mut takers = self
+            .servers
+            .live()
+            .filter(|&(idx, _)| self.on_my_term(idx))
+            .peekable();
+        if takers.peek().is_some() && takers.all(|(_, s)| s.utilization() >= 1.0) {
+            return FsError::NoSpace(
+                "every chunkserver is full: no room for a new chunk (free space, or add a \
+                 chunkserver)"
+                    .into(),
+            );
+        }
+        FsError::Unavailable("no chunkserver with free space".into())
+    }
+
     pub(super) fn on_my_term(&self, s: ServerIdx) -> bool {
         // After an epoch taken mid-run (`outrun`), a heartbeat timeout for each server
         // to report it: a grant of the new epoch to a server still storing it would be

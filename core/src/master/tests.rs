@@ -4904,3 +4904,38 @@ fn a_restarted_master_alone_fences_with_a_new_epoch_instead_of_waiting() {
     let h4 = restart(&h3.log, Time(60_000));
     assert_eq!(h4.m.epoch(), 9);
 }
+
+/// A new chunk with nowhere to go: while no server takes this master's orders yet, the
+/// client is told to wait; once every one that does is full, it is told so at once
+/// (`NoSpace`, not asked to retry for its whole patience); a server with room takes it.
+#[test]
+fn a_full_cluster_says_so_and_an_empty_one_says_wait() {
+    let mut h = H::new();
+    assert!(is_ok(&h.call(create("/f"))));
+    let e = h.write_target("/f", 0).unwrap_err();
+    assert!(matches!(e, FsError::Unavailable(_)), "{e:?}");
+    let mut beat = |h: &mut H, addr: &str, used: u64| {
+        let cluster_id = h.m.cluster_id();
+        let r = h.call(MReq::Heartbeat(pb::HeartbeatRequest {
+            address: addr.into(),
+            rack: addr.into(),
+            capacity_bytes: 1000,
+            used_bytes: used,
+            server_id: server_id(addr),
+            cluster_id,
+            ..Default::default()
+        }));
+        assert!(is_ok(&r), "{r:?}");
+    };
+    beat(&mut h, "cs1", 1000);
+    beat(&mut h, "cs2", 1200);
+    let e = h.write_target("/f", 0).unwrap_err();
+    assert!(
+        matches!(&e, FsError::NoSpace(m) if m.contains("every chunkserver is full")),
+        "{e:?}"
+    );
+    assert!(!e.is_retryable());
+    beat(&mut h, "cs3", 10);
+    let t = h.write_target("/f", 0).expect("a server with room");
+    assert_eq!(t.primary, "cs3", "{t:?}");
+}
