@@ -75,10 +75,17 @@ struct Cluster {
     master_args: Vec<String>,
     master: Option<Child>,
     servers: Vec<(String, Option<Child>)>,
+    /// Flags every chunkserver gets beside the knobs.
+    server_args: Vec<String>,
 }
 
 impl Cluster {
     fn start(root: &Path, n: usize) -> Cluster {
+        Cluster::start_with(root, n, &[])
+    }
+
+    /// A cluster whose chunkservers all get `server_args`.
+    fn start_with(root: &Path, n: usize, server_args: &[&str]) -> Cluster {
         let master_addr = format!("127.0.0.1:{}", free_port());
         let mut c = Cluster {
             root: root.to_path_buf(),
@@ -88,7 +95,9 @@ impl Cluster {
             servers: (0..n)
                 .map(|_| (format!("127.0.0.1:{}", free_port()), None))
                 .collect(),
+            server_args: Vec::new(),
         };
+        c.server_args = server_args.iter().map(|a| a.to_string()).collect();
         c.start_master();
         for i in 0..n {
             c.start_server(i);
@@ -123,6 +132,7 @@ impl Cluster {
             .arg(self.root.join(format!("cs{i}")))
             .args(["--listen", &addr, "--rack", &format!("rack{}", i % 2)])
             .args(KNOBS)
+            .args(&self.server_args)
             .stdout(Stdio::null())
             .stderr(self.log(&format!("cs{i}")))
             .spawn()
@@ -597,6 +607,55 @@ fn a_directory_of_more_than_a_page_lists_whole_in_order() {
     c.kill_master();
     c.start_master();
     assert_eq!(listed(&c), names, "after the master restarted");
+}
+
+/// A chunkserver keeps to its `--capacity` (a black-box try once filled servers of 3 MB
+/// to 200 %): a put that would pass it fails at once with "no space left", not after
+/// the command's whole `--retry-for`, and what the servers hold stays whole.
+#[test]
+fn chunkservers_keep_to_their_capacity() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path();
+    let capacity = 3u64 << 20;
+    let c = Cluster::start_with(root, 3, &["--capacity", &capacity.to_string()]);
+    std::thread::sleep(Duration::from_secs(2));
+    let half = root.join("half");
+    let data = random_file(&half, 3 << 19, 5);
+    c.ok(&["put", half.to_str().unwrap(), "/a"]);
+    c.ok(&["put", half.to_str().unwrap(), "/b"]);
+    // Every server holds 3 MiB of its 3 MiB: the next byte has nowhere to go.
+    let one = root.join("one");
+    random_file(&one, 1 << 20, 6);
+    let started = Instant::now();
+    let out = c.cli(&["put", one.to_str().unwrap(), "/c"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("no space left"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "the put waited {:?} to fail",
+        started.elapsed()
+    );
+    // The servers' heartbeats say they are full, and no fuller.
+    let used = |t: &str| -> f64 {
+        t.lines()
+            .find_map(|l| l.strip_prefix("used: "))
+            .and_then(|l| l.split('(').nth(1))
+            .and_then(|p| p.strip_suffix("%)"))
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let report = report_until(&c, Duration::from_secs(10), "the servers full", |t| {
+        field(t, "live chunkservers") == 3 && used(t) >= 99.0
+    });
+    assert!(used(&report) <= 100.0, "{report}");
+    for (path, local) in [("/a", "a"), ("/b", "b")] {
+        let copy = root.join(local);
+        c.ok(&["get", path, copy.to_str().unwrap()]);
+        assert!(same(&copy, &data), "{path} changed");
+    }
 }
 
 #[test]
