@@ -4914,7 +4914,7 @@ fn a_full_cluster_says_so_and_an_empty_one_says_wait() {
     assert!(is_ok(&h.call(create("/f"))));
     let e = h.write_target("/f", 0).unwrap_err();
     assert!(matches!(e, FsError::Unavailable(_)), "{e:?}");
-    let mut beat = |h: &mut H, addr: &str, used: u64| {
+    let beat = |h: &mut H, addr: &str, used: u64| {
         let cluster_id = h.m.cluster_id();
         let r = h.call(MReq::Heartbeat(pb::HeartbeatRequest {
             address: addr.into(),
