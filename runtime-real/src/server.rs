@@ -404,6 +404,15 @@ pub fn master_list(list: &str) -> Result<String, String> {
             return Err(format!("{a:?} is no master address: give host:port"));
         }
     }
+    if let Some(twice) = addrs
+        .iter()
+        .enumerate()
+        .find_map(|(i, a)| addrs[..i].contains(a).then_some(a))
+    {
+        // A slip (the list was meant to name each replica once): the group is not the
+        // one the list seems to describe.
+        return Err(format!("{twice} is named twice: name each master once"));
+    }
     Ok(list.to_string())
 }
 
@@ -513,6 +522,12 @@ pub async fn run_chunkserver(
 ) -> Result<(), String> {
     let r = knobs.resolve()?;
     reachable("--listen", &listen)?;
+    if master_addr.split(',').map(str::trim).any(|m| m == listen) {
+        // It would call itself for ever, taking its own refusals for a master's.
+        return Err(format!(
+            "--master names this chunkserver's own address {listen}: give the master's"
+        ));
+    }
     let store = FileChunkStore::open(&data_dir)
         .map_err(|e| format!("cannot open the chunk store in {}: {e}", data_dir.display()))?;
     let config = ChunkserverConfig {
@@ -573,6 +588,7 @@ mod tests {
             "a:0",
             "a:70700",
             "a:1,b",
+            "a:1,b:2,a:1",
         ] {
             assert!(master_list(bad).is_err(), "{bad:?} taken");
         }

@@ -988,6 +988,29 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
         !out.status.success() && err.contains(&format!("cannot listen on {addr}: ")),
         "{err}"
     );
+    // A chunkserver told its own address for the master's (it called itself for ever,
+    // logging each refusal), and a master named twice.
+    let own = format!("127.0.0.1:{}", free_port());
+    let out = Command::new(BIN)
+        .args(["chunkserver", "--master", &own, "--data-dir"])
+        .arg(root.join("own"))
+        .args(["--listen", &own])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("names this chunkserver's own address"),
+        "{err}"
+    );
+    let out = Command::new(BIN)
+        .args(["ls", "/", "--master", &format!("{nobody},{nobody}")])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("is named twice"),
+        "{err}"
+    );
     // Parts so small a checkpoint would lie in more values than bytes.
     let out = Command::new(BIN)
         .args(["master", "--snapshot-part-bytes", "16", "--data-dir"])
