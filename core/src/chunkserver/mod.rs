@@ -544,7 +544,6 @@ impl Chunkserver {
                 );
                 cs.queues.entry(h).or_default().push_back(Job::Repair(w));
             }
-            cs.used_bytes += meta.length;
             cs.chunks.insert(
                 h,
                 Chunk {
@@ -558,6 +557,9 @@ impl Chunkserver {
                 },
             );
         }
+        // Summed once all are in: a store may hold two records of one chunk (the later
+        // is taken), which a count kept as they came would count twice.
+        cs.used_bytes = cs.used_bytes_summed();
         cs
     }
 
