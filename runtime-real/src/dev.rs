@@ -190,9 +190,17 @@ pub async fn run(
         port + (masters + chunkservers) as u16 - 1,
         root.display(),
     );
+    // Ctrl-C, or a service manager's SIGTERM: a stop as any other (every stop is a crash,
+    // and the next start recovers), reported as a success.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("cannot watch for SIGTERM: {e}"))?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {
             println!("stopping");
+            Ok(())
+        }
+        _ = term.recv() => {
+            println!("stopping (SIGTERM)");
             Ok(())
         }
         done = tasks.join_next() => match done {
