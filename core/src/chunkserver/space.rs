@@ -1,8 +1,16 @@
 //! Space: the chunkserver's capacity (`--capacity`) is a quota on the bytes of the chunks
-//! it holds, and it keeps to it. A mutation or clone that would grow its chunks past the
-//! quota is refused with `NoSpace` before anything is written or forwarded, exactly as
-//! one the disk has no room for: the client gives up the chunk's write there, and the
-//! master places no new chunk on a server whose heartbeat says it is full.
+//! it holds, and it keeps to it. A write or record that would grow its chunks past the
+//! quota is refused with `NoSpace` before anything is written or forwarded, as one the
+//! disk has no room for; so is a clone, once its bytes are in. The master places no new
+//! chunk on a server whose heartbeat says it is full.
+//!
+//! What the client sees is what a full disk gives it. A primary's refusal reaches it as
+//! `NoSpace`, which it does not retry. A secondary's fails the mutation as any
+//! secondary's failure does (`Unavailable`), which the client retries on the same
+//! replicas: a write until its patience runs out, a record append possibly leaving a
+//! copy of the record on the primary (at-least-once, as after any failed append).
+//! Padding, a quarter chunk at most, is let through, so that an append can always move
+//! on to a new chunk.
 //!
 //! The quota is checked against the chunks as committed, so writes in flight at once
 //! may pass it together by at most their own growth; the disk's own limit stays the hard

@@ -2685,3 +2685,39 @@ fn the_capacity_is_a_quota_the_server_keeps() {
     assert_eq!(cs.used_bytes(), 1000);
     cs.check_invariants().unwrap();
 }
+
+/// A record is refused past the quota, but padding is not: the client must be able to
+/// move on to a new chunk, which the master may place on a server with room. A
+/// secondary lets padding through as well.
+#[test]
+fn padding_passes_the_quota_and_a_record_does_not() {
+    let mut h = H::with(ChunkserverConfig {
+        address: "cs0".into(),
+        capacity_bytes: CHUNK - 5,
+        ..Default::default()
+    });
+    h.create(1);
+    let rec = vec![7u8; 200_000];
+    for _ in 0..4 {
+        append(&mut h, &rec).unwrap();
+    }
+    // 248,571 bytes of quota and 248,576 of chunk left: a record that fits the chunk
+    // but not the quota is refused.
+    let e = append(&mut h, &vec![8u8; 248_574]).unwrap_err();
+    assert!(matches!(e, FsError::NoSpace(_)), "{e:?}");
+    // One the chunk has no room for pads it to its full size, past the quota.
+    let a = append(&mut h, &vec![9u8; (CHUNK / 4) as usize]).unwrap();
+    assert!(a.chunk_full);
+    assert_eq!(h.cs.used_bytes(), CHUNK);
+    h.cs.check_invariants().unwrap();
+    // A secondary takes the primary's padding too.
+    let mut s = H::with(ChunkserverConfig {
+        address: "cs1".into(),
+        capacity_bytes: 10,
+        ..Default::default()
+    });
+    s.create(1);
+    let r = send_apply(&mut s, 1, CHUNK, b"");
+    assert!(r[0].1.error.is_none(), "{r:?}");
+    assert_eq!(s.cs.used_bytes(), CHUNK);
+}

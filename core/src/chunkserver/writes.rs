@@ -18,7 +18,10 @@ impl Chunkserver {
             )));
         }
         let data = self.data_of(r.data_id, r.data)?;
-        check_range(r.offset, data.len(), self.lease_chunk_size(h))?;
+        let end = check_range(r.offset, data.len(), self.lease_chunk_size(h))?;
+        // Before anything is forwarded or recorded: a write this server has no room for
+        // goes nowhere.
+        self.room_for(h, end)?;
         let c = self.chunks.get_mut(&h).expect("usable");
         let seen = c.writers.entry(r.client_id).or_insert(r.client_seq);
         if r.client_seq < *seen {
@@ -71,6 +74,12 @@ impl Chunkserver {
         let c = self.chunks.get_mut(&h).expect("usable");
         let length = c.meta.length;
         let fits = length + record.len() as u64 <= chunk_size;
+        // A record is refused if this server has no room for it. Padding is not: it is
+        // less than a record (a quarter chunk at most), and without it the client could
+        // not move on to a new chunk, which the master may place where there is room.
+        if fits {
+            self.room_for(h, length + record.len() as u64)?;
+        }
         let (offset, data, full) = if fits {
             (length, record, false)
         } else {
@@ -105,9 +114,6 @@ impl Chunkserver {
         h: ChunkHandle,
         f: Forward,
     ) -> Result<Option<pb::ChunkResponse>, FsError> {
-        // Before anything is forwarded: a mutation this server has no room for goes
-        // nowhere.
-        self.room_for(h, f.offset + f.data.len() as u64)?;
         let c = self.chunks.get_mut(&h).expect("usable");
         c.serial += 1;
         let serial = c.serial;
@@ -204,8 +210,10 @@ impl Chunkserver {
         check_range(r.offset, data.len(), MAX_CHUNK_SIZE)?;
         self.chunks.get_mut(&h).expect("usable").serial = r.serial;
         // Refused in its turn, as a full disk would refuse it: the primary's next
-        // mutation follows this one's serial.
-        self.room_for(h, r.offset + data.len() as u64)?;
+        // mutation follows this one's serial. Padding (no data) passes, as on the primary.
+        if !data.is_empty() {
+            self.room_for(h, r.offset + data.len() as u64)?;
+        }
         tracing::debug!(chunk = h, server = %self.cfg.address, serial = r.serial, offset = r.offset, len = data.len(), "applying mutation");
         self.apply_local(id, h, r.offset, data)
     }

@@ -804,22 +804,19 @@ impl Master {
         }
     }
 
-    /// Whether `s` may be sent grants and new copies: it has said it stored this
-    /// master's term (always, for a master alone). Only until the quiet period would
-    /// have ended by time: a server that never reports the term (its identity write
-    /// failing, a binary from before heartbeats carried it) then gets them as before,
-    /// and refuses what it cannot take, rather than stall its chunks for good.
-    /// Why a new chunk has nowhere to go. Every server that takes this master's orders
-    /// full is an answer (`NoSpace`: a client that asks again only waits, until an
-    /// operator frees space or adds a server); no server yet, or only busy ones, is a
-    /// wait (`Unavailable`: servers report after a start, and creation limits pass).
+    /// Why a new chunk has nowhere to go. `NoSpace` (final: a client that asks again
+    /// only waits, until an operator frees space or adds a server) only when this master
+    /// knows the whole cluster is full: it has heard from its servers since it started
+    /// (past its learning period), and every server it knows of is live, takes its
+    /// orders and reported itself full. Anything less (no server yet, one dead or not yet
+    /// on this term that may have room, only busy ones) is a wait (`Unavailable`).
     fn no_placement(&self) -> FsError {
-        let mut takers = self
-            .servers
-            .live()
-            .filter(|&(idx, _)| self.on_my_term(idx))
-            .peekable();
-        if takers.peek().is_some() && takers.all(|(_, s)| s.utilization() >= 1.0) {
+        let learned = self.now >= self.repl_not_before();
+        let mut known = self.servers.iter().peekable();
+        if learned
+            && known.peek().is_some()
+            && known.all(|(idx, s)| s.alive && self.on_my_term(idx) && s.utilization() >= 1.0)
+        {
             return FsError::NoSpace(
                 "every chunkserver is full: no room for a new chunk (free space, or add a \
                  chunkserver)"
@@ -829,6 +826,11 @@ impl Master {
         FsError::Unavailable("no chunkserver with free space".into())
     }
 
+    /// Whether `s` may be sent grants and new copies: it has said it stored this
+    /// master's term (always, for a master alone). Only until the quiet period would
+    /// have ended by time: a server that never reports the term (its identity write
+    /// failing, a binary from before heartbeats carried it) then gets them as before,
+    /// and refuses what it cannot take, rather than stall its chunks for good.
     pub(super) fn on_my_term(&self, s: ServerIdx) -> bool {
         // After an epoch taken mid-run (`outrun`), a heartbeat timeout for each server
         // to report it: a grant of the new epoch to a server still storing it would be

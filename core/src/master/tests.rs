@@ -4905,8 +4905,9 @@ fn a_restarted_master_alone_fences_with_a_new_epoch_instead_of_waiting() {
     assert_eq!(h4.m.epoch(), 9);
 }
 
-/// A new chunk with nowhere to go: while no server takes this master's orders yet, the
-/// client is told to wait; once every one that does is full, it is told so at once
+/// A new chunk with nowhere to go: while no server takes this master's orders yet, or
+/// the master may not have heard from all, the client is told to wait; once every
+/// server it knows is full, it is told so at once
 /// (`NoSpace`, not asked to retry for its whole patience); a server with room takes it.
 #[test]
 fn a_full_cluster_says_so_and_an_empty_one_says_wait() {
@@ -4927,6 +4928,12 @@ fn a_full_cluster_says_so_and_an_empty_one_says_wait() {
         }));
         assert!(is_ok(&r), "{r:?}");
     };
+    beat(&mut h, "cs1", 1000);
+    beat(&mut h, "cs2", 1200);
+    // Within its first heartbeat timeout the master may not know every server yet.
+    let e = h.write_target("/f", 0).unwrap_err();
+    assert!(matches!(e, FsError::Unavailable(_)), "{e:?}");
+    h.advance(Duration::from_secs(5));
     beat(&mut h, "cs1", 1000);
     beat(&mut h, "cs2", 1200);
     let e = h.write_target("/f", 0).unwrap_err();
