@@ -117,6 +117,11 @@ pub async fn run(
     port: u16,
     knobs: &Knobs,
 ) -> Result<(), String> {
+    // Ctrl-C, or a service manager's SIGTERM: a stop as any other (every stop is a crash,
+    // and the next start recovers), reported as a success. Watched from the start, so a
+    // SIGTERM during start-up is such a stop too (it waits for the select below).
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("cannot watch for SIGTERM: {e}"))?;
     if chunkservers == 0 {
         return Err("a cluster needs at least one chunkserver".into());
     }
@@ -190,10 +195,6 @@ pub async fn run(
         port + (masters + chunkservers) as u16 - 1,
         root.display(),
     );
-    // Ctrl-C, or a service manager's SIGTERM: a stop as any other (every stop is a crash,
-    // and the next start recovers), reported as a success.
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| format!("cannot watch for SIGTERM: {e}"))?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {
             println!("stopping");
