@@ -638,6 +638,15 @@ fn chunkservers_keep_to_their_capacity() {
         "the put waited {:?} to fail",
         started.elapsed()
     );
+    // Growing a chunk the servers hold is refused by the servers themselves (the master
+    // is not asked where a new chunk goes). The region the append reserved stays in the
+    // file, unwritten: it reads as zeros, as after any failed append.
+    let out = c.cli(&["append", one.to_str().unwrap(), "/b"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("past this server's capacity"),
+        "{err}"
+    );
     // The servers' heartbeats say they are full, and no fuller.
     let used = |t: &str| -> f64 {
         t.lines()
@@ -651,11 +660,19 @@ fn chunkservers_keep_to_their_capacity() {
         field(t, "live chunkservers") == 3 && used(t) >= 99.0
     });
     assert!(used(&report) <= 100.0, "{report}");
-    for (path, local) in [("/a", "a"), ("/b", "b")] {
-        let copy = root.join(local);
-        c.ok(&["get", path, copy.to_str().unwrap()]);
-        assert!(same(&copy, &data), "{path} changed");
-    }
+    let copy = root.join("a");
+    c.ok(&["get", "/a", copy.to_str().unwrap()]);
+    assert!(same(&copy, &data), "/a changed");
+    let copy = root.join("b");
+    c.ok(&["get", "/b", copy.to_str().unwrap()]);
+    let b = std::fs::read(&copy).unwrap();
+    assert!(
+        b.len() == data.len() + (1 << 20)
+            && b[..data.len()] == data[..]
+            && b[data.len()..].iter().all(|&x| x == 0),
+        "/b is not its data and the failed append's zeros ({} bytes)",
+        b.len()
+    );
 }
 
 #[test]
