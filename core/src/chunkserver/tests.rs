@@ -508,28 +508,31 @@ fn oversized_or_empty_requests_are_refused() {
     assert!(e.replies[0].1.error.is_some());
 }
 
-#[test]
-fn clone_copies_in_pieces_and_verifies_length() {
-    let mut src = H::new();
-    src.create(5);
-    let data: Vec<u8> = (0..300_000u32).map(|i| i as u8).collect();
-    src.write(5, 0, &data);
-    let mut dst = H::new();
-    dst.cs.cfg.clone_piece = 100_000;
-    let id = 1000;
-    let mut replies = dst.run(Input::Request {
-        id,
-        arrived: Time(1),
+/// Orders `dst` to clone version 1 of chunk `handle` from "cs0" (request 1000); the
+/// replies of that step.
+fn order_clone(dst: &mut H, handle: u64) -> Vec<(RequestId, pb::ChunkResponse)> {
+    dst.run(Input::Request {
+        id: 1000,
+        arrived: dst.now,
         req: pb::ChunkRequest {
             req: Some(R::Clone(pb::CloneChunkRequest {
                 epoch: 0,
-                handle: 5,
+                handle,
                 version: 1,
                 source: "cs0".into(),
                 ..Default::default()
             })),
         },
-    });
+    })
+}
+
+/// Answers `dst`'s reads of the clone's source from `src` (passing over its other
+/// calls) until the clone is answered; its replies, and how many reads it took.
+fn serve_clone(
+    dst: &mut H,
+    src: &mut H,
+    mut replies: Vec<(RequestId, pb::ChunkResponse)>,
+) -> (Vec<(RequestId, pb::ChunkResponse)>, usize) {
     let mut reads = 0;
     while replies.is_empty() {
         let c = dst.calls.pop().expect("a read of the source");
@@ -537,7 +540,7 @@ fn clone_copies_in_pieces_and_verifies_length() {
             req: Some(R::Read(r)),
         }) = c.req
         else {
-            panic!()
+            continue;
         };
         reads += 1;
         let resp = src.req(R::Read(r));
@@ -546,6 +549,19 @@ fn clone_copies_in_pieces_and_verifies_length() {
             result: Ok(Reply::Chunk(resp)),
         });
     }
+    (replies, reads)
+}
+
+#[test]
+fn clone_copies_in_pieces_and_verifies_length() {
+    let mut src = H::new();
+    src.create(5);
+    let data: Vec<u8> = (0..300_000u32).map(|i| i as u8).collect();
+    src.write(5, 0, &data);
+    let mut dst = H::new();
+    dst.cs.cfg.clone_piece = 100_000;
+    let replies = order_clone(&mut dst, 5);
+    let (replies, reads) = serve_clone(&mut dst, &mut src, replies);
     assert!(replies[0].1.error.is_none(), "{replies:?}");
     assert_eq!(reads, 3);
     assert_eq!(dst.disk.data[&5], data);
@@ -561,37 +577,11 @@ fn heartbeats_name_chunks_being_cloned() {
     src.create(5);
     src.write(5, 0, &[7u8; 1000]);
     let mut dst = H::new();
-    let replies = dst.run(Input::Request {
-        id: 1000,
-        arrived: Time(1),
-        req: pb::ChunkRequest {
-            req: Some(R::Clone(pb::CloneChunkRequest {
-                epoch: 0,
-                handle: 5,
-                version: 1,
-                source: "cs0".into(),
-                ..Default::default()
-            })),
-        },
-    });
+    let replies = order_clone(&mut dst, 5);
     assert!(replies.is_empty());
     let hb = dst.heartbeat_with(pb::HeartbeatResponse::default());
     assert_eq!(hb.changing, vec![5], "a clone under way was not named");
-    let mut replies = Vec::new();
-    while replies.is_empty() {
-        let c = dst.calls.pop().expect("a read of the source");
-        let Outgoing::Chunk(pb::ChunkRequest {
-            req: Some(R::Read(r)),
-        }) = c.req
-        else {
-            continue;
-        };
-        let resp = src.req(R::Read(r));
-        replies = dst.run(Input::CallResult {
-            id: c.id,
-            result: Ok(Reply::Chunk(resp)),
-        });
-    }
+    serve_clone(&mut dst, &mut src, replies);
     let hb = dst.heartbeat_with(pb::HeartbeatResponse::default());
     assert!(hb.changing.is_empty(), "{:?}", hb.changing);
     assert!(hb.chunks.iter().any(|c| c.handle == 5 && c.version == 1));
@@ -617,33 +607,8 @@ fn a_late_clone_never_takes_a_copy_back_to_an_older_version() {
         ..Default::default()
     }));
     assert!(r.error.is_none(), "{r:?}");
-    let mut replies = dst.run(Input::Request {
-        id: 1000,
-        arrived: dst.now,
-        req: pb::ChunkRequest {
-            req: Some(R::Clone(pb::CloneChunkRequest {
-                epoch: 0,
-                handle: 5,
-                version: 1,
-                source: "cs0".into(),
-                ..Default::default()
-            })),
-        },
-    });
-    while replies.is_empty() {
-        let c = dst.calls.pop().expect("a read of the source");
-        let Outgoing::Chunk(pb::ChunkRequest {
-            req: Some(R::Read(r)),
-        }) = c.req
-        else {
-            panic!()
-        };
-        let resp = src.req(R::Read(r));
-        replies = dst.run(Input::CallResult {
-            id: c.id,
-            result: Ok(Reply::Chunk(resp)),
-        });
-    }
+    let replies = order_clone(&mut dst, 5);
+    let (replies, _) = serve_clone(&mut dst, &mut src, replies);
     assert!(replies[0].1.error.is_some(), "{replies:?}");
     assert_eq!(dst.cs.chunks().find(|c| c.0 == 5).map(|c| c.1), Some(2));
     // The empty copy at version 2 stays as it was: none of the clone's bytes landed.
@@ -2627,33 +2592,8 @@ fn the_capacity_is_a_quota_the_server_keeps() {
     let mut src = H::new();
     src.create(5);
     src.write(5, 0, &[5; 300]);
-    let mut replies = h.run(Input::Request {
-        id: 1000,
-        arrived: h.now,
-        req: pb::ChunkRequest {
-            req: Some(R::Clone(pb::CloneChunkRequest {
-                epoch: 0,
-                handle: 5,
-                version: 1,
-                source: "cs0".into(),
-                ..Default::default()
-            })),
-        },
-    });
-    while replies.is_empty() {
-        let c = h.calls.pop().expect("a read of the source");
-        let Outgoing::Chunk(pb::ChunkRequest {
-            req: Some(R::Read(r)),
-        }) = c.req
-        else {
-            panic!()
-        };
-        let resp = src.req(R::Read(r));
-        replies = h.run(Input::CallResult {
-            id: c.id,
-            result: Ok(Reply::Chunk(resp)),
-        });
-    }
+    let replies = order_clone(&mut h, 5);
+    let (replies, _) = serve_clone(&mut h, &mut src, replies);
     no_space(&replies[0].1);
     assert!(!h.disk.data.contains_key(&5));
     h.cs.check_invariants().unwrap();
