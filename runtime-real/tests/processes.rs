@@ -991,66 +991,75 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
         }
     }
 
-    // A server whose address is taken says so and stops (before it does anything).
+    // Commands refused before they do anything, each saying why.
+    let refused = |args: &[&str], said: &str| {
+        let out = Command::new(BIN).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(said),
+            "{args:?}: {err}"
+        );
+    };
+    let data_dir = |name: &str| root.join(name).to_str().unwrap().to_string();
+    // A server whose address is taken says so and stops.
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    let out = Command::new(BIN)
-        .args(["chunkserver", "--master", &nobody, "--data-dir"])
-        .arg(root.join("taken"))
-        .args(["--listen", &addr])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains(&format!("cannot listen on {addr}: ")),
-        "{err}"
+    refused(
+        &[
+            "chunkserver",
+            "--master",
+            &nobody,
+            "--data-dir",
+            &data_dir("taken"),
+            "--listen",
+            &addr,
+        ],
+        &format!("cannot listen on {addr}: "),
     );
     // A chunkserver told its own address for the master's (it called itself for ever,
     // logging each refusal), and a master named twice.
     let own = format!("127.0.0.1:{}", free_port());
-    let out = Command::new(BIN)
-        .args(["chunkserver", "--master", &own, "--data-dir"])
-        .arg(root.join("own"))
-        .args(["--listen", &own])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("names this chunkserver's own address"),
-        "{err}"
+    refused(
+        &[
+            "chunkserver",
+            "--master",
+            &own,
+            "--data-dir",
+            &data_dir("own"),
+            "--listen",
+            &own,
+        ],
+        "names this chunkserver's own address",
     );
-    let out = Command::new(BIN)
-        .args(["ls", "/", "--master", &format!("{nobody},{nobody}")])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("is named twice"),
-        "{err}"
+    refused(
+        &["ls", "/", "--master", &format!("{nobody},{nobody}")],
+        "is named twice",
     );
     // Parts so small a checkpoint would lie in more values than bytes.
-    let out = Command::new(BIN)
-        .args(["master", "--snapshot-part-bytes", "16", "--data-dir"])
-        .arg(root.join("tiny-parts"))
-        .args(["--listen", &nobody])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("--snapshot-part-bytes must be 64 to "),
-        "{err}"
+    refused(
+        &[
+            "master",
+            "--snapshot-part-bytes",
+            "16",
+            "--data-dir",
+            &data_dir("tiny-parts"),
+            "--listen",
+            &nobody,
+        ],
+        "--snapshot-part-bytes must be 64 to ",
     );
     // A master with no thread to run on.
-    let out = Command::new(BIN)
-        .args(["master", "--threads", "0", "--data-dir"])
-        .arg(root.join("no-threads"))
-        .args(["--listen", &nobody])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("'--threads <THREADS>'"),
-        "{err}"
+    refused(
+        &[
+            "master",
+            "--threads",
+            "0",
+            "--data-dir",
+            &data_dir("no-threads"),
+            "--listen",
+            &nobody,
+        ],
+        "'--threads <THREADS>'",
     );
 
     let mut c = Cluster::start(root, 3);
