@@ -425,7 +425,19 @@ pub fn step<R: Runtime, O: Observer>(
     origins: &mut Origins,
     input: Input,
 ) -> group::Effects {
-    let now = rt.now();
+    step_at(rt.now(), replica, observer, origins, input)
+}
+
+/// [`step`] at the clock reading `now`. The master's starts and steps are shown at the
+/// readings the master took them at (`group::MasterStep::now`), which are later than
+/// `now` when the clock went back.
+pub fn step_at<O: Observer>(
+    now: Time,
+    replica: &mut Replica,
+    observer: &mut O,
+    origins: &mut Origins,
+    input: Input,
+) -> group::Effects {
     let mut effects = replica.handle(now, input.clone());
     let mut starts = std::mem::take(&mut effects.master_starts);
     for s in std::mem::take(&mut effects.master_steps) {
@@ -434,15 +446,15 @@ pub fn step<R: Runtime, O: Observer>(
         let Some(m) = replica.master_of(s.generation) else {
             continue;
         };
-        if let Some(at) = starts.iter().position(|(g, _, _)| *g == s.generation) {
-            let (_, cp, epoch) = starts.remove(at);
+        if let Some(at) = starts.iter().position(|st| st.generation == s.generation) {
+            let st = starts.remove(at);
             observer.master_started(
-                now,
+                st.now,
                 MasterStart {
                     config: m.config(),
-                    checkpoint: Some(&cp),
+                    checkpoint: Some(&st.checkpoint),
                     tail: &[],
-                    epoch,
+                    epoch: st.epoch,
                 },
             );
         }
@@ -453,7 +465,7 @@ pub fn step<R: Runtime, O: Observer>(
             observer.request(*id, &peer, arrived);
         }
         observer.authority(s.authority);
-        observer.master_step(now, &s.input, &s.effects, m);
+        observer.master_step(s.now, &s.input, &s.effects, m);
     }
     for (id, _) in &effects.replies {
         origins.remove(id);

@@ -163,10 +163,28 @@ pub struct Persist {
 pub struct MasterStep {
     /// The generation of the master that took it (`Replica::master_of`).
     pub generation: u64,
+    /// The clock reading the master took the step at: the replica's, which never goes
+    /// back, not the driver's (which may, after a clock jump). A recorder writes this
+    /// one down, for a replay gives the master only what the trace holds.
+    pub now: Time,
     pub input: master::Input,
     pub effects: master::Effects,
     /// Until when the master knew it led as it took the step (`Master::set_authority`).
     pub authority: Time,
+}
+
+/// A master a replica started (taking over as leader), for the observers: what
+/// `Master::take_over` was given.
+#[derive(Debug)]
+pub struct MasterStart {
+    /// Its generation (`Replica::master_of`).
+    pub generation: u64,
+    /// The checkpoint of the state it took over.
+    pub checkpoint: pb::Checkpoint,
+    /// Its term.
+    pub epoch: u64,
+    /// The replica's clock as it started (see `MasterStep::now`).
+    pub now: Time,
 }
 
 #[derive(Debug, Default)]
@@ -185,9 +203,8 @@ pub struct Effects {
     /// (`Replica::master_of`): a master stopped in this step took some of them.
     pub master_steps: Vec<MasterStep>,
     /// With `Replica::observe`: each master this replica started (taking over as
-    /// leader), before its first step: its generation, the checkpoint of the state it
-    /// took over (what `Master::take_over` was given), and its term.
-    pub master_starts: Vec<(u64, pb::Checkpoint, u64)>,
+    /// leader), before its first step.
+    pub master_starts: Vec<MasterStart>,
     /// For the checkpointer a driver runs on a task of its own
     /// (`Replica::take_checkpointer`), in order; empty while the replica runs it itself.
     pub checkpointer: Vec<checkpointer::Feed>,
@@ -1042,6 +1059,7 @@ impl Replica {
             };
             self.out.master_steps.push(MasterStep {
                 generation: self.generation,
+                now: self.now,
                 input,
                 effects: copy,
                 authority,
@@ -1511,7 +1529,12 @@ impl Replica {
         self.generation += 1;
         if self.observed {
             // The observers see what the master was built from.
-            self.out.master_starts.push((self.generation, cp, self.led));
+            self.out.master_starts.push(MasterStart {
+                generation: self.generation,
+                checkpoint: cp,
+                epoch: self.led,
+                now: self.now,
+            });
         }
         let mut m = Master::take_over(self.mcfg.clone(), self.now, meta, self.shadow.seq, self.led);
         m.set_authority(Time::ZERO);

@@ -9,6 +9,7 @@ use bytes::Bytes;
 
 use super::*;
 use crate::pb::master_request::Req as MReq;
+use crate::trace::recorder::{MemSink, Recorder};
 
 const TICK_MS: u64 = 100;
 const STEP_MS: u64 = 10;
@@ -62,6 +63,12 @@ struct World {
     answers_carried: u64,
     /// Calls put on the wire so far, by (from, to).
     calls_sent: BTreeMap<(u64, u64), u64>,
+    /// How far ahead of the world's clock each replica's clock reads, in ms (behind if
+    /// negative): a clock that jumps.
+    skew: BTreeMap<u64, i64>,
+    /// Replicas whose masters are recorded as a driver records them, each into a
+    /// trace of its own.
+    recorders: BTreeMap<u64, (Recorder<MemSink>, crate::driver::group::Origins)>,
 }
 
 fn addr(id: u64) -> String {
@@ -113,6 +120,8 @@ impl World {
             answers: VecDeque::new(),
             answers_carried: 0,
             calls_sent: BTreeMap::new(),
+            skew: BTreeMap::new(),
+            recorders: BTreeMap::new(),
         };
         for i in 1..=n {
             let store = LogStore::fresh((1..=n).map(|i| (i, addr(i))).collect());
@@ -144,6 +153,18 @@ impl World {
         self.unsynced.insert(id, VecDeque::new());
     }
 
+    /// Records replica `id`'s masters from now on, as a driver does (`--trace-dir`).
+    fn record(&mut self, id: u64) {
+        self.replicas
+            .get_mut(&id)
+            .and_then(Option::as_mut)
+            .expect("live")
+            .observe();
+        let sink = MemSink::new(&addr(id), "master");
+        self.recorders
+            .insert(id, (Recorder::new(sink), Default::default()));
+    }
+
     /// Kill -9: writes not yet synced are lost, and so are messages to it.
     fn crash(&mut self, id: u64) {
         self.replicas.insert(id, None);
@@ -159,7 +180,12 @@ impl World {
         let Some(Some(r)) = self.replicas.get_mut(&id) else {
             return;
         };
-        let e = r.handle(self.now, input);
+        let skew = self.skew.get(&id).copied().unwrap_or(0);
+        let now = Time(self.now.as_millis().saturating_add_signed(skew));
+        let e = match self.recorders.get_mut(&id) {
+            Some((rec, origins)) => crate::driver::group::step_at(now, r, rec, origins, input),
+            None => r.handle(now, input),
+        };
         let part_bytes = r.config().snapshot_part_bytes;
         let (serving, term) = (r.master().is_some(), r.status().term);
         if serving && !self.served.iter().any(|&(i, t, _)| i == id && t == term) {
@@ -711,6 +737,45 @@ fn a_leader_past_its_authority_refuses_no_mutation_from_its_state() {
             "a leader past its authority answered {:?}",
             w.reply(id)
         );
+    }
+}
+
+/// A replica's clock that jumps back: its master goes on from the latest reading (its
+/// clock never goes back), so its trace must hold the readings the master took its steps
+/// at, not the clock's, or the master does not replay (its log records carry the time).
+#[test]
+fn a_master_whose_clock_went_back_replays_from_its_trace() {
+    let mut w = World::new(3);
+    for id in 1..=3 {
+        w.record(id);
+    }
+    w.run(4000);
+    let l = w.leader().unwrap();
+    w.call(mkdir("/a"), 1).unwrap();
+    // The leader's clock reads ahead for one step its master does not see, then jumps
+    // back: its master's next steps are taken at the reading from before the jump.
+    w.skew.insert(l, 500);
+    w.step(l, Input::RaftTick);
+    w.skew.insert(l, -1500);
+    for n in 0..5 {
+        w.call(mkdir(&format!("/b{n}")), 10 + n).unwrap();
+    }
+    w.run(1000);
+    assert_eq!(
+        w.leader(),
+        Some(l),
+        "the leader changed; nothing was tested"
+    );
+    for (id, (rec, _)) in &w.recorders {
+        let f = crate::trace::parse(&addr(*id), &rec.sink().bytes()).unwrap();
+        let report = crate::trace::replay::replay(&[(addr(*id), f)]);
+        if let Some(d) = &report.divergence {
+            panic!("replica {id}'s master diverged in replay: {d:?}");
+        }
+        if *id == l {
+            assert_eq!(report.runs, 1, "the leader's master ran once");
+            assert!(report.steps > 20, "only {} steps replayed", report.steps);
+        }
     }
 }
 
