@@ -1178,6 +1178,24 @@ fn ns_outcome<T>(r: &Result<T, FsError>) -> Outcome {
     }
 }
 
+/// A namespace operation's answer, passed through. The names it takes are all valid
+/// and not reserved, so a master that calls one invalid is wrong, whatever it was asked:
+/// that answer is no "outcome unknown".
+fn ns_seen<T>(
+    checks: &Shared,
+    start: madsim::time::Instant,
+    op: NsOp,
+    r: Result<T, FsError>,
+) -> Result<T, FsError> {
+    if let Err(FsError::InvalidArgument(m)) = &r {
+        checks.lock().expect("checks").violation(
+            now_ms(start),
+            format!("namespace: {op:?} on valid names was refused as invalid: {m}"),
+        );
+    }
+    r
+}
+
 fn ns_stat(r: &Result<tessera_core::pb::FileInfo, FsError>) -> Outcome {
     match r {
         Ok(info) => Outcome::Found { dir: info.is_dir },
@@ -1385,21 +1403,60 @@ async fn ns_do(
         .namespace
         .begin(run.id, now_ms(start), op);
     let outcome = match op {
-        NsOp::Create(a) => ns_outcome(&crashable(checks, client.create(&ns_name(a), 0)).await),
-        NsOp::Mkdir(a) => ns_outcome(&crashable(checks, client.mkdir(&ns_name(a), false)).await),
-        NsOp::CreateIn(a) => ns_outcome(&crashable(checks, client.create(&ns_child(a), 0)).await),
-        NsOp::Delete(a, recursive) => {
-            ns_outcome(&crashable(checks, client.delete(&ns_name(a), recursive)).await)
-        }
-        NsOp::DeleteIn(a) => {
-            ns_outcome(&crashable(checks, client.delete(&ns_child(a), false)).await)
-        }
-        NsOp::Rename(a, b) => {
-            ns_outcome(&crashable(checks, client.rename(&ns_name(a), &ns_name(b))).await)
-        }
-        NsOp::Stat(a) => ns_stat(&crashable(checks, client.stat(&ns_name(a))).await),
-        NsOp::StatIn(a) => ns_stat(&crashable(checks, client.stat(&ns_child(a))).await),
-        NsOp::List => match crashable(checks, client.list(NS_DIR, false)).await {
+        NsOp::Create(a) => ns_outcome(&ns_seen(
+            checks,
+            start,
+            op,
+            crashable(checks, client.create(&ns_name(a), 0)).await,
+        )),
+        NsOp::Mkdir(a) => ns_outcome(&ns_seen(
+            checks,
+            start,
+            op,
+            crashable(checks, client.mkdir(&ns_name(a), false)).await,
+        )),
+        NsOp::CreateIn(a) => ns_outcome(&ns_seen(
+            checks,
+            start,
+            op,
+            crashable(checks, client.create(&ns_child(a), 0)).await,
+        )),
+        NsOp::Delete(a, recursive) => ns_outcome(&ns_seen(
+            checks,
+            start,
+            op,
+            crashable(checks, client.delete(&ns_name(a), recursive)).await,
+        )),
+        NsOp::DeleteIn(a) => ns_outcome(&ns_seen(
+            checks,
+            start,
+            op,
+            crashable(checks, client.delete(&ns_child(a), false)).await,
+        )),
+        NsOp::Rename(a, b) => ns_outcome(&ns_seen(
+            checks,
+            start,
+            op,
+            crashable(checks, client.rename(&ns_name(a), &ns_name(b))).await,
+        )),
+        NsOp::Stat(a) => ns_stat(&ns_seen(
+            checks,
+            start,
+            op,
+            crashable(checks, client.stat(&ns_name(a))).await,
+        )),
+        NsOp::StatIn(a) => ns_stat(&ns_seen(
+            checks,
+            start,
+            op,
+            crashable(checks, client.stat(&ns_child(a))).await,
+        )),
+        NsOp::List => match ns_seen(
+            checks,
+            start,
+            op,
+            crashable(checks, client.list(NS_DIR, false)).await,
+        ) {
             Ok(listed) => ns_listed(&listed, checks, start),
             Err(_) => Outcome::Unknown,
         },
