@@ -88,7 +88,7 @@ pub struct Client<R: Runtime, T: Transport> {
     cache: Arc<Mutex<HashMap<String, Locations>>>,
     /// Names this client to primaries, which refuse its overtaken writes.
     id: u64,
-    /// Numbers this client's writes; a retry reuses its number.
+    /// Numbers this client's write attempts, a retry's too, in the order they are sent.
     seq: Arc<std::sync::atomic::AtomicU64>,
     /// Per file, the chunk the last record append went to.
     append_index: Arc<Mutex<HashMap<String, u64>>>,
@@ -1090,11 +1090,10 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         data: Bytes,
         chunk_size: u64,
     ) -> Result<u64, FsError> {
-        let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let mut retry = self.retry();
         loop {
             let result = self
-                .write_piece_once(path, idx, off, data.clone(), seq, chunk_size)
+                .write_piece_once(path, idx, off, data.clone(), chunk_size)
                 .await;
             match result {
                 Err(e) if e.is_retryable() => {
@@ -1113,7 +1112,6 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         idx: u64,
         off: u64,
         data: Bytes,
-        seq: u64,
         chunk_size: u64,
     ) -> Result<u64, FsError> {
         let t = self.write_target(path, idx, false).await?;
@@ -1132,6 +1130,10 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         // the write, applies it and has the secondaries apply it, answering once all have.
         let result = async {
             let data_id = self.push(&t, &data).await?;
+            // Every attempt has a number above this client's earlier ones: the primary
+            // refuses an earlier attempt that arrives after a later one, so a retry's
+            // forerunner, late on the network, cannot land over what was written since.
+            let seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
             let req = CReq::Write(pb::WriteChunkRequest {
                 handle: t.handle,
                 version: t.version,

@@ -224,8 +224,22 @@ struct Chunk {
     /// The last mutation serial assigned (as primary) or applied (as secondary) at this
     /// version; a new version starts again from 0.
     serial: u64,
-    /// As primary: the latest write sequence number seen from each writer.
-    writers: HashMap<u64, u64>,
+    /// As primary, at this version: each writer's latest write attempt.
+    writers: HashMap<u64, Attempt>,
+}
+
+/// As primary: a writer's latest write attempt on a chunk. Every attempt of a client's
+/// write has a number of its own, above all its earlier ones, so an earlier attempt that
+/// arrives late (its writer gave up on it and retried) is refused rather than landing on
+/// top of what was written since; a copy of the latest attempt (the network sent it twice)
+/// is not applied again but gets the first copy's answer.
+#[derive(Clone, Debug)]
+struct Attempt {
+    seq: u64,
+    /// The mutation serial it was given.
+    serial: u64,
+    /// Its answer, once every replica has answered; until then, copies of it wait.
+    answer: Option<pb::ChunkResponse>,
 }
 
 /// Work on one chunk, run in order.
@@ -307,6 +321,8 @@ struct Forward {
     secondaries: Vec<String>,
     /// The answer once every replica has applied the mutation.
     reply: pb::ChunkResponse,
+    /// The writer and attempt, for a client's write (not for a record append).
+    writer: Option<(u64, u64)>,
 }
 
 /// One replica's answer to a mutation, as the primary counts them.
@@ -322,6 +338,10 @@ enum Settled {
 #[derive(Debug)]
 struct Forwarding {
     id: RequestId,
+    /// Copies of the same write attempt that arrived meanwhile: they get the same answer.
+    copies: Vec<RequestId>,
+    /// The writer and attempt, for a client's write (not for a record append).
+    writer: Option<(u64, u64)>,
     /// Answers still awaited: one per secondary, and this server's own write.
     waiting: usize,
     /// The first failure of a secondary.
@@ -1095,6 +1115,8 @@ impl Chunkserver {
         }
         let Forwarding {
             id,
+            copies,
+            writer,
             error,
             local,
             reply,
@@ -1122,6 +1144,20 @@ impl Chunkserver {
                 "mutation not applied everywhere: {e}"
             ))),
         };
+        if let Some((client, seq)) = writer {
+            let latest = self
+                .chunks
+                .get_mut(&h)
+                .filter(|c| c.meta.version == version)
+                .and_then(|c| c.writers.get_mut(&client))
+                .filter(|a| a.seq == seq);
+            if let Some(a) = latest {
+                a.answer = Some(resp.clone());
+            }
+        }
+        for copy in copies {
+            self.out.replies.push((copy, resp.clone()));
+        }
         self.out.replies.push((id, resp));
     }
 

@@ -170,11 +170,14 @@ impl H {
     }
 
     fn write(&mut self, h: u64, off: u64, data: &[u8]) -> pb::ChunkResponse {
+        // A new attempt each time, as a client numbers them.
+        let client_seq = self.next;
         self.req(R::Write(pb::WriteChunkRequest {
             handle: h,
             version: 1,
             offset: off,
             data: Bytes::copy_from_slice(data),
+            client_seq,
             ..Default::default()
         }))
     }
@@ -1107,8 +1110,85 @@ fn only_the_primary_takes_client_writes_and_refuses_overtaken_ones() {
         ..Default::default()
     }));
     assert!(h.req(w(2, 5)).error.is_none());
-    assert!(h.req(w(2, 5)).error.is_none(), "a retry of the same write");
-    assert!(h.req(w(2, 4)).error.is_some(), "an overtaken write");
+    assert!(h.req(w(2, 5)).error.is_none(), "a copy of the same attempt");
+    let overtaken = h
+        .req(w(2, 4))
+        .error
+        .expect("an overtaken attempt is refused");
+    assert!(
+        FsError::from_pb(&overtaken).is_retryable(),
+        "an attempt overtaken by a concurrent one of the same client may go again: {overtaken:?}"
+    );
+}
+
+/// A client gave up on a write attempt and retried it, and the retry was applied and
+/// answered; then another write landed on the same bytes. The first attempt, late on the
+/// network, must not land on top of that, and a second copy of an attempt is answered as
+/// the first was without being applied again.
+#[test]
+fn a_late_attempt_never_lands_over_what_was_written_since() {
+    let mut h = H::new();
+    h.create(1);
+    let write = |client_id, client_seq, data: &'static [u8]| pb::ChunkRequest {
+        req: Some(R::Write(pb::WriteChunkRequest {
+            handle: 1,
+            version: 1,
+            offset: 0,
+            data: Bytes::from_static(data),
+            secondaries: vec!["cs1".into()],
+            client_id,
+            client_seq,
+            data_id: 0,
+        })),
+    };
+    let send = |h: &mut H, id, req| {
+        let replies = h.run(Input::Request {
+            id,
+            arrived: Time(1),
+            req,
+        });
+        let calls = std::mem::take(&mut h.calls);
+        (replies, calls)
+    };
+    let settle = |h: &mut H, calls: Vec<Call>| {
+        let mut replies = Vec::new();
+        for c in calls {
+            replies.extend(h.run(Input::CallResult {
+                id: c.id,
+                result: applied(),
+            }));
+        }
+        replies
+    };
+    // Writer 7's retry (attempt 2) is applied, and a copy of it arrives meanwhile.
+    let (r, calls) = send(&mut h, 900, write(7, 2, b"retry"));
+    assert!(r.is_empty() && calls.len() == 1);
+    let (r, copy_calls) = send(&mut h, 901, write(7, 2, b"retry"));
+    assert!(r.is_empty(), "a copy answered before its first copy: {r:?}");
+    assert!(
+        copy_calls.is_empty(),
+        "a copy of an attempt was applied again"
+    );
+    let r = settle(&mut h, calls);
+    let ids: Vec<RequestId> = r.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids.len(), 2, "{r:?}");
+    assert!(ids.contains(&900) && ids.contains(&901));
+    assert!(r.iter().all(|(_, resp)| resp.error.is_none()), "{r:?}");
+    // Another writer's write lands on the same bytes.
+    let (_, calls) = send(&mut h, 902, write(8, 1, b"other"));
+    assert!(settle(&mut h, calls).iter().all(|(_, r)| r.error.is_none()));
+    // A third copy of the retry, after it was answered: the same answer, not applied.
+    let (r, calls) = send(&mut h, 903, write(7, 2, b"retry"));
+    assert!(
+        calls.is_empty(),
+        "a copy of an answered attempt was applied again"
+    );
+    assert!(r.len() == 1 && r[0].1.error.is_none(), "{r:?}");
+    // The first attempt arrives at last: refused, and nothing is sent on.
+    let (r, calls) = send(&mut h, 904, write(7, 1, b"first"));
+    assert!(calls.is_empty(), "a late attempt was forwarded");
+    assert!(r.len() == 1 && r[0].1.error.is_some(), "{r:?}");
+    assert_eq!(&h.read(1, 0, 5).unwrap()[..], b"other");
 }
 
 #[test]

@@ -23,14 +23,37 @@ impl Chunkserver {
         // goes nowhere.
         self.room_for(h, end)?;
         let c = self.chunks.get_mut(&h).expect("usable");
-        let seen = c.writers.entry(r.client_id).or_insert(r.client_seq);
-        if r.client_seq < *seen {
-            return Err(FsError::InvalidArgument(format!(
-                "write {} of writer {:x} was overtaken by its write {}",
-                r.client_seq, r.client_id, seen
-            )));
+        if let Some(a) = c.writers.get(&r.client_id) {
+            if r.client_seq < a.seq {
+                // Retryable: a late attempt's writer is no longer waiting, and a write
+                // overtaken by a concurrent one from the same client goes again.
+                return Err(FsError::Unavailable(format!(
+                    "write attempt {} of writer {:x} was overtaken by its attempt {}",
+                    r.client_seq, r.client_id, a.seq
+                )));
+            }
+            if r.client_seq == a.seq {
+                // A copy of the latest attempt: answered as it was, never applied twice.
+                let serial = a.serial;
+                return Ok(match &a.answer {
+                    Some(answer) => Some(answer.clone()),
+                    None => {
+                        if let Some(f) = self.forwarding.get_mut(&(h, r.version, serial)) {
+                            // Answered when the first copy is; the chunk is free meanwhile.
+                            f.copies.push(id);
+                            self.finish(h);
+                            None
+                        } else {
+                            // Answered and forgotten meanwhile: the writer has its answer.
+                            Some(err(FsError::Unavailable(format!(
+                                "write attempt {} of writer {:x} was already answered",
+                                r.client_seq, r.client_id
+                            ))))
+                        }
+                    }
+                });
+            }
         }
-        *seen = r.client_seq;
         let forward = Forward {
             version: r.version,
             offset: r.offset,
@@ -38,6 +61,7 @@ impl Chunkserver {
             data_id: r.data_id,
             secondaries: r.secondaries,
             reply: empty(),
+            writer: Some((r.client_id, r.client_seq)),
         };
         self.mutate(id, h, forward)
     }
@@ -98,6 +122,7 @@ impl Chunkserver {
                 offset: if full { 0 } else { offset },
                 chunk_full: full,
             })),
+            writer: None,
         };
         self.mutate(id, h, forward)
     }
@@ -117,10 +142,23 @@ impl Chunkserver {
         let c = self.chunks.get_mut(&h).expect("usable");
         c.serial += 1;
         let serial = c.serial;
+        if let Some((client, seq)) = f.writer {
+            let answer = None;
+            c.writers.insert(
+                client,
+                Attempt {
+                    seq,
+                    serial,
+                    answer,
+                },
+            );
+        }
         self.forwarding.insert(
             (h, f.version, serial),
             Forwarding {
                 id,
+                copies: Vec::new(),
+                writer: f.writer,
                 waiting: f.secondaries.len() + 1,
                 error: None,
                 local: None,

@@ -212,7 +212,8 @@ impl World {
                 data: Bytes::new(),
                 secondaries: t.secondaries.clone(),
                 client_id: op as u64 + 1,
-                client_seq: 1,
+                // A number per attempt, as the client library gives.
+                client_seq: u64::from(c.attempts) + 1,
                 data_id,
             }),
             OpKind::Append { .. } => CReq::Append(pb::AppendChunkRequest {
