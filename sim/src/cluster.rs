@@ -206,6 +206,9 @@ fn recorder(
     Some(Recorder::new(sink))
 }
 
+/// The third octet of chunkservers' addresses (masters' is 0, clients' 2).
+pub const CHUNKSERVER_NET: u8 = 1;
+
 fn ip(a: u8, b: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, a, b))
 }
@@ -722,7 +725,7 @@ impl Cluster {
         cfg.rack = format!("rack{}", i % self.racks);
         // Small pieces, so pushes of the simulator's small writes are pipelined too.
         cfg.push_piece = 16 << 10;
-        Client::new(rt.clone(), SimNet::new(rt, self.net.clone()), cfg)
+        Client::new(rt.clone(), SimNet::for_client(rt, self.net.clone()), cfg)
     }
 
     /// Kills chunkserver `i` (a crash: unsynced writes lost, the last one maybe torn).

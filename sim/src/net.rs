@@ -8,10 +8,12 @@
 //! a request, or a reply, for up to seconds and then delivers it (a clogged link that
 //! delivers late rather than dropping). Replies matter as much as requests: a master
 //! replica's answers carry its raft messages back to the caller, and a heartbeat's reply
-//! carries the master's orders. Everything held arrives before the caller's deadline: a
-//! request that arrives after its caller gave up is a fault the protocol does not yet
-//! survive (a late order to create a chunk makes an empty copy at the current version; a
-//! late lease grant outlives the master's view of it), so it is kept for when it does.
+//! carries the master's orders. Everything held arrives before the caller's deadline, but
+//! for a client's requests to chunkservers, some of which arrive after the client gave up
+//! (`late_request`): a write or an append that lands after its writer moved on. A master's
+//! order that arrives late is a fault the protocol does not yet survive (a late order to
+//! create a chunk makes an empty copy at the current version; a late lease grant outlives
+//! the master's view of it), so it is kept for when it does.
 //! (A reply sent twice would be no fault: the caller takes the first with its tag.)
 
 use std::future::Future;
@@ -36,6 +38,20 @@ pub use tessera_core::wire::MAX_MESSAGE;
 /// The longest a clogged link holds a request or a reply before it delivers it, within
 /// its caller's deadline.
 pub const MAX_DELAY: Duration = Duration::from_secs(4);
+
+/// How long past its caller's deadline a client's request to a chunkserver may arrive
+/// (a retransmission after the client gave up, on a link that healed): the data path
+/// must survive a write or an append that lands after its writer moved on.
+pub const MAX_LATE: Duration = Duration::from_secs(3);
+
+/// Whether a call from `from` to `to` may arrive after its caller's deadline: a client's
+/// call to a chunkserver. (Orders from the master may not yet: a late order to create a
+/// chunk makes an empty copy at the current version, and a late lease grant outlives the
+/// master's view of it.)
+fn may_be_late(client: bool, to: &SocketAddr) -> bool {
+    client
+        && matches!(to.ip(), std::net::IpAddr::V4(ip) if ip.octets()[2] == crate::cluster::CHUNKSERVER_NET)
+}
 
 /// The network faults madsim does not have, set by the fault scheduler and shared by every
 /// node's transport. Each counts in the run's summary when it happens: `duplicate` when a
@@ -74,14 +90,20 @@ impl NetFaults {
 
     /// For one request with `within` left before its caller's deadline: how long to hold
     /// it, and whether (and how much later than that) to send it again. Both copies
-    /// arrive with time to spare before the deadline (madsim's own latency comes on top).
-    fn draw(&self, within: Duration) -> (Duration, Option<Duration>) {
+    /// arrive with time to spare before the deadline (madsim's own latency comes on top),
+    /// except that with `late`, a third of the requests held are held past it, by up to
+    /// [`MAX_LATE`].
+    fn draw(&self, within: Duration, late: bool) -> (Duration, Option<Duration>) {
         let s = self.0.lock().expect("net faults");
         if s.duplicate_permille == 0 && s.delay_permille == 0 {
             return (Duration::ZERO, None);
         }
         let room = room(within);
-        let hold = held(s.delay_permille, room);
+        let mut hold = held(s.delay_permille, room);
+        if late && !hold.is_zero() && random(3) == 0 {
+            hold = within + Duration::from_millis(random(MAX_LATE.as_millis() as u64 + 1));
+            return (hold, None);
+        }
         let left = room.saturating_sub(hold);
         let again = (random(1000) < s.duplicate_permille)
             .then(|| Duration::from_millis(random(left.as_millis() as u64 + 1)));
@@ -129,11 +151,26 @@ fn held(permille: u64, room: Duration) -> Duration {
 pub struct SimNet {
     rt: SimRuntime,
     faults: NetFaults,
+    /// A client's transport: its calls to chunkservers may arrive late (`may_be_late`).
+    client: bool,
 }
 
 impl SimNet {
     pub fn new(rt: SimRuntime, faults: NetFaults) -> SimNet {
-        SimNet { rt, faults }
+        SimNet {
+            rt,
+            faults,
+            client: false,
+        }
+    }
+
+    /// The transport of a client.
+    pub fn for_client(rt: SimRuntime, faults: NetFaults) -> SimNet {
+        SimNet {
+            rt,
+            faults,
+            client: true,
+        }
     }
 }
 
@@ -154,6 +191,7 @@ impl Transport for SimNet {
         let rt = self.rt.clone();
         let faults = self.faults.clone();
         let to = to.to_string();
+        let client = self.client;
         async move {
             if body.len() > MAX_MESSAGE {
                 return Err(RpcError::TooLarge(body.len()));
@@ -167,7 +205,8 @@ impl Transport for SimNet {
                     .await
                     .map_err(|e| RpcError::Unreachable(format!("{to}: {e}")))?;
                 let tag: u64 = madsim::rand::random();
-                let (hold, again) = faults.draw(timeout);
+                let late = may_be_late(client, &dst);
+                let (hold, again) = faults.draw(timeout, late);
                 if let Some(later) = again {
                     // The copy goes from a task of its own: it is sent even if the
                     // caller has its answer (or gave up) by then.
@@ -190,7 +229,9 @@ impl Transport for SimNet {
                     let (ep, faults) = (ep.clone(), faults.clone());
                     madsim::task::spawn(async move {
                         madsim::time::sleep(hold).await;
-                        if hold >= Duration::from_millis(500) {
+                        if hold >= timeout {
+                            faults.count("late_request");
+                        } else if hold >= Duration::from_millis(500) {
                             faults.count("long_delay");
                         }
                         let _ = ep

@@ -11,10 +11,12 @@
 //!
 //! A failed write can still land later than its writer gave up (a delayed request is
 //! ordered when it reaches the primary), so it is superseded only by a write that
-//! started `LATE` after it ended. The simulated network delivers every copy of a request
-//! (duplicates and requests held on a clogged link too) before its caller's deadline, so
-//! what lands late is what waited in a server's queues and disks: a disk may stop
-//! answering for 16 s (`faults.rs`), and thirty seconds covers that and the queues.
+//! started `LATE_MS` after it ended. A client's request to a chunkserver may arrive up to
+//! `net::MAX_LATE` after its caller gave up (`late_request`), and a request may wait in a
+//! server's queues and disks: a disk may stop answering for 16 s (`faults.rs`), and
+//! thirty seconds covers that and the queues. An acknowledged write has no such slack:
+//! an earlier attempt of it that arrives late must not land (the primary refuses a
+//! writer's attempt older than its latest).
 
 use bytes::Bytes;
 
