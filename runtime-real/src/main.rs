@@ -780,7 +780,15 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             if !s.is_dir && names_dir(&path) {
                 return Err(format!("{path}: not a directory"));
             }
-            let modified = std::time::UNIX_EPOCH + Duration::from_millis(s.mtime_ms);
+            // The root was never made by a request, so it has no time of its own: "-",
+            // not the epoch.
+            let modified = match s.mtime_ms {
+                0 => "-".to_string(),
+                ms => humantime::format_rfc3339_millis(
+                    std::time::UNIX_EPOCH + Duration::from_millis(ms),
+                )
+                .to_string(),
+            };
             out(format!(
                 "path: {}\ntype: {}\nlength: {}\nreplication: {}\nchunks: {}\nmodified_ms: {}\nmodified: {}\n",
                 s.path,
@@ -789,7 +797,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
                 s.replication,
                 s.chunk_count,
                 s.mtime_ms,
-                humantime::format_rfc3339_millis(modified)
+                modified
             ));
             Ok(())
         }

@@ -361,6 +361,10 @@ fn a_cluster_of_processes_survives_kills_and_keeps_the_data() {
     assert!(same(&out, &want), "get differs from put");
     let stat = String::from_utf8(c.ok(&["stat", "/data/big"]).stdout).unwrap();
     assert!(stat.contains(&format!("length: {len}")), "{stat}");
+    assert!(!stat.contains("modified: 1970"), "{stat}");
+    // The root has no time of its own: none is made up.
+    let stat = String::from_utf8(c.ok(&["stat", "/"]).stdout).unwrap();
+    assert!(stat.contains("modified: -\n"), "{stat}");
     let fsck = String::from_utf8(c.ok(&["admin", "fsck", "/data"]).stdout).unwrap();
     assert_eq!(field(&fsck, "chunks"), 50, "{fsck}");
     assert_eq!(field(&fsck, "healthy chunks"), 50, "{fsck}");
