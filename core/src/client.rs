@@ -1090,10 +1090,13 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         data: Bytes,
         chunk_size: u64,
     ) -> Result<u64, FsError> {
+        // Names the write in every attempt of it, for traces (each attempt has a number
+        // of its own too).
+        let write_seq = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let mut retry = self.retry();
         loop {
             let result = self
-                .write_piece_once(path, idx, off, data.clone(), chunk_size)
+                .write_piece_once(path, idx, off, data.clone(), write_seq, chunk_size)
                 .await;
             match result {
                 Err(e) if e.is_retryable() => {
@@ -1112,6 +1115,7 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         idx: u64,
         off: u64,
         data: Bytes,
+        write_seq: u64,
         chunk_size: u64,
     ) -> Result<u64, FsError> {
         let t = self.write_target(path, idx, false).await?;
@@ -1143,6 +1147,7 @@ impl<R: Runtime, T: Transport> Client<R, T> {
                 client_id: self.id,
                 client_seq: seq,
                 data_id,
+                write_seq,
             });
             self.chunk_call(&t.primary, req).await
         }

@@ -8,7 +8,9 @@
 //! - namespace operations (mkdir, create, delete, rename): the master's requests; a
 //!   retried request carries its first attempt's token and counts once;
 //! - writes, record appends and reads: the chunkservers' requests, a write counted once
-//!   per (writer, sequence number), an append once per pushed record, placed in their
+//!   per (writer, write number) however many attempts of it arrived (traces of a build
+//!   whose attempts had no write number: per attempt number, which retries then shared),
+//!   an append once per pushed record, placed in their
 //!   files by the chunk handles the master's replies named (write targets, chunk lists),
 //!   following renames made since.
 //!
@@ -313,7 +315,7 @@ pub fn script(nodes: &[Vec<(String, TraceFile)>]) -> Script {
             }
         }
     }
-    let mut writes_seen: std::collections::HashSet<(u64, u64)> = Default::default();
+    let mut writes_seen: std::collections::HashSet<(u64, (u64, bool))> = Default::default();
     let mut appends_seen: std::collections::HashSet<u64> = Default::default();
     for files in nodes {
         for (_, f) in files {
@@ -347,7 +349,12 @@ pub fn script(nodes: &[Vec<(String, TraceFile)>]) -> Script {
                 };
                 let op = match r.req.as_ref().and_then(|q| q.req.as_ref()) {
                     Some(CReq::Write(w)) => {
-                        if w.client_id != 0 && !writes_seen.insert((w.client_id, w.client_seq)) {
+                        let seq = if w.write_seq != 0 {
+                            (w.write_seq, true)
+                        } else {
+                            (w.client_seq, false)
+                        };
+                        if w.client_id != 0 && !writes_seen.insert((w.client_id, seq)) {
                             skip("retried write");
                             continue;
                         }
@@ -465,5 +472,156 @@ pub fn script(nodes: &[Vec<(String, TraceFile)>]) -> Script {
         steps,
         groups: dense.len(),
         skipped,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(node: &str, role: &str, records: Vec<pb::TraceRecord>) -> Vec<(String, TraceFile)> {
+        let header = pb::TraceHeader {
+            node: node.into(),
+            role: role.into(),
+            ..Default::default()
+        };
+        let f = TraceFile {
+            header,
+            records,
+            cut: None,
+            open: false,
+        };
+        vec![(node.to_string(), f)]
+    }
+
+    fn origin(peer: &str) -> Option<pb::TraceOrigin> {
+        Some(pb::TraceOrigin {
+            peer: peer.into(),
+            arrived_ms: 0,
+        })
+    }
+
+    /// A master that made /f and placed chunk 5 as its first chunk.
+    fn master() -> Vec<(String, TraceFile)> {
+        let request = |id, req| {
+            pb::trace_master_step::Input::Request(pb::TraceMasterRequest {
+                id,
+                req: Some(pb::MasterRequest {
+                    req: Some(req),
+                    ..Default::default()
+                }),
+            })
+        };
+        let create = pb::TraceRecord {
+            seq: 1,
+            now_ms: 10,
+            kind: Some(Kind::Master(pb::TraceMasterStep {
+                origin: origin("10.0.2.1:1"),
+                input: Some(request(
+                    1,
+                    MReq::Create(pb::CreateRequest {
+                        path: "/f".into(),
+                        ..Default::default()
+                    }),
+                )),
+                ..Default::default()
+            })),
+        };
+        let target = pb::TraceRecord {
+            seq: 2,
+            now_ms: 20,
+            kind: Some(Kind::Master(pb::TraceMasterStep {
+                origin: origin("10.0.2.1:1"),
+                input: Some(request(
+                    2,
+                    MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+                        path: "/f".into(),
+                        chunk_index: 0,
+                        ..Default::default()
+                    }),
+                )),
+                replies: vec![pb::TraceMasterReply {
+                    id: 2,
+                    resp: Some(pb::MasterResponse {
+                        resp: Some(MResp::WriteTarget(pb::WriteTarget {
+                            handle: 5,
+                            chunk_index: 0,
+                            chunk_size: 1 << 20,
+                            ..Default::default()
+                        })),
+                        ..Default::default()
+                    }),
+                }],
+                ..Default::default()
+            })),
+        };
+        file("10.0.0.1:7000", "master", vec![create, target])
+    }
+
+    /// A chunkserver that got these writes of chunk 5, 10 bytes at `offset`, each as
+    /// (offset, client_id, client_seq, write_seq).
+    fn chunkserver(writes: &[(u64, u64, u64, u64)]) -> Vec<(String, TraceFile)> {
+        let records = writes
+            .iter()
+            .enumerate()
+            .map(
+                |(i, &(offset, client_id, client_seq, write_seq))| pb::TraceRecord {
+                    seq: i as u64 + 1,
+                    now_ms: 30 + i as u64,
+                    kind: Some(Kind::Chunkserver(pb::TraceChunkserverStep {
+                        origin: origin("10.0.2.1:2"),
+                        input: Some(CsIn::Request(pb::TraceChunkRequest {
+                            id: i as u64 + 1,
+                            req: Some(pb::ChunkRequest {
+                                req: Some(CReq::Write(pb::WriteChunkRequest {
+                                    handle: 5,
+                                    version: 1,
+                                    offset,
+                                    client_id,
+                                    client_seq,
+                                    write_seq,
+                                    ..Default::default()
+                                })),
+                            }),
+                            data: Some(pb::DataRef { len: 10, crc: 0 }),
+                            arrived_ms: 30 + i as u64,
+                        })),
+                        ..Default::default()
+                    })),
+                },
+            )
+            .collect();
+        file("10.0.1.1:7000", "chunkserver", records)
+    }
+
+    fn writes(s: &Script) -> Vec<u64> {
+        s.steps
+            .iter()
+            .filter_map(|st| match &st.op {
+                ClientOp::Write { path, offset, len } => {
+                    assert_eq!((path.as_str(), *len), ("/f", 10));
+                    Some(*offset)
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A write retried (attempts 3 and 4 of write 2, which arrived both) replays once; a
+    /// write of another writer, or the same writer's next write, each once; and a trace
+    /// whose attempts carry no write number still merges attempts sharing theirs.
+    #[test]
+    fn a_retried_write_is_one_write() {
+        let cs = chunkserver(&[
+            (0, 7, 3, 2),
+            (0, 7, 4, 2),
+            (100, 8, 3, 2),
+            (200, 7, 6, 5),
+            (300, 9, 1, 0),
+            (300, 9, 1, 0),
+        ]);
+        let s = script(&[master(), cs]);
+        assert_eq!(writes(&s), vec![0, 100, 200, 300], "{s:?}");
+        assert_eq!(s.skipped.get("retried write"), Some(&2), "{s:?}");
     }
 }

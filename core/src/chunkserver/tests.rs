@@ -971,6 +971,7 @@ fn the_primary_starts_the_next_mutation_while_the_last_is_out() {
             client_id: 1,
             client_seq: seq,
             data_id: 0,
+            write_seq: 0,
         })),
     };
     assert!(
@@ -1129,16 +1130,18 @@ fn only_the_primary_takes_client_writes_and_refuses_overtaken_ones() {
 fn a_late_attempt_never_lands_over_what_was_written_since() {
     let mut h = H::new();
     h.create(1);
-    let write = |client_id, client_seq, data: &'static [u8]| pb::ChunkRequest {
+    // As the client library sends them: the data pushed ahead, the write naming it.
+    let write = |client_id, client_seq, data_id| pb::ChunkRequest {
         req: Some(R::Write(pb::WriteChunkRequest {
             handle: 1,
             version: 1,
             offset: 0,
-            data: Bytes::from_static(data),
+            data: Bytes::new(),
             secondaries: vec!["cs1".into()],
             client_id,
             client_seq,
-            data_id: 0,
+            data_id,
+            write_seq: 0,
         })),
     };
     let send = |h: &mut H, id, req| {
@@ -1160,10 +1163,14 @@ fn a_late_attempt_never_lands_over_what_was_written_since() {
         }
         replies
     };
-    // Writer 7's retry (attempt 2) is applied, and a copy of it arrives meanwhile.
-    let (r, calls) = send(&mut h, 900, write(7, 2, b"retry"));
-    assert!(r.is_empty() && calls.len() == 1);
-    let (r, copy_calls) = send(&mut h, 901, write(7, 2, b"retry"));
+    // Writer 7's first attempt pushed its data and was held up; its retry pushed again.
+    for (data_id, data) in [(41, b"first"), (42, b"retry"), (43, b"other")] {
+        assert!(push(&mut h, data_id, 0, 5, data, &[])[0].1.error.is_none());
+    }
+    // The retry (attempt 2) is applied, and a copy of it arrives meanwhile.
+    let (r, calls) = send(&mut h, 900, write(7, 2, 42));
+    assert!(r.is_empty() && calls.len() == 1, "{r:?}");
+    let (r, copy_calls) = send(&mut h, 901, write(7, 2, 42));
     assert!(r.is_empty(), "a copy answered before its first copy: {r:?}");
     assert!(
         copy_calls.is_empty(),
@@ -1175,17 +1182,17 @@ fn a_late_attempt_never_lands_over_what_was_written_since() {
     assert!(ids.contains(&900) && ids.contains(&901));
     assert!(r.iter().all(|(_, resp)| resp.error.is_none()), "{r:?}");
     // Another writer's write lands on the same bytes.
-    let (_, calls) = send(&mut h, 902, write(8, 1, b"other"));
+    let (_, calls) = send(&mut h, 902, write(8, 1, 43));
     assert!(settle(&mut h, calls).iter().all(|(_, r)| r.error.is_none()));
     // A third copy of the retry, after it was answered: the same answer, not applied.
-    let (r, calls) = send(&mut h, 903, write(7, 2, b"retry"));
+    let (r, calls) = send(&mut h, 903, write(7, 2, 42));
     assert!(
         calls.is_empty(),
         "a copy of an answered attempt was applied again"
     );
     assert!(r.len() == 1 && r[0].1.error.is_none(), "{r:?}");
     // The first attempt arrives at last: refused, and nothing is sent on.
-    let (r, calls) = send(&mut h, 904, write(7, 1, b"first"));
+    let (r, calls) = send(&mut h, 904, write(7, 1, 41));
     assert!(calls.is_empty(), "a late attempt was forwarded");
     assert!(r.len() == 1 && r[0].1.error.is_some(), "{r:?}");
     assert_eq!(&h.read(1, 0, 5).unwrap()[..], b"other");
@@ -1206,6 +1213,7 @@ fn primary_answers_after_every_secondary_applied() {
             client_id: 1,
             client_seq: 1,
             data_id: 0,
+            write_seq: 0,
         })),
     };
     let replies = h.run(Input::Request {
@@ -1255,6 +1263,7 @@ fn primary_answers_after_every_secondary_applied() {
             client_id: 1,
             client_seq: 2,
             data_id: 0,
+            write_seq: 0,
         })),
     };
     h.run(Input::Request {
@@ -1293,6 +1302,7 @@ fn write_to(secondaries: &[&str], seq: u64) -> Input {
                 client_id: 1,
                 client_seq: seq,
                 data_id: 0,
+                write_seq: 0,
             })),
         },
     }
@@ -1645,6 +1655,7 @@ mod serial_order {
                     client_id: 1,
                     client_seq: i as u64,
                     data_id: 0,
+                    write_seq: 0,
                 }),
                 Op::Append(d) => R::Append(pb::AppendChunkRequest {
                     handle: 1,
@@ -2431,6 +2442,7 @@ fn answers_from_an_older_version_count_for_nothing() {
                 client_id: 1,
                 client_seq: 2,
                 data_id: 0,
+                write_seq: 0,
             })),
         },
     };
@@ -2658,6 +2670,7 @@ fn the_capacity_is_a_quota_the_server_keeps() {
                 client_id: 1,
                 client_seq: 1,
                 data_id: 0,
+                write_seq: 0,
             })),
         },
     });

@@ -17,11 +17,8 @@ impl Chunkserver {
                 self.cfg.address
             )));
         }
-        let data = self.data_of(r.data_id, r.data)?;
-        let end = check_range(r.offset, data.len(), self.lease_chunk_size(h))?;
-        // Before anything is forwarded or recorded: a write this server has no room for
-        // goes nowhere.
-        self.room_for(h, end)?;
+        // Before the pushed data is taken: a copy of an attempt finds it gone (the first
+        // copy took it), and a late attempt leaves it to expire.
         let c = self.chunks.get_mut(&h).expect("usable");
         if let Some(a) = c.writers.get(&r.client_id) {
             if r.client_seq < a.seq {
@@ -54,6 +51,11 @@ impl Chunkserver {
                 });
             }
         }
+        let data = self.data_of(r.data_id, r.data)?;
+        let end = check_range(r.offset, data.len(), self.lease_chunk_size(h))?;
+        // Before anything is forwarded or recorded: a write this server has no room for
+        // goes nowhere.
+        self.room_for(h, end)?;
         let forward = Forward {
             version: r.version,
             offset: r.offset,

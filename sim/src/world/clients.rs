@@ -215,6 +215,7 @@ impl World {
                 // A number per attempt, as the client library gives.
                 client_seq: u64::from(c.attempts) + 1,
                 data_id,
+                write_seq: 1,
             }),
             OpKind::Append { .. } => CReq::Append(pb::AppendChunkRequest {
                 handle: t.handle,
