@@ -503,59 +503,49 @@ mod tests {
 
     /// A master that made /f and placed chunk 5 as its first chunk.
     fn master() -> Vec<(String, TraceFile)> {
-        let request = |id, req| {
-            pb::trace_master_step::Input::Request(pb::TraceMasterRequest {
-                id,
-                req: Some(pb::MasterRequest {
-                    req: Some(req),
+        // Request `id` (also the record's seq) at `now_ms`, and its replies.
+        let step = |id: u64, now_ms, req, replies| pb::TraceRecord {
+            seq: id,
+            now_ms,
+            kind: Some(Kind::Master(pb::TraceMasterStep {
+                origin: origin("10.0.2.1:1"),
+                input: Some(MsIn::Request(pb::TraceMasterRequest {
+                    id,
+                    req: Some(pb::MasterRequest {
+                        req: Some(req),
+                        ..Default::default()
+                    }),
+                })),
+                replies,
+                ..Default::default()
+            })),
+        };
+        let create = MReq::Create(pb::CreateRequest {
+            path: "/f".into(),
+            ..Default::default()
+        });
+        let target = MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+            path: "/f".into(),
+            chunk_index: 0,
+            ..Default::default()
+        });
+        let placed = pb::TraceMasterReply {
+            id: 2,
+            resp: Some(pb::MasterResponse {
+                resp: Some(MResp::WriteTarget(pb::WriteTarget {
+                    handle: 5,
+                    chunk_index: 0,
+                    chunk_size: 1 << 20,
                     ..Default::default()
-                }),
-            })
-        };
-        let create = pb::TraceRecord {
-            seq: 1,
-            now_ms: 10,
-            kind: Some(Kind::Master(pb::TraceMasterStep {
-                origin: origin("10.0.2.1:1"),
-                input: Some(request(
-                    1,
-                    MReq::Create(pb::CreateRequest {
-                        path: "/f".into(),
-                        ..Default::default()
-                    }),
-                )),
+                })),
                 ..Default::default()
-            })),
+            }),
         };
-        let target = pb::TraceRecord {
-            seq: 2,
-            now_ms: 20,
-            kind: Some(Kind::Master(pb::TraceMasterStep {
-                origin: origin("10.0.2.1:1"),
-                input: Some(request(
-                    2,
-                    MReq::GetWriteTarget(pb::GetWriteTargetRequest {
-                        path: "/f".into(),
-                        chunk_index: 0,
-                        ..Default::default()
-                    }),
-                )),
-                replies: vec![pb::TraceMasterReply {
-                    id: 2,
-                    resp: Some(pb::MasterResponse {
-                        resp: Some(MResp::WriteTarget(pb::WriteTarget {
-                            handle: 5,
-                            chunk_index: 0,
-                            chunk_size: 1 << 20,
-                            ..Default::default()
-                        })),
-                        ..Default::default()
-                    }),
-                }],
-                ..Default::default()
-            })),
-        };
-        file("10.0.0.1:7000", "master", vec![create, target])
+        let records = vec![
+            step(1, 10, create, vec![]),
+            step(2, 20, target, vec![placed]),
+        ];
+        file("10.0.0.1:7000", "master", records)
     }
 
     /// A chunkserver that got these writes of chunk 5, 10 bytes at `offset`, each as

@@ -145,15 +145,12 @@ impl Chunkserver {
         c.serial += 1;
         let serial = c.serial;
         if let Some((client, seq)) = f.writer {
-            let answer = None;
-            c.writers.insert(
-                client,
-                Attempt {
-                    seq,
-                    serial,
-                    answer,
-                },
-            );
+            let attempt = Attempt {
+                seq,
+                serial,
+                answer: None,
+            };
+            c.writers.insert(client, attempt);
         }
         self.forwarding.insert(
             (h, f.version, serial),
