@@ -30,6 +30,8 @@ pub struct FileSettings {
     #[serde(default, with = "opt_duration")]
     pub max_clock_skew: Option<Duration>,
     #[serde(default, with = "opt_duration")]
+    pub late_delivery: Option<Duration>,
+    #[serde(default, with = "opt_duration")]
     pub heartbeat: Option<Duration>,
     #[serde(default, with = "opt_duration")]
     pub dead_after: Option<Duration>,
@@ -94,6 +96,11 @@ pub struct Knobs {
     /// Most that two servers' clocks may disagree over one lease [default: 2s].
     #[arg(long, value_parser = humantime::parse_duration)]
     pub max_clock_skew: Option<Duration>,
+    /// Longest a request may still reach its server after its caller's deadline (held
+    /// by the network, then delivered): the master counts it into void leases and its
+    /// quiet period after a start [default: 5s].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub late_delivery: Option<Duration>,
     /// Chunkserver heartbeat interval [default: 1s].
     #[arg(long, value_parser = humantime::parse_duration)]
     pub heartbeat: Option<Duration>,
@@ -235,6 +242,7 @@ impl Knobs {
         positive("replication", u64::from(m.default_replication))?;
         m.lease_duration = pick!(lease, m.lease_duration);
         m.max_clock_skew = pick!(max_clock_skew, m.max_clock_skew);
+        m.late_delivery = pick!(late_delivery, m.late_delivery);
         m.heartbeat_timeout = pick!(dead_after, m.heartbeat_timeout);
         m.gc_delay = pick!(gc_delay, m.gc_delay);
         m.clones_per_server = pick!(clones_per_server, m.clones_per_server);

@@ -290,6 +290,7 @@ fn start_group(
                         clone_timeout: knobs.clone_timeout,
                         rng_seed: madsim::rand::random(),
                         call_timeout: knobs.rpc_timeout,
+                        late_delivery: crate::net::MAX_LATE,
                         ..MasterConfig::default()
                     },
                     tick: knobs.master_tick,
@@ -312,7 +313,7 @@ fn start_group(
                     },
                     recorder(&knobs.trace_dir, "master", &addr2),
                 );
-                let (store, net) = (store2.clone(), SimNet::new(rt.clone(), net.clone()));
+                let (store, net) = (store2.clone(), SimNet::for_master(rt.clone(), net.clone()));
                 let checks = checks.clone();
                 async move {
                     if let Err(e) = group::run(rt, net, store, opts, obs).await {
@@ -524,6 +525,7 @@ impl Cluster {
                             clone_timeout: knobs.clone_timeout,
                             rng_seed: madsim::rand::random(),
                             call_timeout: knobs.rpc_timeout,
+                            late_delivery: crate::net::MAX_LATE,
                             ..MasterConfig::default()
                         },
                         listen: addr.clone(),
@@ -543,7 +545,8 @@ impl Cluster {
                         },
                         recorder(&knobs.trace_dir, "master", &addr),
                     );
-                    let (store, net) = (store.clone(), SimNet::new(rt.clone(), net_m.clone()));
+                    let (store, net) =
+                        (store.clone(), SimNet::for_master(rt.clone(), net_m.clone()));
                     let checks = checks.clone();
                     async move {
                         if let Err(e) = master::run(rt, net, store, opts, obs).await {

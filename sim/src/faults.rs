@@ -88,7 +88,7 @@ impl FaultMix {
     /// The fault kinds (as counted in `faults=`) each kind of fault in the mix shows up
     /// as: a sweep in which one of them never happened did not test what it claims.
     pub fn kinds(&self) -> Vec<(&'static str, &'static [&'static str])> {
-        let all: [(bool, &'static str, &'static [&'static str]); 25] = [
+        let all: [(bool, &'static str, &'static [&'static str]); 26] = [
             (
                 self.minority_faults,
                 "two replicas impaired at once",
@@ -139,6 +139,12 @@ impl FaultMix {
                 self.net_trouble,
                 "net_trouble",
                 &["duplicate", "long_delay", "late_reply"],
+            ),
+            // Requests to chunkservers that arrive after their caller gave up.
+            (
+                self.net_trouble,
+                "late deliveries",
+                &["late_request", "late_order"],
             ),
             (
                 self.any_partitions,

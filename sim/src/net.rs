@@ -9,11 +9,10 @@
 //! delivers late rather than dropping). Replies matter as much as requests: a master
 //! replica's answers carry its raft messages back to the caller, and a heartbeat's reply
 //! carries the master's orders. Everything held arrives before the caller's deadline, but
-//! for a client's requests to chunkservers, some of which arrive after the client gave up
-//! (`late_request`): a write or an append that lands after its writer moved on. A master's
-//! order that arrives late is a fault the protocol does not yet survive (a late order to
-//! create a chunk makes an empty copy at the current version; a late lease grant outlives
-//! the master's view of it), so it is kept for when it does.
+//! for requests to chunkservers, some of which arrive after their caller gave up: a
+//! client's write or append that lands after its writer moved on (`late_request`), a
+//! master's order (a grant, a clone) that lands after the master counted it failed
+//! (`late_order`), up to [`MAX_LATE`] late, the bound the master is configured with.
 //! (A reply sent twice would be no fault: the caller takes the first with its tag.)
 
 use std::future::Future;
@@ -39,18 +38,16 @@ pub use tessera_core::wire::MAX_MESSAGE;
 /// its caller's deadline.
 pub const MAX_DELAY: Duration = Duration::from_secs(4);
 
-/// How long past its caller's deadline a client's request to a chunkserver may arrive
-/// (a retransmission after the client gave up, on a link that healed): the data path
-/// must survive a write or an append that lands after its writer moved on.
+/// How long past its caller's deadline a request to a chunkserver may arrive (a
+/// retransmission after its caller gave up, on a link that healed): the data path must
+/// survive a write or an append that lands after its writer moved on, and the master
+/// an order it gave up on (its `MasterConfig::late_delivery` is set to this bound).
 pub const MAX_LATE: Duration = Duration::from_secs(3);
 
-/// Whether a call from `from` to `to` may arrive after its caller's deadline: a client's
-/// call to a chunkserver. (Orders from the master may not yet: a late order to create a
-/// chunk makes an empty copy at the current version, and a late lease grant outlives the
-/// master's view of it.)
-fn may_be_late(client: bool, to: &SocketAddr) -> bool {
-    client
-        && matches!(to.ip(), std::net::IpAddr::V4(ip) if ip.octets()[2] == crate::cluster::CHUNKSERVER_NET)
+/// Whether `to` is a chunkserver: a client's or a master's call to one may arrive after
+/// its caller's deadline.
+fn to_chunkserver(to: &SocketAddr) -> bool {
+    matches!(to.ip(), std::net::IpAddr::V4(ip) if ip.octets()[2] == crate::cluster::CHUNKSERVER_NET)
 }
 
 /// The network faults madsim does not have, set by the fault scheduler and shared by every
@@ -151,8 +148,9 @@ fn held(permille: u64, room: Duration) -> Duration {
 pub struct SimNet {
     rt: SimRuntime,
     faults: NetFaults,
-    /// A client's transport: its calls to chunkservers may arrive late (`may_be_late`).
-    client: bool,
+    /// A client's or a master's transport: its calls to chunkservers may arrive after it
+    /// gave up on them, counted under this name.
+    late: Option<&'static str>,
 }
 
 impl SimNet {
@@ -160,16 +158,27 @@ impl SimNet {
         SimNet {
             rt,
             faults,
-            client: false,
+            late: None,
         }
     }
 
-    /// The transport of a client.
+    /// The transport of a client: its calls to chunkservers may arrive after it gave up
+    /// on them (`late_request`).
     pub fn for_client(rt: SimRuntime, faults: NetFaults) -> SimNet {
         SimNet {
             rt,
             faults,
-            client: true,
+            late: Some("late_request"),
+        }
+    }
+
+    /// The transport of a master: its orders to chunkservers may arrive after it gave up
+    /// on them (`late_order`).
+    pub fn for_master(rt: SimRuntime, faults: NetFaults) -> SimNet {
+        SimNet {
+            rt,
+            faults,
+            late: Some("late_order"),
         }
     }
 }
@@ -191,7 +200,7 @@ impl Transport for SimNet {
         let rt = self.rt.clone();
         let faults = self.faults.clone();
         let to = to.to_string();
-        let client = self.client;
+        let late = self.late;
         async move {
             if body.len() > MAX_MESSAGE {
                 return Err(RpcError::TooLarge(body.len()));
@@ -205,8 +214,8 @@ impl Transport for SimNet {
                     .await
                     .map_err(|e| RpcError::Unreachable(format!("{to}: {e}")))?;
                 let tag: u64 = madsim::rand::random();
-                let late = may_be_late(client, &dst);
-                let (hold, again) = faults.draw(timeout, late);
+                let late = late.filter(|_| to_chunkserver(&dst));
+                let (hold, again) = faults.draw(timeout, late.is_some());
                 if let Some(later) = again {
                     // The copy goes from a task of its own: it is sent even if the
                     // caller has its answer (or gave up) by then.
@@ -230,7 +239,7 @@ impl Transport for SimNet {
                     madsim::task::spawn(async move {
                         madsim::time::sleep(hold).await;
                         if hold >= timeout {
-                            faults.count("late_request");
+                            faults.count(late.unwrap_or("late_request"));
                         } else if hold >= Duration::from_millis(500) {
                             faults.count("long_delay");
                         }

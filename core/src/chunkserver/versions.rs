@@ -50,9 +50,10 @@ impl Chunkserver {
             None => return Err(FsError::ChunkNotFound(format!("chunk {h}"))),
         };
         // The lease counts from when the request arrived, not from when it was taken off
-        // the queue or made durable. The master counts from when it gave up waiting or
-        // got the answer, both later; so the holder's lease always ends first. (This
-        // assumes a request reaches this server before its caller's deadline.)
+        // the queue or made durable. The master counts from when it got the answer,
+        // later, or, with none, from when it gave up plus the longest a request may
+        // still arrive after (`MasterConfig::late_delivery`); so the holder's lease
+        // always ends first.
         let lease = if r.lease_ms > 0 {
             if r.chunk_size == 0 || r.chunk_size > MAX_CHUNK_SIZE {
                 return Err(FsError::InvalidArgument(format!(

@@ -40,19 +40,31 @@ pub struct MasterConfig {
     /// busy (the client retries), so a flood on one path cannot grow the queue, and the
     /// work each lock release does, without bound.
     pub max_queued: usize,
-    /// The longest a grant's call (`SetVersion`) may be in flight: its driver's deadline
-    /// (the driver raises this to its own; clones have a longer one of their own, but
-    /// carry no lease). In Tessera's fault model a request reaches its server before
-    /// its caller's deadline or never, so a grant sent just before a crash can still
-    /// reach its primary this long after, and the restarted master's quiet period (see
-    /// `leases.rs`) covers that too.
+    /// The deadline of a grant's call (`SetVersion`): its driver's (the driver raises
+    /// this to its own; clones have a longer one of their own, but carry no lease).
     pub call_timeout: Duration,
+    /// How long after its caller's deadline a request may still reach its server (held
+    /// on a link, retransmitted once the link heals). In Tessera's fault model a request
+    /// arrives within this of its caller's deadline or never: a message's lifetime is
+    /// bounded, as TCP bounds a segment's. So an order the master gave up on may still
+    /// land up to [`MasterConfig::order_lifetime`] after it was sent, and every time the
+    /// master waits out what its orders may yet do counts that whole time: a void lease,
+    /// a restart's quiet period (see `leases.rs`), a retired copy's order.
+    pub late_delivery: Duration,
     /// The most chunks one write-target request may add to a file. A write past a file's
     /// end allocates every chunk up to the one written (the hole reads as zeros), so
     /// without a bound one small request could make the master log and keep millions of
     /// chunks; a write further past the end is refused (`InvalidArgument`) before
     /// anything is logged. 1024 chunks is 64 GiB at the default chunk size.
     pub max_new_chunks: u64,
+}
+
+impl MasterConfig {
+    /// The longest after it was sent that a grant's order may reach its server: its
+    /// deadline, and then the network's bound on a late delivery.
+    pub fn order_lifetime(&self) -> Duration {
+        self.call_timeout + self.late_delivery
+    }
 }
 
 impl Default for MasterConfig {
@@ -74,6 +86,7 @@ impl Default for MasterConfig {
             rng_seed: 0,
             max_queued: 10_000,
             call_timeout: Duration::from_secs(10),
+            late_delivery: Duration::from_secs(5),
             max_new_chunks: 1024,
         }
     }

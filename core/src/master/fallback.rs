@@ -460,7 +460,7 @@ impl Master {
         self.fallbacks
             .absent
             .retain(|&(h, s), _| s != server || lacking.contains(&h));
-        let (now, wait) = (self.now, self.cfg.call_timeout);
+        let (now, wait) = (self.now, self.cfg.order_lifetime());
         for h in lacking {
             let version = self.meta.chunks.get(h).map_or(0, |c| c.version);
             let since = self

@@ -11,9 +11,9 @@
 //! The holder counts its lease from when the `SetVersion` (or extension) *reached* it; the
 //! master counts from when the answer came back, which is later, and then waits out
 //! `max_clock_skew` more. After a restart the master does not know which leases are out,
-//! so it grants none on existing chunks for one lease period plus the skew, plus the
-//! call timeout: a grant the crashed master sent may still be on its way (a request
-//! arrives before its caller's deadline or never).
+//! so it grants none on existing chunks for one lease period plus the skew, plus an
+//! order's lifetime: a grant the crashed master sent may still be on its way (a request
+//! arrives within `MasterConfig::late_delivery` of its caller's deadline or never).
 //!
 //! A master group's new leader can often end that quiet period within a few heartbeats.
 //! Before a master grants a server its first lease, it logs the server as a lease holder
@@ -107,9 +107,9 @@ pub struct Leases {
 
 impl Leases {
     pub fn starting(now: Time, cfg: &MasterConfig, next_handle: ChunkHandle) -> Leases {
-        // A grant the last master sent may still arrive a call timeout from now (it
+        // A grant the last master sent may still arrive an order's lifetime from now (it
         // crashed at the latest now), and its lease run a period from then.
-        let quiet = now + cfg.call_timeout + cfg.lease_duration + cfg.max_clock_skew;
+        let quiet = now + cfg.order_lifetime() + cfg.lease_duration + cfg.max_clock_skew;
         Leases {
             quiet_below: next_handle,
             held: HashMap::default(),
@@ -695,12 +695,13 @@ impl Master {
         let primary_ok = g.acked.contains(&primary);
         // The holder may believe in its lease even if its answer was lost. One that
         // refused (or whose answer this master did not wait for) may still take the
-        // order from a copy of the request delivered later, up to the call's deadline,
-        // and count its lease from then: a void lease lasts that much longer.
+        // order from a copy of the request delivered later, up to the order's lifetime
+        // (its deadline, and a late delivery after), and count its lease from then: a
+        // void lease lasts that much longer.
         let expires = if primary_ok {
             now + self.cfg.lease_duration
         } else {
-            now + self.cfg.call_timeout + self.cfg.lease_duration
+            now + self.cfg.order_lifetime() + self.cfg.lease_duration
         };
         let mut lease = Lease {
             primary,

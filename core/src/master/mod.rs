@@ -220,7 +220,8 @@ impl Master {
         // may be short of its goal. Clones wait until every live server has had time to
         // report, or the master would copy chunks that are merely not yet reported.
         let mut repl = replication::Replication::starting(now + cfg.heartbeat_timeout);
-        let fallbacks = fallback::Fallbacks::starting(now + cfg.clone_timeout + cfg.call_timeout);
+        let fallbacks =
+            fallback::Fallbacks::starting(now + cfg.clone_timeout + cfg.order_lifetime());
         for (h, _) in meta.chunks.iter() {
             repl.check(h);
         }

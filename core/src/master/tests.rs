@@ -27,6 +27,7 @@ fn cfg() -> MasterConfig {
         // No call in flight outlives its master here, but in the test written for it
         // (`a_grant_in_flight_at_a_crash_is_waited_out_after_the_restart`).
         call_timeout: Duration::ZERO,
+        late_delivery: Duration::ZERO,
         ..MasterConfig::default()
     }
 }
@@ -1293,6 +1294,7 @@ fn restarted_master_waits_a_lease_period() {
 fn a_grant_in_flight_at_a_crash_is_waited_out_after_the_restart() {
     let mut c = cfg();
     c.call_timeout = Duration::from_secs(8);
+    c.late_delivery = Duration::from_secs(3);
     let mut h = H::with(c.clone());
     cluster(&mut h, 3, 3);
     h.call(create("/f"));
@@ -1311,9 +1313,10 @@ fn a_grant_in_flight_at_a_crash_is_waited_out_after_the_restart() {
             ],
         )
     };
-    // A grant sent just before the crash may arrive at restart + 8 s and hold its lease
-    // until restart + 18 s on the primary's clock.
-    let held_until = restart + c.call_timeout + c.lease_duration + c.max_clock_skew;
+    // A grant sent just before the crash may arrive at restart + 8 s, or 3 s later still
+    // (a late delivery), and hold its lease until restart + 21 s on the primary's clock.
+    let held_until =
+        restart + c.call_timeout + c.late_delivery + c.lease_duration + c.max_clock_skew;
     h2.advance(held_until.saturating_sub(h2.now) - Duration::from_millis(1));
     report(&mut h2);
     let r = h2.write_target("/f", 0);
@@ -2133,6 +2136,35 @@ fn no_copy_is_trimmed_while_a_lease_from_before_a_restart_may_be_out() {
     all(&mut h2);
     h2.step(Input::Tick);
     assert_eq!(chunk_replicas(&mut h2, "/f").len(), 3, "never trimmed");
+}
+
+#[test]
+fn a_void_lease_is_counted_until_a_late_grant_would_end() {
+    let mut c = cfg();
+    c.call_timeout = Duration::from_secs(2);
+    c.late_delivery = Duration::from_secs(3);
+    let mut h = H::with(c.clone());
+    cluster(&mut h, 3, 3);
+    h.call(create("/f"));
+    // Nobody answers the grant: its primary may still take it, up to the order's
+    // deadline and a late delivery after, and hold the lease for a period from then.
+    let (id, _) = h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+        path: "/f".into(),
+        chunk_index: 0,
+        append: false,
+    }));
+    h.sync();
+    let all: Vec<String> = h.calls.iter().map(|c| c.to.clone()).collect();
+    let gave_up = h.now;
+    let e = h.answer_calls(&all.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(reply_for(&e, id).unwrap().error.is_some());
+    let (_, lease) = h.m.leases().held().next().expect("a void lease is kept");
+    assert!(lease.void);
+    assert_eq!(
+        lease.expires,
+        gave_up + c.call_timeout + c.late_delivery + c.lease_duration,
+        "a void lease counted short of a late grant's lease"
+    );
 }
 
 #[test]

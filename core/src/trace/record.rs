@@ -89,6 +89,7 @@ pub fn master_settings(c: &MasterConfig) -> pb::MasterSettings {
         rng_seed: c.rng_seed,
         max_queued: c.max_queued as u64,
         call_timeout_ns: ns(c.call_timeout),
+        late_delivery_ns: ns(c.late_delivery),
         max_new_chunks: c.max_new_chunks,
     }
 }
@@ -116,6 +117,8 @@ pub fn master_config(s: &pb::MasterSettings) -> Result<MasterConfig, String> {
         rng_seed: s.rng_seed,
         max_queued: small(s.max_queued, "max queued")?,
         call_timeout: dur(s.call_timeout_ns),
+        // Older traces were made under a model of no late delivery.
+        late_delivery: dur(s.late_delivery_ns),
         // Older traces had no bound.
         max_new_chunks: match s.max_new_chunks {
             0 => u64::MAX,

@@ -118,6 +118,8 @@ impl Settings {
                 clone_timeout: std::time::Duration::from_secs(30),
                 rng_seed,
                 call_timeout: std::time::Duration::from_millis(CALL_TIMEOUT_MS as u64),
+                // This world's requests arrive before their caller's deadline or never.
+                late_delivery: std::time::Duration::ZERO,
                 ..MasterConfig::default()
             },
             offsets: vec![0; servers + 1],
