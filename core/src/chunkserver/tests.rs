@@ -1199,6 +1199,54 @@ fn a_late_attempt_never_lands_over_what_was_written_since() {
 }
 
 #[test]
+fn copies_of_a_write_waiting_for_its_answer_are_bounded() {
+    let mut h = H::new();
+    h.cs.cfg.max_queued_per_chunk = 3;
+    h.create(1);
+    let write = pb::ChunkRequest {
+        req: Some(R::Write(pb::WriteChunkRequest {
+            handle: 1,
+            version: 1,
+            offset: 0,
+            data: Bytes::from_static(b"abc"),
+            secondaries: vec!["cs1".into()],
+            client_id: 7,
+            client_seq: 1,
+            data_id: 0,
+            write_seq: 0,
+        })),
+    };
+    let send = |h: &mut H, id| {
+        h.run(Input::Request {
+            id,
+            arrived: Time(1),
+            req: write.clone(),
+        })
+    };
+    assert!(send(&mut h, 900).is_empty());
+    let calls = std::mem::take(&mut h.calls);
+    // Copies wait for the first one's answer, up to the chunk's queue bound.
+    for id in 901..904 {
+        assert!(send(&mut h, id).is_empty(), "copy {id} answered early");
+    }
+    let r = send(&mut h, 904);
+    assert!(
+        matches!(&r[..], [(904, resp)] if resp.error.as_ref().is_some_and(|e| e.message.contains("busy"))),
+        "a copy past the bound was kept waiting: {r:?}"
+    );
+    let mut answered = Vec::new();
+    for c in calls {
+        answered.extend(h.run(Input::CallResult {
+            id: c.id,
+            result: applied(),
+        }));
+    }
+    let mut ids: Vec<RequestId> = answered.iter().map(|(id, _)| *id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, vec![900, 901, 902, 903]);
+}
+
+#[test]
 fn primary_answers_after_every_secondary_applied() {
     let mut h = H::new();
     h.create(1);

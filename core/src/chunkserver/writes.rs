@@ -37,6 +37,18 @@ impl Chunkserver {
                     None => {
                         if let Some(f) = self.forwarding.get_mut(&(h, r.version, serial)) {
                             // Answered when the first copy is; the chunk is free meanwhile.
+                            // As many wait as may queue on the chunk, however many copies
+                            // the network (or a forger) sends.
+                            if f.copies.len() >= self.cfg.max_queued_per_chunk {
+                                return Err(FsError::Unavailable(format!(
+                                    "{} busy: {} copies of write attempt {} of writer {:x} \
+                                     wait on chunk {h}",
+                                    self.cfg.address,
+                                    f.copies.len(),
+                                    r.client_seq,
+                                    r.client_id
+                                )));
+                            }
                             f.copies.push(id);
                             self.finish(h);
                             None
