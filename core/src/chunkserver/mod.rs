@@ -222,7 +222,8 @@ struct Chunk {
     lease_chunk_size: u64,
     last_write: Time,
     /// The last mutation serial assigned (as primary) or applied (as secondary) at this
-    /// version; a new version starts again from 0.
+    /// version; a new version starts again from 0. Stored with each write
+    /// (`ChunkMeta::serial`), so a restart keeps it.
     serial: u64,
     /// As primary, at this version: each writer's latest write attempt.
     writers: HashMap<u64, Attempt>,
@@ -564,6 +565,7 @@ impl Chunkserver {
                 );
                 cs.queues.entry(h).or_default().push_back(Job::Repair(w));
             }
+            let serial = meta.serial;
             cs.chunks.insert(
                 h,
                 Chunk {
@@ -572,7 +574,7 @@ impl Chunkserver {
                     lease_from: Time::ZERO,
                     lease_chunk_size: 0,
                     last_write: Time::ZERO,
-                    serial: 0,
+                    serial,
                     writers: HashMap::default(),
                 },
             );

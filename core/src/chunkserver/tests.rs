@@ -1072,6 +1072,37 @@ fn secondary_never_applies_an_overtaken_mutation() {
 }
 
 #[test]
+fn a_restart_does_not_let_an_overtaken_mutation_land() {
+    let mut h = H::new();
+    h.req(R::SetVersion(pb::SetVersionRequest {
+        epoch: 0,
+        handle: 1,
+        version: 1,
+        create: true,
+        ..Default::default()
+    }));
+    assert!(apply(&mut h, 1, 0, b"one").error.is_none());
+    assert!(apply(&mut h, 2, 0, b"two").error.is_none());
+    // A crash and a restart at the same version; then a copy of mutation 1, held up on
+    // the network, arrives. It waits for a predecessor that is not coming, and must
+    // not then land over mutation 2.
+    let metas: Vec<pb::ChunkMeta> = h.disk.meta.values().cloned().collect();
+    h.cs = Chunkserver::recover(h.cs.cfg.clone(), h.now, metas);
+    let late = send_apply(&mut h, 1, 0, b"old");
+    h.now = h.now + h.cs.cfg.apply_hold;
+    let mut r = late;
+    r.extend(h.run(Input::Tick));
+    assert!(
+        r.iter().all(|(_, resp)| resp.error.is_some()),
+        "an overtaken mutation was applied after a restart: {r:?}"
+    );
+    assert_eq!(&h.read(1, 0, 3).unwrap()[..], b"two");
+    // The next mutation of the version still applies.
+    assert!(apply(&mut h, 3, 0, b"new").error.is_none());
+    assert_eq!(&h.read(1, 0, 3).unwrap()[..], b"new");
+}
+
+#[test]
 fn only_the_primary_takes_client_writes_and_refuses_overtaken_ones() {
     let mut h = H::new();
     h.req(R::SetVersion(pb::SetVersionRequest {

@@ -37,6 +37,8 @@ impl Chunkserver {
             }
             Some(c) => pb::ChunkMeta {
                 version: r.version,
+                // A new version starts a new order of mutations.
+                serial: 0,
                 ..c.meta.clone()
             },
             None if r.create => pb::ChunkMeta {

@@ -367,6 +367,8 @@ impl Chunkserver {
     ) {
         let c = self.chunks.get(&h).expect("chunk is busy, so present");
         let mut meta = c.meta.clone();
+        // Durable with the bytes: a restart must not forget which mutations are behind.
+        meta.serial = c.serial;
         let edges = Edges::new(off, end, meta.length);
         let mut read = read.into_iter();
         let head = if edges.head { read.next() } else { None };
