@@ -313,7 +313,10 @@ fn start_group(
                     },
                     recorder(&knobs.trace_dir, "master", &addr2),
                 );
-                let (store, net) = (store2.clone(), SimNet::for_master(rt.clone(), net.clone()));
+                let (store, net) = (
+                    store2.clone(),
+                    SimNet::late_to_chunkservers(rt.clone(), net.clone(), "late_order"),
+                );
                 let checks = checks.clone();
                 async move {
                     if let Err(e) = group::run(rt, net, store, opts, obs).await {
@@ -545,8 +548,10 @@ impl Cluster {
                         },
                         recorder(&knobs.trace_dir, "master", &addr),
                     );
-                    let (store, net) =
-                        (store.clone(), SimNet::for_master(rt.clone(), net_m.clone()));
+                    let (store, net) = (
+                        store.clone(),
+                        SimNet::late_to_chunkservers(rt.clone(), net_m.clone(), "late_order"),
+                    );
                     let checks = checks.clone();
                     async move {
                         if let Err(e) = master::run(rt, net, store, opts, obs).await {
@@ -635,7 +640,10 @@ impl Cluster {
                         },
                         recorder(&knobs2.trace_dir, "chunkserver", &addr2),
                     );
-                    let (d, net) = (d.clone(), SimNet::new(rt.clone(), net_c.clone()));
+                    let (d, net) = (
+                        d.clone(),
+                        SimNet::late_to_chunkservers(rt.clone(), net_c.clone(), "late_forward"),
+                    );
                     let checks = checks2.clone();
                     async move {
                         if let Err(e) = chunkserver::run(rt, net, d, opts, obs).await {
@@ -728,7 +736,11 @@ impl Cluster {
         cfg.rack = format!("rack{}", i % self.racks);
         // Small pieces, so pushes of the simulator's small writes are pipelined too.
         cfg.push_piece = 16 << 10;
-        Client::new(rt.clone(), SimNet::for_client(rt, self.net.clone()), cfg)
+        Client::new(
+            rt.clone(),
+            SimNet::late_to_chunkservers(rt, self.net.clone(), "late_request"),
+            cfg,
+        )
     }
 
     /// Kills chunkserver `i` (a crash: unsynced writes lost, the last one maybe torn).

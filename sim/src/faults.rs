@@ -88,7 +88,7 @@ impl FaultMix {
     /// The fault kinds (as counted in `faults=`) each kind of fault in the mix shows up
     /// as: a sweep in which one of them never happened did not test what it claims.
     pub fn kinds(&self) -> Vec<(&'static str, &'static [&'static str])> {
-        let all: [(bool, &'static str, &'static [&'static str]); 26] = [
+        let all: [(bool, &'static str, &'static [&'static str]); 28] = [
             (
                 self.minority_faults,
                 "two replicas impaired at once",
@@ -140,12 +140,11 @@ impl FaultMix {
                 "net_trouble",
                 &["duplicate", "long_delay", "late_reply"],
             ),
-            // Requests to chunkservers that arrive after their caller gave up.
-            (
-                self.net_trouble,
-                "late deliveries",
-                &["late_request", "late_order"],
-            ),
+            // Requests to chunkservers that arrive after their caller gave up, from each
+            // kind of caller.
+            (self.net_trouble, "late client requests", &["late_request"]),
+            (self.net_trouble, "late master orders", &["late_order"]),
+            (self.net_trouble, "late forwards", &["late_forward"]),
             (
                 self.any_partitions,
                 "any_partitions",

@@ -12,7 +12,9 @@
 //! for requests to chunkservers, some of which arrive after their caller gave up: a
 //! client's write or append that lands after its writer moved on (`late_request`), a
 //! master's order (a grant, a clone) that lands after the master counted it failed
-//! (`late_order`), up to [`MAX_LATE`] late, the bound the master is configured with.
+//! (`late_order`), a chunkserver's forwarded mutation or read that lands after its
+//! sender gave up (`late_forward`), up to [`MAX_LATE`] late, the bound the master is
+//! configured with.
 //! (A reply sent twice would be no fault: the caller takes the first with its tag.)
 
 use std::future::Future;
@@ -44,8 +46,7 @@ pub const MAX_DELAY: Duration = Duration::from_secs(4);
 /// an order it gave up on (its `MasterConfig::late_delivery` is set to this bound).
 pub const MAX_LATE: Duration = Duration::from_secs(3);
 
-/// Whether `to` is a chunkserver: a client's or a master's call to one may arrive after
-/// its caller's deadline.
+/// Whether `to` is a chunkserver: a call to one may arrive after its caller's deadline.
 fn to_chunkserver(to: &SocketAddr) -> bool {
     matches!(to.ip(), std::net::IpAddr::V4(ip) if ip.octets()[2] == crate::cluster::CHUNKSERVER_NET)
 }
@@ -148,8 +149,8 @@ fn held(permille: u64, room: Duration) -> Duration {
 pub struct SimNet {
     rt: SimRuntime,
     faults: NetFaults,
-    /// A client's or a master's transport: its calls to chunkservers may arrive after it
-    /// gave up on them, counted under this name.
+    /// Whether this node's calls to chunkservers may arrive after it gave up on them,
+    /// counted under this name.
     late: Option<&'static str>,
 }
 
@@ -162,23 +163,15 @@ impl SimNet {
         }
     }
 
-    /// The transport of a client: its calls to chunkservers may arrive after it gave up
-    /// on them (`late_request`).
-    pub fn for_client(rt: SimRuntime, faults: NetFaults) -> SimNet {
+    /// The transport of a node whose calls to chunkservers may arrive after it gave up
+    /// on them, counted as `kind`: a client's writes and appends (`late_request`), a
+    /// master's orders (`late_order`), a chunkserver's forwarded mutations and clone or
+    /// mend reads (`late_forward`).
+    pub fn late_to_chunkservers(rt: SimRuntime, faults: NetFaults, kind: &'static str) -> SimNet {
         SimNet {
             rt,
             faults,
-            late: Some("late_request"),
-        }
-    }
-
-    /// The transport of a master: its orders to chunkservers may arrive after it gave up
-    /// on them (`late_order`).
-    pub fn for_master(rt: SimRuntime, faults: NetFaults) -> SimNet {
-        SimNet {
-            rt,
-            faults,
-            late: Some("late_order"),
+            late: Some(kind),
         }
     }
 }
@@ -238,8 +231,8 @@ impl Transport for SimNet {
                     let (ep, faults) = (ep.clone(), faults.clone());
                     madsim::task::spawn(async move {
                         madsim::time::sleep(hold).await;
-                        if hold >= timeout {
-                            faults.count(late.unwrap_or("late_request"));
+                        if let Some(kind) = late.filter(|_| hold >= timeout) {
+                            faults.count(kind);
                         } else if hold >= Duration::from_millis(500) {
                             faults.count("long_delay");
                         }

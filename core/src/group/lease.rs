@@ -13,8 +13,8 @@
 //! already assume (`max_clock_skew` over a lease period).
 //!
 //! A chunk lease extended before that point ends within a lease period of it, and a new
-//! leader grants nothing on an existing chunk for a lease period (plus the skew and a
-//! call timeout) after it was elected: the two never overlap. Grants are held to the
+//! leader grants nothing on an existing chunk for a lease period (plus the skew and an
+//! order's lifetime, `MasterConfig::order_lifetime`) after it was elected: the two never overlap. Grants are held to the
 //! same point: each waits for its version reservation to commit, but a leader may learn
 //! of that commit late (a process paused with the answers queued), so a grant whose
 //! reservation is durable is sent only while the leader's authority lasts.

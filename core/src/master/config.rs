@@ -45,11 +45,13 @@ pub struct MasterConfig {
     pub call_timeout: Duration,
     /// How long after its caller's deadline a request may still reach its server (held
     /// on a link, retransmitted once the link heals). In Tessera's fault model a request
-    /// arrives within this of its caller's deadline or never: a message's lifetime is
-    /// bounded, as TCP bounds a segment's. So an order the master gave up on may still
-    /// land up to [`MasterConfig::order_lifetime`] after it was sent, and every time the
-    /// master waits out what its orders may yet do counts that whole time: a void lease,
-    /// a restart's quiet period (see `leases.rs`), a retired copy's order.
+    /// arrives within this of its caller's deadline or never: an assumption, as the
+    /// bound on a message's lifetime is (the simulator delivers requests to chunkservers
+    /// up to it late). So an order the master gave up on may still land up to
+    /// [`MasterConfig::order_lifetime`] after it was sent, and every time the master
+    /// waits out what its orders may yet do counts that whole time: a void lease, a
+    /// restart's quiet period (see `leases.rs`), a retired copy's order, a fallback
+    /// holder's absence (a report may be as late).
     pub late_delivery: Duration,
     /// The most chunks one write-target request may add to a file. A write past a file's
     /// end allocates every chunk up to the one written (the hole reads as zeros), so

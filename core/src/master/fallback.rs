@@ -58,9 +58,9 @@ pub(super) struct Fallbacks {
     /// reports no copy of the current version is then known to hold none.
     settled: Time,
     /// Holders whose reports lack the chunk's current version, since when (this
-    /// master's clock): only a report that arrives a call timeout later was surely sent
-    /// after, so one that still lacks it shows no copy (a report can be late, or come
-    /// twice). At the chunk's version then; a clone to the server starts the count
+    /// master's clock): only a report that arrives an order's lifetime later (a call's
+    /// deadline and a late delivery) was surely sent after, so one that still lacks it
+    /// shows no copy (a report can be late, or come twice). At the chunk's version then; a clone to the server starts the count
     /// afresh.
     absent: HashMap<(ChunkHandle, ServerIdx), (Time, Version)>,
 }
@@ -413,8 +413,8 @@ impl Master {
     /// `server` reported its chunks (`versions`; in `changing` those it is still making
     /// durable or cloning, or has a clone of queued): a holder of a chunk's current
     /// version that reports no copy of it, with no clone to it under way (from this
-    /// master, or still possibly from the one before it), in reports that arrive over a
-    /// call timeout (so the last was sent after the first arrived: reports can be late),
+    /// master, or still possibly from the one before it), in reports that arrive over an
+    /// order's lifetime (so the last was sent after the first arrived: reports can be late),
     /// holds none: a clone logged before it was sent that never ran, or failed unheard,
     /// or a copy lost. Without this, such a holder would keep the chunk from a revival
     /// for good.

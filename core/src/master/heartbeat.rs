@@ -153,7 +153,7 @@ impl Master {
             .collect();
         // Retired copies (from the log): refused while reported; the order is lifted once
         // the server shows it neither holds one nor is making one durable, two lease
-        // periods and a late delivery after the order.
+        // periods and an order's lifetime after the order.
         let retired: Vec<(ChunkHandle, u64)> = self
             .meta
             .retired
@@ -179,13 +179,14 @@ impl Master {
                 doomed.insert(h);
                 delete.push(h);
             } else if held.is_none_or(|held| held < v)
-                && self.now >= at + self.cfg.lease_duration * 2 + self.cfg.late_delivery
+                && self.now >= at + self.cfg.lease_duration * 2 + self.cfg.order_lifetime()
                 && !r.changing.contains(&h)
             {
-                // Grants arrive at most `late_delivery` after the master gave up on them,
-                // and are valid for one lease period after they arrive (`valid_ms`), so
-                // by then no late one can still start; one started in time may still be
-                // on its way to a stuck disk, and the server says so.
+                // A grant arrives within an order's lifetime of when it was sent (before
+                // `at`: a refusal may come back early, and a copy of the order still
+                // arrive), and is valid for one lease period after it arrives
+                // (`valid_ms`), so by then no late one can still start; one started in
+                // time may still be on its way to a stuck disk, and the server says so.
                 // A copy older than the retired version (kept as a fallback while the
                 // chunk is below its goal, `fallback.rs`) can no longer become one, and
                 // must not keep the server from taking a fresh copy.

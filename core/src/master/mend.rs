@@ -78,6 +78,12 @@ impl Master {
         (self.mended, self.mending.len())
     }
 
+    /// Whether `server`'s copy of `h` is out for mending: listed, though its server
+    /// serves it no more, until the mend's answer (or its call's deadline).
+    pub fn is_mending(&self, h: ChunkHandle, server: ServerIdx) -> bool {
+        self.mending.by(h, server)
+    }
+
     /// `server` reported its copy of `h` corrupt. If that copy is the only one of the
     /// current version, orders it mended from the older copies that survive.
     pub(super) fn try_mend(&mut self, h: ChunkHandle, server: ServerIdx) -> Mend {

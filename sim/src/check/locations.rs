@@ -2,7 +2,8 @@
 //! location of a chunk holds it at the master's version or newer (as that server's own
 //! state says), and holds it at all, but for a grace period: a server that lost a copy
 //! (a file its disk lost while it was down, a copy it dropped as corrupt) is listed until
-//! its next report reaches the master, a heartbeat or two, more if one is lost.
+//! its next report reaches the master, a heartbeat or two, more if one is lost; and the
+//! last copy of a version the master ordered mended, until the mend ends.
 
 use std::collections::HashMap;
 
@@ -49,6 +50,10 @@ pub fn check(
                         c.version
                     ));
                 }
+                // The last copy of a version, reported corrupt and ordered mended, stays
+                // listed by design until the mend ends (`master::mend`); its answer may
+                // be lost, and then the master waits out the order's deadline.
+                None if master.is_mending(h, s) => {}
                 None if versions.server_known(addr) && missing.grace_ms > 0 => {
                     let key = (addr.clone(), h);
                     let since = missing.since.get(&key).copied().unwrap_or(t);
