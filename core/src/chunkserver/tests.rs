@@ -169,6 +169,18 @@ impl H {
         assert!(r.error.is_none(), "{r:?}");
     }
 
+    /// Chunk `h` at version 1, with no lease: a secondary's copy.
+    fn create_unleased(&mut self, h: u64) {
+        let r = self.req(R::SetVersion(pb::SetVersionRequest {
+            epoch: 0,
+            handle: h,
+            version: 1,
+            create: true,
+            ..Default::default()
+        }));
+        assert!(r.error.is_none(), "{r:?}");
+    }
+
     fn write(&mut self, h: u64, off: u64, data: &[u8]) -> pb::ChunkResponse {
         // A new attempt each time, as a client numbers them.
         let client_seq = self.next;
@@ -918,16 +930,7 @@ fn send_apply(
 #[test]
 fn a_mutation_that_overtook_its_predecessor_waits_for_it() {
     let mut h = H::new();
-    h.req(R::SetVersion(pb::SetVersionRequest {
-        epoch: 0,
-        handle: 1,
-        version: 1,
-        create: true,
-        lease_ms: 0,
-        valid_ms: 0,
-        chunk_size: 0,
-        ..Default::default()
-    }));
+    h.create_unleased(1);
     assert!(send_apply(&mut h, 3, 0, b"ccc").is_empty());
     assert!(send_apply(&mut h, 2, 0, b"bb").is_empty());
     // The first arrives: all three are applied, in serial order, and all answered.
@@ -1029,16 +1032,7 @@ fn apply(h: &mut H, serial: u64, off: u64, data: &'static [u8]) -> pb::ChunkResp
 #[test]
 fn secondary_never_applies_an_overtaken_mutation() {
     let mut h = H::new();
-    h.req(R::SetVersion(pb::SetVersionRequest {
-        epoch: 0,
-        handle: 1,
-        version: 1,
-        create: true,
-        lease_ms: 0,
-        valid_ms: 0,
-        chunk_size: 0,
-        ..Default::default()
-    }));
+    h.create_unleased(1);
     // Mutation 2 arrives first: it waits for 1, which is lost; after the hold it is
     // applied anyway (a gap is a failed mutation).
     let early = send_apply(&mut h, 2, 0, b"new");
@@ -1074,13 +1068,7 @@ fn secondary_never_applies_an_overtaken_mutation() {
 #[test]
 fn a_restart_does_not_let_an_overtaken_mutation_land() {
     let mut h = H::new();
-    h.req(R::SetVersion(pb::SetVersionRequest {
-        epoch: 0,
-        handle: 1,
-        version: 1,
-        create: true,
-        ..Default::default()
-    }));
+    h.create_unleased(1);
     assert!(apply(&mut h, 1, 0, b"one").error.is_none());
     assert!(apply(&mut h, 2, 0, b"two").error.is_none());
     // A crash and a restart at the same version; then a copy of mutation 1, held up on
@@ -1105,16 +1093,7 @@ fn a_restart_does_not_let_an_overtaken_mutation_land() {
 #[test]
 fn only_the_primary_takes_client_writes_and_refuses_overtaken_ones() {
     let mut h = H::new();
-    h.req(R::SetVersion(pb::SetVersionRequest {
-        epoch: 0,
-        handle: 1,
-        version: 1,
-        create: true,
-        lease_ms: 0,
-        valid_ms: 0,
-        chunk_size: 0,
-        ..Default::default()
-    }));
+    h.create_unleased(1);
     let w = |version, seq| {
         R::Write(pb::WriteChunkRequest {
             handle: 1,

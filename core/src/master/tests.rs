@@ -2138,6 +2138,21 @@ fn no_copy_is_trimmed_while_a_lease_from_before_a_restart_may_be_out() {
     assert_eq!(chunk_replicas(&mut h2, "/f").len(), 3, "never trimmed");
 }
 
+/// Asks for a write target on chunk 0 of `path` and fails every call of the grant that
+/// follows (the request fails); returns the servers the grant went to.
+fn grant_nobody_takes(h: &mut H, path: &str) -> Vec<String> {
+    let (id, _) = h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+        path: path.into(),
+        chunk_index: 0,
+        append: false,
+    }));
+    h.sync();
+    let all: Vec<String> = h.calls.iter().map(|c| c.to.clone()).collect();
+    let e = h.answer_calls(&all.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(reply_for(&e, id).unwrap().error.is_some());
+    all
+}
+
 #[test]
 fn a_void_lease_is_counted_until_a_late_grant_would_end() {
     let mut c = cfg();
@@ -2148,16 +2163,8 @@ fn a_void_lease_is_counted_until_a_late_grant_would_end() {
     h.call(create("/f"));
     // Nobody answers the grant: its primary may still take it, up to the order's
     // deadline and a late delivery after, and hold the lease for a period from then.
-    let (id, _) = h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
-        path: "/f".into(),
-        chunk_index: 0,
-        append: false,
-    }));
-    h.sync();
-    let all: Vec<String> = h.calls.iter().map(|c| c.to.clone()).collect();
     let gave_up = h.now;
-    let e = h.answer_calls(&all.iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(reply_for(&e, id).unwrap().error.is_some());
+    grant_nobody_takes(&mut h, "/f");
     let (_, lease) = h.m.leases().held().next().expect("a void lease is kept");
     assert!(lease.void);
     assert_eq!(
@@ -2173,15 +2180,7 @@ fn a_version_number_is_never_used_twice() {
     cluster(&mut h, 6, 6);
     h.call(create("/f"));
     // The first create grant reaches nobody in time (all may apply it later).
-    let (id, _) = h.send(MReq::GetWriteTarget(pb::GetWriteTargetRequest {
-        path: "/f".into(),
-        chunk_index: 0,
-        append: false,
-    }));
-    h.sync();
-    let first: Vec<String> = h.calls.iter().map(|c| c.to.clone()).collect();
-    let e = h.answer_calls(&first.iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(reply_for(&e, id).unwrap().error.is_some());
+    let first = grant_nobody_takes(&mut h, "/f");
     // Once that void lease has run out, the next grant succeeds, at a fresh number.
     h.advance(Duration::from_secs(12));
     cluster(&mut h, 6, 6);
