@@ -885,7 +885,10 @@ impl Chunkserver {
             }
             Req::RevokeLease(r) => {
                 h = r.handle;
-                if let Some(c) = self.chunks.get_mut(&h) {
+                // Only the lease of the version named: a later one is another lease.
+                if let Some(c) = self.chunks.get_mut(&h)
+                    && (r.version == 0 || c.meta.version == r.version)
+                {
                     c.lease_until = None;
                 }
                 Ok(Some(empty()))

@@ -1091,6 +1091,38 @@ fn a_restart_does_not_let_an_overtaken_mutation_land() {
 }
 
 #[test]
+fn a_late_revocation_leaves_a_later_lease() {
+    let mut h = H::new();
+    h.create(1);
+    let grant = |h: &mut H, version| {
+        h.req(R::SetVersion(pb::SetVersionRequest {
+            handle: 1,
+            version,
+            lease_ms: 60_000,
+            chunk_size: CHUNK,
+            ..Default::default()
+        }))
+    };
+    let revoke = |h: &mut H, version| {
+        h.req(R::RevokeLease(pb::RevokeLeaseRequest {
+            handle: 1,
+            version,
+            ..Default::default()
+        }))
+    };
+    assert!(grant(&mut h, 2).error.is_none());
+    // The revocation of the lease at version 1 arrives after the grant of version 2.
+    assert!(revoke(&mut h, 1).error.is_none());
+    assert_eq!(
+        h.cs.leases().count(),
+        1,
+        "a late revocation ended a later lease"
+    );
+    assert!(revoke(&mut h, 2).error.is_none());
+    assert_eq!(h.cs.leases().count(), 0, "a revocation left its lease");
+}
+
+#[test]
 fn only_the_primary_takes_client_writes_and_refuses_overtaken_ones() {
     let mut h = H::new();
     h.create_unleased(1);
@@ -2234,6 +2266,7 @@ fn a_deposed_master_leader_is_refused_and_changes_nothing() {
             epoch: 2,
             handle: 1,
             cluster_id: OURS,
+            version: 0,
         }),
     ] {
         let r = h.req(r);
@@ -2297,6 +2330,7 @@ fn a_master_of_another_cluster_is_refused_and_changes_nothing() {
             epoch: 0,
             handle: 1,
             cluster_id: theirs,
+            version: 0,
         }));
         assert!(r.error.is_some(), "{r:?}");
         let mut order = delete_order(theirs, 1);

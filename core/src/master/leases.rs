@@ -902,7 +902,7 @@ impl Master {
             return;
         }
         l.void = true;
-        let server = l.primary;
+        let (server, version) = (l.primary, l.version);
         self.call(
             server,
             CallCtx::Revoke { handle: h, server },
@@ -910,6 +910,7 @@ impl Master {
                 epoch: self.epoch,
                 handle: h,
                 cluster_id: self.meta.cluster_id,
+                version,
             }),
         );
     }
