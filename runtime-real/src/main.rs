@@ -479,6 +479,10 @@ static TALKING_TO: std::sync::OnceLock<MasterAddr> = std::sync::OnceLock::new();
 
 fn client(m: &MasterAddr) -> Client<TokioRuntime, GrpcTransport> {
     let _ = TALKING_TO.set(m.clone());
+    if let Some(why) = unresolvable(&m.master) {
+        eprintln!("tessera: no master address resolves: {why}; check --master or TESSERA_MASTER");
+        std::process::exit(1);
+    }
     let mut cfg = ClientConfig::new(&m.master);
     cfg.rpc_timeout = Duration::from_secs(10);
     cfg.retry_for = m.retry_for;
@@ -486,6 +490,22 @@ fn client(m: &MasterAddr) -> Client<TokioRuntime, GrpcTransport> {
     // end for the whole command would fail a long put, get or streamed append at the
     // first failover after it (a review found this).
     Client::new(TokioRuntime, GrpcTransport::new(), cfg)
+}
+
+/// Why none of a master list's host names resolves, if none does: a slip in the name,
+/// said at once, where a master that is down is retried for `--retry-for`. A resolver
+/// that fails for now ("temporary failure") counts as resolving: the calls retry it. One
+/// name that resolves is enough (the group's other replicas may be down or renamed).
+fn unresolvable(list: &str) -> Option<String> {
+    let mut why = Vec::new();
+    for a in list.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        match std::net::ToSocketAddrs::to_socket_addrs(a) {
+            Ok(_) => return None,
+            Err(e) if e.to_string().to_lowercase().contains("temporary") => return None,
+            Err(e) => why.push(format!("{a} ({e})")),
+        }
+    }
+    (!why.is_empty()).then(|| why.join(", "))
 }
 
 /// Writes `bytes` to stdout. A reader that went away (`| head`) ends the command there,
@@ -1317,6 +1337,22 @@ mod tests {
             _ => panic!("{line}: not a command with a master"),
         };
         (m.master, m.retry_for)
+    }
+
+    #[test]
+    fn a_master_name_that_does_not_resolve_is_said_at_once() {
+        // `.invalid` never resolves (RFC 2606).
+        let why = unresolvable("nosuch.invalid:7070").expect("resolved");
+        assert!(why.starts_with("nosuch.invalid:7070 ("), "{why}");
+        let why = unresolvable("a.invalid:1,b.invalid:2").expect("resolved");
+        assert!(
+            why.contains("a.invalid:1") && why.contains("b.invalid:2"),
+            "{why}"
+        );
+        assert_eq!(unresolvable("127.0.0.1:7070"), None);
+        assert_eq!(unresolvable("localhost:7070"), None);
+        // One replica's name that resolves is enough.
+        assert_eq!(unresolvable("gone.invalid:7070,127.0.0.1:7071"), None);
     }
 
     #[test]

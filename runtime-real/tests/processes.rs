@@ -967,8 +967,8 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
         "{err}"
     );
 
-    // No address, or no address of a master: refused at once (an empty one was tried
-    // for the whole --retry-for, two minutes by default).
+    // No address, no address of a master, or none that resolves: refused at once (an
+    // empty one was tried for the whole --retry-for, two minutes by default).
     for (given, said) in [
         ("", "no master address"),
         (" , ", "no master address"),
@@ -976,6 +976,11 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
         (
             "127.0.0.1:1,127.0.0.1",
             "\"127.0.0.1\" is no master address",
+        ),
+        // A name that does not resolve is a slip, not a master that is down.
+        (
+            "nosuch.invalid:7070",
+            "no master address resolves: nosuch.invalid:7070",
         ),
     ] {
         // By flag, and by environment.
