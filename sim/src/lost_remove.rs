@@ -27,14 +27,23 @@
 //! 4. the hidden file must still be there; renamed back (undeleted), it must read back
 //!    whole.
 //!
+//! Right after the remove, other calls ask the same master, once each, about the hidden
+//! file: a listing of the directory, a stat, and a rename of it (an undelete). Each must
+//! wait until the remove is durable (a listing and a stat answer from durable state, and
+//! the rename waits for the remove's lock on the name), so none is answered before the
+//! crash. One answered without the file (listed without it, "not found") showed a remove
+//! that was then lost: visibility ahead of durability.
+//!
 //! The run fails if the master did not log the remove, if it judged no heartbeat of some
 //! holder after it did, or if the remove was not lost (the phase then tested nothing);
-//! and if the file, back, does not read as written.
+//! if a call showed the remove before it was durable; and if the file, back, does not
+//! read as written.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use tessera_core::pb;
+use tessera_core::pb::master_request::Req as MReq;
 
 use crate::check::Shared;
 use crate::cluster::Cluster;
@@ -47,32 +56,109 @@ fn fail(checks: &Shared, cluster: &Cluster, what: String) {
 
 const DIR: &str = "/lost-remove";
 
-/// One delete call to master `to`, sent once: no retry after a crash may make it happen.
-async fn delete_once(c: &workload::C, to: &str, path: &str) {
+/// One call to master `to`, sent once (no retry after a crash may make it happen), with
+/// `patience` to answer: its answer, if one came.
+async fn once(
+    c: &workload::C,
+    to: &str,
+    req: MReq,
+    patience: Duration,
+) -> Option<pb::MasterResponse> {
     use prost::Message;
-    use tessera_core::pb::master_request::Req as MReq;
     use tessera_core::runtime::{Runtime, Transport};
     let (rt, net, _) = c.parts();
     let req = pb::MasterRequest {
-        req: Some(MReq::Delete(pb::DeleteRequest {
-            path: path.into(),
-            recursive: false,
-        })),
+        req: Some(req),
         ..Default::default()
     };
-    let deadline = rt.now() + Duration::from_secs(30);
-    let _ = net.call(to, req.encode_to_vec().into(), deadline).await;
+    let deadline = rt.now() + patience;
+    let reply = net
+        .call(to, req.encode_to_vec().into(), deadline)
+        .await
+        .ok()?;
+    pb::MasterResponse::decode(reply).ok()
+}
+
+/// One delete call to master `to`, sent once.
+async fn delete_once(c: &workload::C, to: &str, path: &str) {
+    let req = MReq::Delete(pb::DeleteRequest {
+        path: path.into(),
+        recursive: false,
+    });
+    let _ = once(c, to, req, Duration::from_secs(30)).await;
+}
+
+/// What the calls that ask about the hidden file right after its remove were answered.
+type Looks = std::sync::Arc<std::sync::Mutex<Vec<(&'static str, pb::MasterResponse)>>>;
+
+/// Sends the calls that ask master `to` about `hidden` (a listing of its directory, a
+/// stat, a rename back), once each, each given `patience`; their answers go to `looks`.
+fn look(cluster: &Cluster, run: &ClientRun, to: &str, hidden: &str, patience: Duration) -> Looks {
+    let looks = Looks::default();
+    let node = cluster.clients[run.id].0.clone();
+    let calls = [
+        (
+            "a listing",
+            MReq::List(pb::ListRequest {
+                path: DIR.into(),
+                include_deleted: true,
+                ..Default::default()
+            }),
+        ),
+        (
+            "a stat",
+            MReq::Stat(pb::StatRequest {
+                path: hidden.into(),
+            }),
+        ),
+        (
+            "a rename back",
+            MReq::Rename(pb::RenameRequest {
+                src: hidden.into(),
+                dst: format!("{DIR}/early"),
+            }),
+        ),
+    ];
+    for (what, req) in calls {
+        let (c, to, looks) = (cluster.client(run.id), to.to_string(), looks.clone());
+        node.spawn(async move {
+            if let Some(r) = once(&c, &to, req, patience).await {
+                looks.lock().expect("looks").push((what, r));
+            }
+        });
+    }
+    looks
+}
+
+/// The calls of `looks` answered as if `hidden` were gone: they saw its remove, which
+/// the crash then lost.
+fn saw_the_remove(looks: &Looks, hidden: &str) -> Vec<String> {
+    let name = hidden.rsplit('/').next().unwrap_or(hidden);
+    let not_found = pb::ErrorCode::NotFound as i32;
+    let looks = looks.lock().expect("looks");
+    looks
+        .iter()
+        .filter(|(_, r)| match (&r.error, &r.resp) {
+            (Some(e), _) => e.code == not_found,
+            (None, Some(pb::master_response::Resp::List(l))) => !l
+                .entries
+                .iter()
+                .any(|e| e.path.rsplit('/').next() == Some(name)),
+            _ => false,
+        })
+        .map(|(what, r)| format!("{what} ({r:?})"))
+        .collect()
 }
 
 /// Steps 2 and 3 with a single master: its log slowed, and the power cut halfway
-/// through the remove's sync. Returns the master's node, or None if the remove was not
-/// lost (reported).
+/// through the remove's sync. Returns the master's node and what the calls asking about
+/// the file were answered, or None if the remove was not lost (reported).
 async fn single(
     cluster: &mut Cluster,
     checks: &Shared,
     run: &ClientRun,
     hidden: &str,
-) -> Option<String> {
+) -> Option<(String, Looks)> {
     let node = cluster.clients[run.id].0.clone();
     // 2. The log slow: each sync outlasts a heartbeat interval, but not a call's
     // deadline. A mkdir's sync first; while it lasts, the remove arrives, sent once, and
@@ -99,9 +185,13 @@ async fn single(
         cluster.master_addr.clone(),
     );
     node.spawn(async move { delete_once(&c, &to, &h).await });
+    // The calls that ask about the file: taken in the remove's batch, after it, and
+    // given until shortly before the power goes.
+    madsim::time::sleep(Duration::from_millis(10)).await;
+    let looks = look(cluster, run, &cluster.master_addr, hidden, slow + slow / 4);
 
     // 3. Halfway through the remove's own sync, the power goes.
-    madsim::time::sleep(slow + slow / 2).await;
+    madsim::time::sleep(slow + slow / 2 - Duration::from_millis(10)).await;
     cluster.count_fault("lost_remove", 1);
     tracing::info!(
         t = cluster.true_ms(),
@@ -119,19 +209,20 @@ async fn single(
         return None;
     }
 
-    Some("master".to_string())
+    Some(("master".to_string(), looks))
 }
 
 /// Steps 2 and 3 with a master group: the leader cut off from the other replicas (it
 /// still reaches chunkservers and clients) takes the remove, which it can never commit,
 /// and hears every holder's heartbeat; the others elect a leader without it. Returns the
-/// cut-off leader's node, or None (reported).
+/// cut-off leader's node and what the calls asking about the file were answered, or None
+/// (reported).
 async fn group(
     cluster: &mut Cluster,
     checks: &Shared,
     run: &ClientRun,
     hidden: &str,
-) -> Option<String> {
+) -> Option<(String, Looks)> {
     let node = cluster.clients[run.id].0.clone();
     let Some(l) = cluster.leader() else {
         fail(checks, cluster, "no leader after healing".into());
@@ -144,7 +235,16 @@ async fn group(
         cluster.replicas[l].addr.clone(),
     );
     node.spawn(async move { delete_once(&c, &to, &h).await });
-    madsim::time::sleep(2 * cluster.knobs.heartbeat + Duration::from_millis(300)).await;
+    // The calls that ask about the file, given until shortly before the cut heals.
+    madsim::time::sleep(Duration::from_millis(10)).await;
+    let looks = look(
+        cluster,
+        run,
+        &cluster.replicas[l].addr,
+        hidden,
+        2 * cluster.knobs.heartbeat,
+    );
+    madsim::time::sleep(2 * cluster.knobs.heartbeat + Duration::from_millis(290)).await;
     cluster.count_fault("lost_remove", 1);
     tracing::info!(
         t = cluster.true_ms(),
@@ -165,7 +265,7 @@ async fn group(
         madsim::time::sleep(Duration::from_millis(200)).await;
     }
     cluster.mend_replica(l, &[], &[]);
-    Some(cluster.replicas[l].node.clone())
+    Some((cluster.replicas[l].node.clone(), looks))
 }
 
 /// The phase (see the module's doc), on client `run`'s node.
@@ -233,9 +333,22 @@ pub async fn lost_remove(cluster: &mut Cluster, checks: &Shared, run: &ClientRun
     } else {
         group(cluster, checks, run, &hidden).await
     };
-    let Some(took) = took else {
+    let Some((took, looks)) = took else {
         return;
     };
+    let saw = saw_the_remove(&looks, &hidden);
+    if !saw.is_empty() {
+        fail(
+            checks,
+            cluster,
+            format!(
+                "{took} answered before the remove of {hidden} was durable as if it were \
+                 gone, and then lost the remove: {}",
+                saw.join("; ")
+            ),
+        );
+        return;
+    }
     // It took the remove, and judged a heartbeat of every holder after: had it ordered
     // copies deleted then, they would be gone.
     let (logged, unheard): (Option<(String, u64)>, Vec<String>) = {
