@@ -28,10 +28,10 @@
 //!    whole.
 //!
 //! Right after the remove, other calls ask the same master, once each, about the hidden
-//! file: a listing of the directory, a stat, and a rename of it (an undelete). Each must
-//! wait until the remove is durable (a listing and a stat answer from durable state, and
-//! the rename waits for the remove's lock on the name), so none is answered before the
-//! crash. One answered without the file (listed without it, "not found") showed a remove
+//! file: a listing of the directory, a stat, and a rename of it (an undelete). None may
+//! be answered as if the file were gone before the remove is durable (a listing waits
+//! for the log; a stat and the rename wait for the remove's lock on the name), so none
+//! is answered so before the crash. One answered without the file (listed without it, "not found") showed a remove
 //! that was then lost: visibility ahead of durability.
 //!
 //! The run fails if the master did not log the remove, if it judged no heartbeat of some
@@ -185,13 +185,15 @@ async fn single(
         cluster.master_addr.clone(),
     );
     node.spawn(async move { delete_once(&c, &to, &h).await });
-    // The calls that ask about the file: taken in the remove's batch, after it, and
-    // given until shortly before the power goes.
-    madsim::time::sleep(Duration::from_millis(10)).await;
+    // The calls that ask about the file: well after the remove (a link's latency is
+    // 10 ms at most), still during the mkdir's sync, so they are taken in the remove's
+    // batch, after it; given until shortly before the power goes.
+    let gap = Duration::from_millis(50);
+    madsim::time::sleep(gap).await;
     let looks = look(cluster, run, &cluster.master_addr, hidden, slow + slow / 4);
 
     // 3. Halfway through the remove's own sync, the power goes.
-    madsim::time::sleep(slow + slow / 2 - Duration::from_millis(10)).await;
+    madsim::time::sleep(slow + slow / 2 - gap).await;
     cluster.count_fault("lost_remove", 1);
     tracing::info!(
         t = cluster.true_ms(),
@@ -235,8 +237,20 @@ async fn group(
         cluster.replicas[l].addr.clone(),
     );
     node.spawn(async move { delete_once(&c, &to, &h).await });
-    // The calls that ask about the file, given until shortly before the cut heals.
-    madsim::time::sleep(Duration::from_millis(10)).await;
+    // The calls that ask about the file once the leader has taken the remove (or after
+    // 200 ms, when the phase will find it did not), given until shortly before the cut
+    // heals.
+    let mut waited = Duration::ZERO;
+    while waited < Duration::from_millis(200)
+        && !checks
+            .lock()
+            .expect("checks")
+            .removes_logged
+            .contains_key(hidden)
+    {
+        madsim::time::sleep(Duration::from_millis(5)).await;
+        waited += Duration::from_millis(5);
+    }
     let looks = look(
         cluster,
         run,
@@ -244,7 +258,7 @@ async fn group(
         hidden,
         2 * cluster.knobs.heartbeat,
     );
-    madsim::time::sleep(2 * cluster.knobs.heartbeat + Duration::from_millis(290)).await;
+    madsim::time::sleep(2 * cluster.knobs.heartbeat + Duration::from_millis(300)).await;
     cluster.count_fault("lost_remove", 1);
     tracing::info!(
         t = cluster.true_ms(),
@@ -336,6 +350,19 @@ pub async fn lost_remove(cluster: &mut Cluster, checks: &Shared, run: &ClientRun
     let Some((took, looks)) = took else {
         return;
     };
+    let overtook = looks
+        .lock()
+        .expect("looks")
+        .iter()
+        .any(|(what, r)| *what == "a rename back" && r.error.is_none());
+    if overtook {
+        fail(
+            checks,
+            cluster,
+            format!("the rename back of {hidden} overtook its remove: nothing was tested"),
+        );
+        return;
+    }
     let saw = saw_the_remove(&looks, &hidden);
     if !saw.is_empty() {
         fail(
