@@ -213,6 +213,9 @@ impl Transport for MemNet {
 struct Kv {
     written: BTreeMap<Vec<u8>, Bytes>,
     durable: BTreeMap<Vec<u8>, Bytes>,
+    /// Syncs wait until released (a slow disk).
+    stalled: bool,
+    waiting: Vec<std::task::Waker>,
 }
 
 /// A `MetaStore` in memory. Clones share the same data, so a restarted server finds it;
@@ -224,6 +227,25 @@ impl MemMetaStore {
     pub fn crash(&self) {
         let mut kv = self.0.lock().expect("kv lock");
         kv.written = kv.durable.clone();
+    }
+
+    /// From now on a sync waits until [`MemMetaStore::release`] (a disk slow to sync).
+    pub fn stall(&self) {
+        self.0.lock().expect("kv lock").stalled = true;
+    }
+
+    /// Lets the syncs finish: each makes durable what was written when it ends.
+    pub fn release(&self) {
+        let mut kv = self.0.lock().expect("kv lock");
+        kv.stalled = false;
+        for w in kv.waiting.drain(..) {
+            w.wake();
+        }
+    }
+
+    /// Whether the store holds `key` durably.
+    pub fn durable(&self, key: &[u8]) -> bool {
+        self.0.lock().expect("kv lock").durable.contains_key(key)
     }
 }
 
@@ -243,9 +265,20 @@ impl MetaStore for MemMetaStore {
     }
 
     fn sync(&mut self) -> impl Future<Output = Result<(), StoreError>> + Send {
-        let mut kv = self.0.lock().expect("kv lock");
-        kv.durable = kv.written.clone();
-        async { Ok(()) }
+        let kv = self.0.clone();
+        async move {
+            futures::future::poll_fn(|cx| {
+                let mut kv = kv.lock().expect("kv lock");
+                if kv.stalled {
+                    kv.waiting.push(cx.waker().clone());
+                    std::task::Poll::Pending
+                } else {
+                    kv.durable = kv.written.clone();
+                    std::task::Poll::Ready(Ok(()))
+                }
+            })
+            .await
+        }
     }
 
     fn scan(

@@ -8,6 +8,7 @@ use futures::future::{AbortHandle, Abortable};
 use tessera_core::chunkserver::ChunkserverConfig;
 use tessera_core::client::{Client, ClientConfig};
 use tessera_core::driver::{Quiet, checkpoint, chunkserver, master};
+use tessera_core::error::FsError;
 use tessera_core::master::MasterConfig;
 use tessera_core::pb;
 use tessera_core::runtime::Runtime;
@@ -358,6 +359,82 @@ fn a_chunk_stuck_on_disk_holds_up_no_other_chunk() {
         let want = |x: u8, y: u8| [data(1000, x), data(500, y)].concat();
         assert_eq!(client.read("/a", 0, u64::MAX).await.unwrap(), want(1, 3));
         assert_eq!(client.read("/b", 0, u64::MAX).await.unwrap(), want(2, 4));
+    });
+}
+
+/// The master goes on while its log syncs: a request that arrives meanwhile is taken at
+/// once (a stat of a name that does not exist is answered NotFound during the sync), but
+/// the reply to a mutation, its own or one taken meanwhile, waits until its record is
+/// durable, and so does a read's (until all that was logged before it is).
+#[test]
+fn the_master_takes_requests_while_its_log_syncs_and_answers_only_what_is_durable() {
+    let rt = TestRuntime::new(17);
+    let net = MemNet::new(rt.clone());
+    let rt2 = rt.clone();
+    rt.block_on(async move {
+        let rt = rt2;
+        let meta = MemMetaStore::default();
+        let _m = start_master(&rt, &net, &meta);
+        rt.sleep(Duration::from_secs(1)).await;
+        let mut cfg = ClientConfig::new("master");
+        cfg.rpc_timeout = Duration::from_secs(2);
+        cfg.retry_for = Duration::from_secs(60);
+        let client = Client::new(rt.clone(), net.clone(), cfg.clone());
+        client.mkdir("/a", false).await.unwrap();
+
+        meta.stall();
+        let mut create = spawn_client(
+            &rt,
+            &net,
+            &cfg,
+            |c| async move { c.create("/a/f", 3).await },
+        );
+        rt.sleep(Duration::from_millis(200)).await;
+        let mut mkdir = spawn_client(
+            &rt,
+            &net,
+            &cfg,
+            |c| async move { c.mkdir("/b", false).await },
+        );
+        let mut stat = spawn_client(&rt, &net, &cfg, |c| async move {
+            c.stat("/a").await.map(|_| ())
+        });
+        // A name that does not exist, raced against a second of waiting.
+        let missing = client.stat("/nope");
+        let wait = rt.sleep(Duration::from_secs(1));
+        futures::pin_mut!(missing, wait);
+        match futures::future::select(missing, wait).await {
+            futures::future::Either::Left((r, _)) => {
+                assert!(
+                    matches!(r, Err(FsError::NotFound(_))),
+                    "a stat of a missing name: {r:?}"
+                );
+            }
+            futures::future::Either::Right(_) => {
+                panic!("the master took no request while its log synced")
+            }
+        }
+        assert!(
+            matches!(stat.try_recv(), Ok(None)),
+            "a read answered before what was logged before it was durable"
+        );
+        assert!(
+            matches!(create.try_recv(), Ok(None)),
+            "a create answered before its record was durable"
+        );
+        assert!(
+            matches!(mkdir.try_recv(), Ok(None)),
+            "a mkdir answered before its record was durable"
+        );
+
+        meta.release();
+        create.await.unwrap().expect("the create, once durable");
+        mkdir.await.unwrap().expect("the mkdir, once durable");
+        stat.await
+            .unwrap()
+            .expect("the stat, once the log before it is durable");
+        assert!(client.stat("/b").await.is_ok());
+        assert!(client.stat("/a/f").await.is_ok());
     });
 }
 

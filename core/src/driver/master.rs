@@ -11,6 +11,7 @@
 //! operator restores the log; nothing is dropped silently.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -21,9 +22,9 @@ use futures::{SinkExt, StreamExt};
 use prost::Message;
 
 use super::checkpoint::Sealed;
-use super::commit::{Held, LogBatch};
+use super::commit::{Commit, Held, LogBatch};
 use super::{DriverError, MasterStart, Observer};
-use crate::error::RpcError;
+use crate::error::{RpcError, StoreError};
 use crate::master::checkpointer::{Checkpointer, Feed};
 use crate::master::{Effects, Input, Master, MasterConfig, RequestId};
 use crate::pb;
@@ -486,6 +487,14 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
     // sockets as back-pressure.
     let mut inbound = transport.listen(&opts.listen).await?;
     tracing::info!(addr = %opts.listen, epoch = master.epoch(), "master serving");
+    // The sync under way, which holds the store until it is done. The master goes on
+    // meanwhile: it takes requests and results, and their records gather in the next
+    // batch, which goes to the store once this sync is done (group commit, pipelined:
+    // the disk is never idle while records wait, and the master is never idle while
+    // the disk syncs). Batches are written strictly one after another, so the store
+    // always holds a prefix of the log.
+    let mut store = Some(store);
+    let mut syncing: Option<Syncing<M>> = None;
     loop {
         if log.feeds.is_closed() {
             // Its task ended: it panicked (a bug; the master's own state is sound).
@@ -495,15 +504,57 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                 "the master's checkpointer stopped; the master stops too".into(),
             ));
         }
-        let mut ev = if log.batch.is_empty() {
-            match next_event(&mut events, &mut inbound).await {
-                Some(e) => Some(e),
-                None => break,
+        if syncing.is_none() && !log.batch.is_empty() {
+            let commit = std::mem::take(&mut log.batch).commit(&mut held);
+            let mut s = store
+                .take()
+                .expect("the store is back once its sync is done");
+            let Commit {
+                writes,
+                through,
+                checkpoint,
+            } = commit;
+            let logged = master.last_seq();
+            syncing = Some(Box::pin(async move {
+                let done = s.write_synced(writes).await;
+                (
+                    s,
+                    done.map(|()| Synced {
+                        through,
+                        checkpoint,
+                        logged,
+                    }),
+                )
+            }));
+        }
+        let mut ev = match next_event(&mut events, &mut inbound, &mut syncing).await {
+            Some(Next::Synced(s, done)) => {
+                syncing = None;
+                store = Some(s);
+                let synced = done?;
+                if let Some(cp) = &synced.checkpoint {
+                    observer.master_checkpointed(rt.now(), cp, synced.logged);
+                }
+                if let Some(through) = synced.through {
+                    let mut effects = step(
+                        &rt,
+                        &mut master,
+                        &mut observer,
+                        Input::LogSynced { through },
+                    );
+                    // A sync can release work that logs (a grant reserving its version).
+                    log.add(&mut effects);
+                    dispatch(&rt, &transport, &tx, &opts, &mut replies, effects);
+                }
+                // Start the next sync before taking more events.
+                continue;
             }
-        } else {
-            try_event(&mut events, &mut inbound)
+            Some(Next::Event(e)) => Some(e),
+            None => break,
         };
-        // Take every event that is ready, so one sync covers many records (group commit).
+        // Every event ready now, up to a bound (so a flood cannot hold back the next
+        // sync), so one sync covers the records of all of them.
+        let mut taken = 0;
         while let Some(e) = ev.take() {
             let input = match e {
                 Event::Request(inc) => {
@@ -530,45 +581,58 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
             let mut effects = step(&rt, &mut master, &mut observer, input);
             log.add(&mut effects);
             dispatch(&rt, &transport, &tx, &opts, &mut replies, effects);
-            ev = try_event(&mut events, &mut inbound);
-        }
-        if !log.batch.is_empty() {
-            let commit = std::mem::take(&mut log.batch).commit(&mut held);
-            store.write_synced(commit.writes).await?;
-            if let Some(cp) = &commit.checkpoint {
-                observer.master_checkpointed(rt.now(), cp, master.last_seq());
-            }
-            if let Some(through) = commit.through {
-                let mut effects = step(
-                    &rt,
-                    &mut master,
-                    &mut observer,
-                    Input::LogSynced { through },
-                );
-                // A sync can release work that logs (a grant reserving its version).
-                log.add(&mut effects);
-                dispatch(&rt, &transport, &tx, &opts, &mut replies, effects);
+            taken += 1;
+            if taken < BATCH_LIMIT {
+                ev = try_event(&mut events, &mut inbound);
             }
         }
     }
     Ok(())
 }
 
-/// The next event: a result or tick first (they finish work already begun), else a
-/// request. Ends when `events` does; a transport that stopped serving just sends no more
-/// requests.
-async fn next_event(
+/// The most events taken before the loop looks at the sync under way again.
+const BATCH_LIMIT: usize = 1024;
+
+/// What a finished sync made durable: the last record of its batch, the checkpoint it
+/// wrote, and the last record the master had logged when the batch was made.
+struct Synced {
+    through: Option<LogSeq>,
+    checkpoint: Option<Sealed>,
+    logged: LogSeq,
+}
+
+/// A sync under way: it gives the store back, and what it made durable.
+type Syncing<M> = Pin<Box<dyn Future<Output = (M, Result<Synced, StoreError>)> + Send>>;
+
+/// The next thing the loop does.
+enum Next<M> {
+    /// The sync under way ended.
+    Synced(M, Result<Synced, StoreError>),
+    Event(Event),
+}
+
+/// The next thing to do: the end of the sync under way first (it releases replies and
+/// lets the next batch go), then a result or tick (they finish work already begun), else
+/// a request. Ends when `events` does; a transport that stopped serving just sends no
+/// more requests.
+async fn next_event<M>(
     events: &mut mpsc::UnboundedReceiver<Event>,
     inbound: &mut mpsc::Receiver<Incoming>,
-) -> Option<Event> {
+    syncing: &mut Option<Syncing<M>>,
+) -> Option<Next<M>> {
     futures::future::poll_fn(|cx| {
+        if let Some(s) = syncing.as_mut()
+            && let Poll::Ready((store, done)) = s.as_mut().poll(cx)
+        {
+            return Poll::Ready(Some(Next::Synced(store, done)));
+        }
         if let Poll::Ready(e) = events.poll_next_unpin(cx) {
-            return Poll::Ready(e);
+            return Poll::Ready(e.map(Next::Event));
         }
         if !inbound.is_terminated()
             && let Poll::Ready(Some(req)) = inbound.poll_next_unpin(cx)
         {
-            return Poll::Ready(Some(Event::Request(req)));
+            return Poll::Ready(Some(Next::Event(Event::Request(req))));
         }
         Poll::Pending
     })
