@@ -88,6 +88,18 @@ pub fn replica_step(
     if s.role == "leader" {
         c.leader_commit = c.leader_commit.max(s.commit);
     }
+    // Raft's rule: a replica applies only what is committed, as its own log says and as
+    // a leader said (a follower learns of a commit only from a leader that made it, whose
+    // step came first). Applied early, an entry a later leader overwrites would stay in
+    // its shadow state, its snapshots and the master it may start.
+    if s.applied > s.commit || s.applied > c.leader_commit {
+        let v = format!(
+            "{node} ({}) applied through entry {} before it was committed: its commit index \
+             is {}, the highest a leader reached {}",
+            s.role, s.applied, s.commit, c.leader_commit
+        );
+        c.violation(t, v);
+    }
     if s.applied <= c.leader_commit && s.seq > c.committed_seq {
         c.committed_seq = s.seq;
         c.committed_at.push((t, s.seq));
