@@ -86,6 +86,7 @@ fn group_scenario(sc: Scenario) -> Scenario {
     Scenario {
         shape: Shape { masters: 3, ..MANY },
         shadow_write: true,
+        rename_onto: true,
         workload: Workload {
             kind: Kind::Shared { files: 2 },
             ops: 40,
@@ -107,6 +108,7 @@ const fn scenario(name: &'static str, faults: FaultMix) -> Scenario {
         last_copy_rot: false,
         lost_remove: false,
         shadow_write: false,
+        rename_onto: false,
         stale_collected: false,
         vary: false,
     }
@@ -121,7 +123,10 @@ const MANY: Shape = Shape {
 
 pub fn all() -> Vec<Scenario> {
     vec![
-        scenario("steady", NO_FAULTS),
+        Scenario {
+            rename_onto: true,
+            ..scenario("steady", NO_FAULTS)
+        },
         scenario(
             "chunkserver-crash",
             FaultMix {
@@ -189,6 +194,7 @@ pub fn all() -> Vec<Scenario> {
                 ops: 40,
                 ..WORKLOAD
             },
+            rename_onto: true,
             ..scenario(
                 "concurrent-writers",
                 FaultMix {

@@ -24,6 +24,8 @@ pub mod metastore;
 #[cfg(madsim)]
 pub mod net;
 #[cfg(madsim)]
+pub mod rename_onto;
+#[cfg(madsim)]
 pub mod replace;
 #[cfg(madsim)]
 pub mod rot;

@@ -32,6 +32,10 @@ pub struct Scenario {
     /// After healing, a master group's client writes a file it just made while the only
     /// replica it reaches is a shadow behind the create (`shadow_write.rs`).
     pub shadow_write: bool,
+    /// After healing, a client renames a file onto a name another client deleted a
+    /// moment before, whose old file it still holds locations and write targets of, then
+    /// reads and writes it (`rename_onto.rs`).
+    pub rename_onto: bool,
     /// Healing also means every stale copy (a version below the master's) is deleted.
     pub stale_collected: bool,
     /// The seed also picks the cluster's shape (servers, racks, clients), its
@@ -312,6 +316,19 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
     };
     let healed = if healed && sc.shadow_write && !cluster.replicas.is_empty() {
         crate::shadow_write::shadow_write(&cluster, &checks).await;
+        liveness(
+            &cluster,
+            &checks,
+            sc.heal_within,
+            sc.faults.beyond_claim,
+            sc.stale_collected,
+        )
+        .await
+    } else {
+        healed
+    };
+    let healed = if healed && sc.rename_onto {
+        crate::rename_onto::rename_onto(&cluster, &checks).await;
         liveness(
             &cluster,
             &checks,
