@@ -31,8 +31,8 @@
 //! file: a listing of the directory, a stat, and a rename of it (an undelete). None may
 //! be answered as if the file were gone before the remove is durable (a listing waits
 //! for the log; a stat and the rename wait for the remove's lock on the name), so none
-//! is answered so before the crash. One answered without the file (listed without it, "not found") showed a remove
-//! that was then lost: visibility ahead of durability.
+//! is answered so before the crash. One answered without the file (listed without it,
+//! "not found") showed a remove that was then lost: visibility ahead of durability.
 //!
 //! The run fails if the master did not log the remove, if it judged no heartbeat of some
 //! holder after it did, or if the remove was not lost (the phase then tested nothing);

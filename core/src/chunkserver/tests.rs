@@ -749,6 +749,56 @@ fn heartbeat_reply(epoch: u64, extended: &[u64]) -> Result<Reply, RpcError> {
     }))
 }
 
+/// A heartbeat reply extends only leases the server still holds. One revoked after the
+/// heartbeat went out (its reply held on a slow link while the master voided the lease,
+/// heard it dropped, and may grant it to another server) stays revoked: revived, this
+/// server would act as a second primary.
+#[test]
+fn an_extension_arriving_after_a_revocation_does_not_revive_the_lease() {
+    let mut h = H::new();
+    assert!(h.req(grant_in_term(0, 1)).error.is_none());
+    assert!(h.write(1, 0, b"x").error.is_none());
+    let (call, hb) = next_heartbeat(&mut h);
+    assert_eq!(
+        hb.lease_extensions,
+        vec![1],
+        "a written chunk's lease is asked for"
+    );
+    let r = h.req(R::RevokeLease(pb::RevokeLeaseRequest {
+        epoch: 0,
+        handle: 1,
+        cluster_id: 0,
+        version: 1,
+    }));
+    assert!(r.error.is_none(), "{r:?}");
+    assert_eq!(h.cs.leases().count(), 0, "the revocation ends the lease");
+    h.run(Input::CallResult {
+        id: call,
+        result: heartbeat_reply(0, &[1]),
+    });
+    assert_eq!(
+        h.cs.leases().count(),
+        0,
+        "an extension sent before the revocation revived the lease"
+    );
+    // A lease still held is extended by the same kind of reply: the reply is acted on.
+    assert!(h.req(grant_in_term(0, 2)).error.is_none());
+    assert!(h.write(2, 0, b"y").error.is_none());
+    h.now = Time(h.now.0 + 10_000);
+    let (call, _) = next_heartbeat(&mut h);
+    let before: Vec<_> = h.cs.leases().collect();
+    h.run(Input::CallResult {
+        id: call,
+        result: heartbeat_reply(0, &[1, 2]),
+    });
+    let after: Vec<_> = h.cs.leases().collect();
+    assert_eq!(after.len(), 1, "only chunk 2 holds a lease: {after:?}");
+    assert!(
+        after[0].1 > before[0].1,
+        "extended: {before:?} -> {after:?}"
+    );
+}
+
 #[test]
 fn leases_extend_only_while_written() {
     let mut h = H::new();

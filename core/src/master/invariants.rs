@@ -67,6 +67,13 @@ impl Master {
                     "lease on chunk {h}: its primary is not among its replicas"
                 ));
             }
+            // A server named twice holds one copy where the lease counts two: every write
+            // would be acknowledged on fewer copies than the goal.
+            for (i, s) in l.replicas.iter().enumerate() {
+                if l.replicas[..i].contains(s) {
+                    return Err(format!("lease on chunk {h} names server {s} twice"));
+                }
+            }
         }
         for (h, c) in meta.chunks.iter() {
             let r = c.replicas.as_slice();
