@@ -446,6 +446,11 @@ impl Master {
         self.last_seq
     }
 
+    /// The last record the driver has said is durable (`Input::LogSynced`).
+    pub fn synced_seq(&self) -> LogSeq {
+        self.synced_seq
+    }
+
     /// The master's clock: the latest time its driver has given it (it never goes back,
     /// even when the machine's clock does). Its timers (leases, the collector's delay)
     /// are measured by it.

@@ -54,6 +54,8 @@ impl Observer for SimObserver {
         // A run's checkpoints die with it; the next run's come due afresh.
         let mut c = self.checks.lock().expect("checks lock");
         c.checkpoints_due.retain(|(n, _), _| *n != self.node);
+        // Its requests died with it, and the next run numbers its own from 1.
+        c.answers_due.retain(|(n, _), _| *n != self.node);
     }
 
     fn master_checkpointed(

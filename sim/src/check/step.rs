@@ -301,6 +301,43 @@ pub fn master_step(
             _ => {}
         }
     }
+    // The master's first ordering rule, judged from outside: a namespace request is
+    // answered Ok only once everything its master had logged when it took the request is
+    // durable (its own record, and any record its answer could reflect). Errors may go at
+    // once. Any master, a deposed leader's too.
+    if let ms::Input::Request { id, req } = input {
+        use tessera_core::pb::master_request::Req as MReq;
+        if matches!(
+            req.req,
+            Some(
+                MReq::Mkdir(_)
+                    | MReq::Create(_)
+                    | MReq::Delete(_)
+                    | MReq::Rename(_)
+                    | MReq::List(_)
+                    | MReq::Stat(_)
+                    | MReq::ExtendFile(_)
+                    | MReq::ReserveAppend(_)
+            )
+        ) {
+            c.answers_due
+                .insert((node.to_string(), *id), master.last_seq());
+        }
+    }
+    for (id, resp) in &effects.replies {
+        let Some(need) = c.answers_due.remove(&(node.to_string(), *id)) else {
+            continue;
+        };
+        if resp.error.is_none() && master.synced_seq() < need {
+            let v = format!(
+                "{node} answered request {id} Ok while its log was durable only through \
+                 record {}, before record {need}, the last it had logged when it took the \
+                 request",
+                master.synced_seq()
+            );
+            c.violation(t, v);
+        }
+    }
     let gc_delay = master.config().gc_delay.as_millis() as u64;
     // By the master's clock, which never goes back: after the machine's clock jumps back,
     // the collector's delay is still measured from the latest time the master saw
