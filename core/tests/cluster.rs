@@ -427,14 +427,82 @@ fn the_master_takes_requests_while_its_log_syncs_and_answers_only_what_is_durabl
             "a mkdir answered before its record was durable"
         );
 
-        meta.release();
+        // The create's sync ends; the mkdir, taken during it, went into the next batch,
+        // whose sync is stalled in turn: the create is answered, the mkdir and the stat
+        // (taken after the mkdir was logged) are not.
+        meta.release_one();
         create.await.unwrap().expect("the create, once durable");
+        rt.sleep(Duration::from_millis(500)).await;
+        assert!(
+            matches!(mkdir.try_recv(), Ok(None)),
+            "a mkdir answered when the batch before its own was durable"
+        );
+        assert!(
+            matches!(stat.try_recv(), Ok(None)),
+            "a read answered before what was logged before it was durable"
+        );
+
+        meta.release();
         mkdir.await.unwrap().expect("the mkdir, once durable");
         stat.await
             .unwrap()
             .expect("the stat, once the log before it is durable");
         assert!(client.stat("/b").await.is_ok());
         assert!(client.stat("/a/f").await.is_ok());
+    });
+}
+
+/// A master whose log sync is stuck takes requests only until the next batch holds
+/// `MAX_WAITING` writes: then new requests wait in the transport (whose bounded queue
+/// pushes back on callers), and are taken once the sync ends.
+#[test]
+fn a_master_whose_log_sync_is_stuck_stops_taking_requests_once_its_next_batch_is_full() {
+    let rt = TestRuntime::new(19);
+    let net = MemNet::new(rt.clone());
+    let rt2 = rt.clone();
+    rt.block_on(async move {
+        let rt = rt2;
+        let meta = MemMetaStore::default();
+        let _m = start_master(&rt, &net, &meta);
+        rt.sleep(Duration::from_secs(1)).await;
+        let mut cfg = ClientConfig::new("master");
+        cfg.rpc_timeout = Duration::from_secs(600);
+        cfg.retry_for = Duration::from_secs(600);
+        let client = Client::new(rt.clone(), net.clone(), cfg.clone());
+        client.mkdir("/d", false).await.unwrap();
+
+        meta.stall();
+        // One create whose sync sticks, then enough to fill the next batch.
+        let mut pending = vec![spawn_client(&rt, &net, &cfg, |c| async move {
+            c.create("/d/first", 3).await
+        })];
+        rt.sleep(Duration::from_millis(100)).await;
+        for i in 0..master::MAX_WAITING {
+            pending.push(spawn_client(&rt, &net, &cfg, move |c| async move {
+                c.create(&format!("/d/f{i}"), 3).await
+            }));
+        }
+        rt.sleep(Duration::from_secs(2)).await;
+        // Taken, the stat of a missing name would be answered at once.
+        let missing = client.stat("/nope");
+        let wait = rt.sleep(Duration::from_secs(2));
+        futures::pin_mut!(missing, wait);
+        let r = futures::future::select(missing, wait).await;
+        let missing = match r {
+            futures::future::Either::Left((r, _)) => {
+                panic!("a request taken with the next batch full: {r:?}")
+            }
+            futures::future::Either::Right((_, missing)) => missing,
+        };
+        meta.release();
+        assert!(matches!(missing.await, Err(FsError::NotFound(_))));
+        for p in pending {
+            p.await.unwrap().expect("a create, once its sync ends");
+        }
+        assert_eq!(
+            client.list("/d", false).await.unwrap().len(),
+            master::MAX_WAITING + 1
+        );
     });
 }
 

@@ -64,6 +64,11 @@ impl LogBatch {
             .extend(seqs.into_iter().map(|seq| (log_key(seq), None)));
     }
 
+    /// How many writes the batch holds so far.
+    pub fn len(&self) -> usize {
+        self.writes.len()
+    }
+
     /// Nothing to write.
     pub fn is_empty(&self) -> bool {
         self.writes.is_empty() && self.checkpoint.is_none()

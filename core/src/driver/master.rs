@@ -484,7 +484,8 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
     // Requests are taken from the transport's bounded queue as the loop gets to them,
     // not forwarded into an unbounded one: when the master falls behind, callers wait in
     // the transport, which bounds how many and how many bytes, and the wait reaches the
-    // sockets as back-pressure.
+    // sockets as back-pressure. The same holds while a sync is slow: the loop stops
+    // taking requests once the next batch holds `MAX_WAITING` writes.
     let mut inbound = transport.listen(&opts.listen).await?;
     tracing::info!(addr = %opts.listen, epoch = master.epoch(), "master serving");
     // The sync under way, which holds the store until it is done. The master goes on
@@ -527,7 +528,14 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                 )
             }));
         }
-        let mut ev = match next_event(&mut events, &mut inbound, &mut syncing).await {
+        // While a sync is under way and the next batch is already large (a slow disk),
+        // new requests wait in the transport, whose bounded queue pushes back on callers;
+        // results and ticks are still taken.
+        let requests = |log: &Logging, syncing: &Option<Syncing<M>>| {
+            syncing.is_none() || log.batch.len() < MAX_WAITING
+        };
+        let take = requests(&log, &syncing);
+        let mut ev = match next_event(&mut events, &mut inbound, &mut syncing, take).await {
             Some(Next::Synced(s, done)) => {
                 syncing = None;
                 store = Some(s);
@@ -574,7 +582,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                 Event::Tick => Input::Tick,
                 Event::Checkpointed(cp) => {
                     log.built(cp);
-                    ev = try_event(&mut events, &mut inbound);
+                    ev = try_event(&mut events, &mut inbound, requests(&log, &syncing));
                     continue;
                 }
             };
@@ -583,7 +591,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
             dispatch(&rt, &transport, &tx, &opts, &mut replies, effects);
             taken += 1;
             if taken < BATCH_LIMIT {
-                ev = try_event(&mut events, &mut inbound);
+                ev = try_event(&mut events, &mut inbound, requests(&log, &syncing));
             }
         }
     }
@@ -592,6 +600,12 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
 
 /// The most events taken before the loop looks at the sync under way again.
 const BATCH_LIMIT: usize = 1024;
+
+/// The most writes the next batch gathers while a sync is under way before the loop
+/// stops taking requests (it still takes results and ticks): hundreds of times what a
+/// batch holds at full speed (a sync's worth of creates, 8-16 on a real disk with 16
+/// clients), so only a disk slow to sync meets it.
+pub const MAX_WAITING: usize = 4 * 1024;
 
 /// What a finished sync made durable: the last record of its batch, the checkpoint it
 /// wrote, and the last record the master had logged when the batch was made.
@@ -619,6 +633,7 @@ async fn next_event<M>(
     events: &mut mpsc::UnboundedReceiver<Event>,
     inbound: &mut mpsc::Receiver<Incoming>,
     syncing: &mut Option<Syncing<M>>,
+    requests: bool,
 ) -> Option<Next<M>> {
     futures::future::poll_fn(|cx| {
         if let Some(s) = syncing.as_mut()
@@ -629,7 +644,8 @@ async fn next_event<M>(
         if let Poll::Ready(e) = events.poll_next_unpin(cx) {
             return Poll::Ready(e.map(Next::Event));
         }
-        if !inbound.is_terminated()
+        if requests
+            && !inbound.is_terminated()
             && let Poll::Ready(Some(req)) = inbound.poll_next_unpin(cx)
         {
             return Poll::Ready(Some(Next::Event(Event::Request(req))));
@@ -639,15 +655,19 @@ async fn next_event<M>(
     .await
 }
 
-/// An event that is ready now, if any, in the order [`next_event`] takes them.
+/// An event that is ready now, if any, in the order [`next_event`] takes them
+/// (requests only if `requests`).
 fn try_event(
     events: &mut mpsc::UnboundedReceiver<Event>,
     inbound: &mut mpsc::Receiver<Incoming>,
+    requests: bool,
 ) -> Option<Event> {
-    events
-        .try_recv()
-        .ok()
-        .or_else(|| inbound.try_recv().ok().map(Event::Request))
+    events.try_recv().ok().or_else(|| {
+        requests
+            .then(|| inbound.try_recv().ok())
+            .flatten()
+            .map(Event::Request)
+    })
 }
 
 fn step<R: Runtime, O: Observer>(
