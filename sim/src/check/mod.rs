@@ -170,6 +170,13 @@ pub struct Checks {
 }
 
 impl Checks {
+    /// A master run on `node` starts: the previous run's checkpoints and the answers it
+    /// owed die with it (the next run numbers its requests from 1 again).
+    pub fn master_started(&mut self, node: &str) {
+        self.checkpoints_due.retain(|(n, _), _| n != node);
+        self.answers_due.retain(|(n, _), _| n != node);
+    }
+
     /// Judges a shadow master's answer, given at true time `t`: from record `seq`, its
     /// state current `lag_ms` ago by its own clock. Nothing past what a leader had
     /// committed, and no lag shorter than it was.

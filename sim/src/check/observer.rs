@@ -51,11 +51,9 @@ impl Observer for SimObserver {
     }
 
     fn master_started(&mut self, _now: Time, _start: tessera_core::driver::MasterStart<'_>) {
-        // A run's checkpoints die with it; the next run's come due afresh.
+        // A run's checkpoints and owed answers die with it; the next run's come afresh.
         let mut c = self.checks.lock().expect("checks lock");
-        c.checkpoints_due.retain(|(n, _), _| *n != self.node);
-        // Its requests died with it, and the next run numbers its own from 1.
-        c.answers_due.retain(|(n, _), _| *n != self.node);
+        c.master_started(&self.node);
     }
 
     fn master_checkpointed(

@@ -351,10 +351,8 @@ impl World {
         }
         let now = self.master_clock();
         let cfg = self.settings.master.clone();
-        // A run's checkpoints die with it; the next run's come due afresh.
-        self.checks
-            .checkpoints_due
-            .retain(|(node, _), _| node != "master");
+        // A run's checkpoints and owed answers die with it; the next run's come afresh.
+        self.checks.master_started("master");
         let durable = match block_on(master_driver::load(&mut self.master_store)) {
             Ok(d) => d,
             Err(e) => {
