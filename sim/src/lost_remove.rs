@@ -294,14 +294,7 @@ pub async fn lost_remove(cluster: &mut Cluster, checks: &Shared, run: &ClientRun
     let hidden = node
         .spawn(async move {
             workload::patiently(|| c.mkdir(DIR, true)).await?;
-            // Made by an attempt whose answer was lost: made all the same.
-            workload::patiently(|| async {
-                match c.create(&p, 0).await {
-                    Err(tessera_core::FsError::AlreadyExists(_)) => Ok(()),
-                    r => r,
-                }
-            })
-            .await?;
+            workload::made(&c, &p).await?;
             workload::patiently(|| c.write(&p, 0, d.clone())).await?;
             let info = workload::get_chunks(&c, &p)
                 .await

@@ -52,13 +52,7 @@ pub async fn rename_onto(cluster: &Cluster, checks: &Shared) {
     let made = node_a
         .spawn(async move {
             patiently(|| c.mkdir(DIR, true)).await?;
-            patiently(|| async {
-                match c.create(&p, 0).await {
-                    Err(FsError::AlreadyExists(_)) => Ok(()),
-                    r => r,
-                }
-            })
-            .await?;
+            workload::made(&c, &p).await?;
             patiently(|| c.write(&p, 0, d.clone())).await?;
             patiently(|| c.read(&p, 0, u64::MAX)).await
         })
@@ -103,13 +97,7 @@ pub async fn rename_onto(cluster: &Cluster, checks: &Shared) {
     let (c, px, py, d) = (a.clone(), x.clone(), y.clone(), new.clone());
     let read = node_a
         .spawn(async move {
-            patiently(|| async {
-                match c.create(&py, 0).await {
-                    Err(FsError::AlreadyExists(_)) => Ok(()),
-                    r => r,
-                }
-            })
-            .await?;
+            workload::made(&c, &py).await?;
             patiently(|| c.write(&py, 0, d.clone())).await?;
             patiently(|| c.rename(&py, &px)).await?;
             c.read(&px, 0, u64::MAX).await

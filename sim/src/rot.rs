@@ -87,14 +87,7 @@ pub async fn last_copy_rot(cluster: &mut Cluster, checks: &Shared, run: &mut Cli
         let out = async {
             let dir = p.rsplit_once('/').map_or("/", |x| x.0).to_string();
             workload::patiently(|| c.mkdir(&dir, true)).await?;
-            // Made by an attempt whose answer was lost: made all the same.
-            workload::patiently(|| async {
-                match c.create(&p, 0).await {
-                    Err(tessera_core::FsError::AlreadyExists(_)) => Ok(()),
-                    r => r,
-                }
-            })
-            .await?;
+            workload::made(&c, &p).await?;
             run.model.files.insert(p.clone(), Default::default());
             let wrote = workload::patiently(|| c.write(&p, 0, d.clone())).await;
             let f = run.model.files.get_mut(&p).expect("just made");

@@ -274,14 +274,7 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
     if let Err(e) = sched.settle(&mut cluster, sc.heal_within).await {
         fail(&checks, &cluster, e);
     }
-    let healed = liveness(
-        &cluster,
-        &checks,
-        sc.heal_within,
-        sc.faults.beyond_claim,
-        sc.stale_collected,
-    )
-    .await;
+    let healed = liveness(&cluster, &checks, &sc).await;
     // The scripted phases, on the healed cluster (`rot.rs`, `lost_remove.rs`); then
     // healed again (every chunk back at its goal) before everything is read back.
     let healed = if healed && (sc.last_copy_rot || sc.lost_remove) {
@@ -293,14 +286,7 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
                 if sc.lost_remove {
                     crate::lost_remove::lost_remove(&mut cluster, &checks, run).await;
                 }
-                liveness(
-                    &cluster,
-                    &checks,
-                    sc.heal_within,
-                    sc.faults.beyond_claim,
-                    sc.stale_collected,
-                )
-                .await
+                liveness(&cluster, &checks, &sc).await
             }
             _ => {
                 fail(
@@ -316,27 +302,13 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
     };
     let healed = if healed && sc.shadow_write && !cluster.replicas.is_empty() {
         crate::shadow_write::shadow_write(&cluster, &checks).await;
-        liveness(
-            &cluster,
-            &checks,
-            sc.heal_within,
-            sc.faults.beyond_claim,
-            sc.stale_collected,
-        )
-        .await
+        liveness(&cluster, &checks, &sc).await
     } else {
         healed
     };
     let healed = if healed && sc.rename_onto {
         crate::rename_onto::rename_onto(&cluster, &checks).await;
-        liveness(
-            &cluster,
-            &checks,
-            sc.heal_within,
-            sc.faults.beyond_claim,
-            sc.stale_collected,
-        )
-        .await
+        liveness(&cluster, &checks, &sc).await
     } else {
         healed
     };
@@ -464,15 +436,11 @@ pub(crate) fn fail(checks: &Shared, cluster: &Cluster, what: String) {
 }
 
 /// After healing: every chunk of every live file back at its replication goal within
-/// `within` (and, if asked, every stale copy deleted). Beyond the claim, chunks may be
-/// lost for good; only wrong data is an error.
-async fn liveness(
-    cluster: &Cluster,
-    checks: &Shared,
-    within: Duration,
-    beyond_claim: bool,
-    stale_collected: bool,
-) -> bool {
+/// the scenario's `heal_within` (and, if it asks, every stale copy deleted). Beyond the
+/// claim, chunks may be lost for good; only wrong data is an error.
+async fn liveness(cluster: &Cluster, checks: &Shared, sc: &Scenario) -> bool {
+    let (within, beyond_claim, stale_collected) =
+        (sc.heal_within, sc.faults.beyond_claim, sc.stale_collected);
     let deadline = cluster.true_ms() + within.as_millis() as i64;
     let healed_at = cluster.true_ms();
     loop {

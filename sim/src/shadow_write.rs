@@ -88,14 +88,7 @@ pub async fn shadow_write(cluster: &Cluster, checks: &Shared) {
     let made = node
         .spawn(async move {
             patiently(|| c.mkdir(DIR, true)).await?;
-            // Made by an attempt whose answer was lost: made all the same.
-            patiently(|| async {
-                match c.create(&p, 0).await {
-                    Err(FsError::AlreadyExists(_)) => Ok(()),
-                    r => r,
-                }
-            })
-            .await
+            workload::made(&c, &p).await
         })
         .await
         .expect("a client task of the shadow-write phase died");

@@ -810,6 +810,18 @@ pub async fn patiently<T, F: std::future::Future<Output = Result<T, FsError>>>(
     }
 }
 
+/// Makes the file `path` (replication 0: the master's default), asking again while it
+/// fails; made by an attempt whose answer was lost, it is made all the same.
+pub async fn made(client: &C, path: &str) -> Result<(), FsError> {
+    patiently(|| async {
+        match client.create(path, 0).await {
+            Err(FsError::AlreadyExists(_)) => Ok(()),
+            r => r,
+        }
+    })
+    .await
+}
+
 /// The liveness check: every modelled file reads back whole and correct, and a fresh
 /// write to each succeeds and reads back (leases are granted, clients make progress).
 pub async fn verify_all(
