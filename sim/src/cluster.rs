@@ -826,6 +826,12 @@ impl Cluster {
     /// the master adopts versions only up to the highest it reserved, and chunkservers
     /// take orders only from their own cluster's master. Counted as `rogue` when it was
     /// delivered.
+    ///
+    /// Each also comes with a forged read of the chunk from chunkserver `i` at a version
+    /// never granted, and a forged mutation of it at version 0, which no chunk ever has:
+    /// a chunkserver serves and applies only at the version it holds (a read at an
+    /// older one too, never a newer), so an Ok answer to either is a violation. Counted
+    /// as `rogue_chunk` when answered.
     pub fn rogue(&self, i: usize, h: u64, other: usize) {
         use prost::Message;
         use tessera_core::pb;
@@ -880,10 +886,58 @@ impl Cluster {
         let rt = SimRuntime::new(self.start, Clock::default());
         let net = SimNet::new(rt.clone(), self.net.clone());
         let checks = self.checks.clone();
+        let read = pb::ChunkRequest {
+            req: Some(pb::chunk_request::Req::Read(pb::ReadChunkRequest {
+                handle: h,
+                version: forged_version,
+                offset: 0,
+                length: 1 << 20,
+            })),
+        };
+        let apply = pb::ChunkRequest {
+            req: Some(pb::chunk_request::Req::Apply(pb::ApplyMutationRequest {
+                handle: h,
+                version: 0,
+                // Past the serials a primary gives a version in a run (they start at 1
+                // with each version), and within the 4096 a secondary holds a mutation
+                // for its predecessors, then applies it: so only the version refuses it.
+                serial: 4000 + r(90),
+                offset: 0,
+                data: bytes::Bytes::from_static(b"forged bytes no client wrote"),
+                data_id: 0,
+            })),
+        };
+        let server = self.servers[i].addr.clone();
+        let forged = [
+            (
+                format!("a read at never-granted version {forged_version}"),
+                read,
+            ),
+            ("a mutation at version 0".to_string(), apply),
+        ];
         self.rogue.spawn(async move {
             let deadline = rt.now() + std::time::Duration::from_secs(2);
             if net.call(&to, body.into(), deadline).await.is_ok() {
                 checks.lock().expect("checks").fault("rogue", 1);
+            }
+            for (what, req) in forged {
+                // Longer than a held mutation waits for its predecessors.
+                let deadline = rt.now() + std::time::Duration::from_secs(5);
+                let Ok(answer) = net
+                    .call(&server, req.encode_to_vec().into(), deadline)
+                    .await
+                else {
+                    continue;
+                };
+                let mut c = checks.lock().expect("checks");
+                c.fault("rogue_chunk", 1);
+                match pb::ChunkResponse::decode(answer) {
+                    Ok(resp) if resp.error.is_none() => c.violation(
+                        rt.true_ms(),
+                        format!("{server} answered Ok to a forged request for chunk {h}: {what}"),
+                    ),
+                    _ => {}
+                }
             }
         });
     }

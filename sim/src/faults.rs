@@ -88,7 +88,7 @@ impl FaultMix {
     /// The fault kinds (as counted in `faults=`) each kind of fault in the mix shows up
     /// as: a sweep in which one of them never happened did not test what it claims.
     pub fn kinds(&self) -> Vec<(&'static str, &'static [&'static str])> {
-        let all: [(bool, &'static str, &'static [&'static str]); 28] = [
+        let all: [(bool, &'static str, &'static [&'static str]); 29] = [
             (
                 self.minority_faults,
                 "two replicas impaired at once",
@@ -135,6 +135,7 @@ impl FaultMix {
             (self.lossy_net, "lossy_net", &["loss"]),
             (self.power_cuts, "power_cuts", &["power_cut"]),
             (self.rogue, "rogue", &["rogue"]),
+            (self.rogue, "forged chunk requests", &["rogue_chunk"]),
             (
                 self.net_trouble,
                 "net_trouble",

@@ -484,6 +484,18 @@ fn versions_are_checked() {
         length: 1,
     }));
     assert_eq!(r.error.unwrap().code, pb::ErrorCode::StaleVersion as i32);
+    // A mutation forwarded under an older version than the copy's is refused, whatever
+    // its serial: its primary's lease ended before this version was granted, and its
+    // writer may have been told it failed.
+    let r = h.req(R::Apply(pb::ApplyMutationRequest {
+        handle: 9,
+        version: 2,
+        serial: 1,
+        offset: 0,
+        data: Bytes::from_static(b"y"),
+        data_id: 0,
+    }));
+    assert_eq!(r.error.unwrap().code, pb::ErrorCode::StaleVersion as i32);
     let r = h.req(R::SetVersion(pb::SetVersionRequest {
         epoch: 0,
         handle: 9,
@@ -1489,6 +1501,40 @@ fn a_write_that_failed_on_the_primary_fails_once_the_secondaries_answer() {
         assert!(r[0].1.error.is_none(), "{r:?}");
         assert!(h.calls.is_empty(), "forwarded: {:?}", h.calls);
     }
+}
+
+/// A mutation the secondaries answer for only after the primary's lease ended fails,
+/// though every replica applied it: by then the master may have copied a replica that
+/// took it after the copy was read, or granted the next version, so its writer must
+/// not be told it is in every copy.
+#[test]
+fn a_mutation_answered_for_after_the_lease_ended_fails() {
+    let mut h = H::new();
+    h.create(1);
+    assert!(h.run(write_to(&["cs1", "cs2"], 1)).is_empty());
+    let forwards = std::mem::take(&mut h.calls);
+    assert_eq!(forwards.len(), 2);
+    assert!(
+        h.run(Input::CallResult {
+            id: forwards[0].id,
+            result: applied()
+        })
+        .is_empty()
+    );
+    h.now = Time(61_000);
+    assert!(!h.cs.is_primary(1, h.now), "the lease is over");
+    let r = h.run(Input::CallResult {
+        id: forwards[1].id,
+        result: applied(),
+    });
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0].0, 901);
+    let e = r[0]
+        .1
+        .error
+        .as_ref()
+        .expect("answered Ok after the lease ended");
+    assert_eq!(e.code(), pb::ErrorCode::Unavailable, "{e:?}");
 }
 
 #[test]

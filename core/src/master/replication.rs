@@ -306,6 +306,12 @@ impl Master {
             !self.lease_may_be_out(h),
             "cloning chunk {h} while a lease on it may be valid"
         );
+        // The order would reach the server after the clone and delete the new copy.
+        assert!(
+            !self.gc.pending_deletes.is_ordered(target, h),
+            "cloning chunk {h} to {}, which is ordered to delete its copy",
+            self.servers.get(target).addr
+        );
         tracing::info!(chunk = h, from = %self.servers.get(source).addr, to = %self.servers.get(target).addr, "re-replicating");
         self.fallbacks.forget_absence(h, target);
         self.servers.get_mut(source).clones_in_flight += 1;
