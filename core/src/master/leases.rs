@@ -652,6 +652,7 @@ impl Master {
                 rack: &s.rack,
                 utilization: s.utilization(),
                 recent_creations: s.recent_creations,
+                free: s.capacity.saturating_sub(s.used),
             })
             .collect();
         let rng = &mut self.rng;
@@ -661,6 +662,7 @@ impl Master {
             exclude,
             &racks,
             self.cfg.creation_limit,
+            self.cfg.chunk_size,
             &mut || rng.next_u64(),
         )
     }

@@ -1,7 +1,7 @@
-//! Where new replicas go (GFS §4.2, §4.3): servers with below-average disk use first, no
-//! server above its limit of recent creations while another is below it, and replicas
-//! spread across racks whenever there are enough racks. Never two replicas of a chunk on
-//! one server.
+//! Where new replicas go (GFS §4.2, §4.3): servers with room for a whole chunk first,
+//! then servers with below-average disk use, no server above its limit of recent
+//! creations while another is below it, and replicas spread across racks whenever there
+//! are enough racks. Never two replicas of a chunk on one server.
 //!
 //! A pure function of the candidates, so it is tested on its own.
 
@@ -15,20 +15,25 @@ pub struct Candidate<'a> {
     pub rack: &'a str,
     pub utilization: f64,
     pub recent_creations: u32,
+    /// Bytes free on its disk, as last reported.
+    pub free: u64,
 }
 
 /// Picks up to `n` servers from `candidates`, none of them in `exclude` and none on a
-/// rack already in `used_racks` while a server on another rack is free. `tiebreak` orders
-/// equally good servers (the master passes seeded random numbers, so load spreads).
+/// rack already in `used_racks` while a server on another rack is free. A server with
+/// less than `room` bytes free (a whole chunk) is picked only when no other is left: a
+/// nearly full disk would fail the chunk's writes part way. `tiebreak` orders equally
+/// good servers (the master passes seeded random numbers, so load spreads).
 pub fn choose(
     candidates: &[Candidate<'_>],
     n: usize,
     exclude: &[ServerIdx],
     used_racks: &[&str],
     creation_limit: u32,
+    room: u64,
     tiebreak: &mut dyn FnMut() -> u64,
 ) -> Vec<ServerIdx> {
-    let mut pool: Vec<(bool, bool, u64, &Candidate<'_>)> = Vec::new();
+    let mut pool: Vec<(bool, bool, bool, u64, &Candidate<'_>)> = Vec::new();
     let avg = if candidates.is_empty() {
         0.0
     } else {
@@ -38,22 +43,24 @@ pub fn choose(
         if exclude.contains(&c.idx) || c.utilization >= 1.0 {
             continue;
         }
+        let cramped = c.free < room;
         let busy = c.recent_creations >= creation_limit;
         let above_avg = c.utilization > avg;
-        pool.push((busy, above_avg, tiebreak(), c));
+        pool.push((cramped, busy, above_avg, tiebreak(), c));
     }
-    // Best first: not busy, then below-average use, then lower use, then the tiebreak.
+    // Best first: room for a chunk, then not busy, then below-average use, then lower
+    // use, then the tiebreak.
     pool.sort_by(|a, b| {
-        (a.0, a.1)
-            .cmp(&(b.0, b.1))
-            .then(a.3.utilization.total_cmp(&b.3.utilization))
-            .then(a.2.cmp(&b.2))
+        (a.0, a.1, a.2)
+            .cmp(&(b.0, b.1, b.2))
+            .then(a.4.utilization.total_cmp(&b.4.utilization))
+            .then(a.3.cmp(&b.3))
     });
     let mut racks: HashSet<&str> = used_racks.iter().copied().collect();
     let mut chosen = Vec::new();
     // First pass: only new racks. Second pass: anything left.
     for pass in 0..2 {
-        for (_, _, _, c) in &pool {
+        for (_, _, _, _, c) in &pool {
             if chosen.len() == n {
                 return chosen;
             }
@@ -72,6 +79,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    const GIB: u64 = 1 << 30;
+
     fn cands(spec: &[(u32, &'static str, f64, u32)]) -> Vec<Candidate<'static>> {
         spec.iter()
             .map(|&(idx, rack, utilization, recent_creations)| Candidate {
@@ -79,6 +88,7 @@ mod tests {
                 rack,
                 utilization,
                 recent_creations,
+                free: ((1.0 - utilization) * 100.0) as u64 * GIB,
             })
             .collect()
     }
@@ -92,14 +102,32 @@ mod tests {
             (3, "r4", 0.5, 0),
         ]);
         let mut t = || 0;
-        assert_eq!(choose(&c, 1, &[], &[], 10, &mut t), vec![1]);
-        assert_eq!(choose(&c, 2, &[1], &[], 10, &mut t), vec![3, 0]);
+        assert_eq!(choose(&c, 1, &[], &[], 10, GIB, &mut t), vec![1]);
+        assert_eq!(choose(&c, 2, &[1], &[], 10, GIB, &mut t), vec![3, 0]);
     }
 
     #[test]
     fn full_disks_never_chosen() {
         let c = cands(&[(0, "r1", 1.0, 0), (1, "r1", 0.2, 0)]);
-        assert_eq!(choose(&c, 3, &[], &[], 10, &mut || 0), vec![1]);
+        assert_eq!(choose(&c, 3, &[], &[], 10, GIB, &mut || 0), vec![1]);
+    }
+
+    /// A disk without room for a whole chunk is the last choice, even when the servers
+    /// with room are busy or fuller than average: a small disk on a big cluster reads as
+    /// well used only once it is nearly full.
+    #[test]
+    fn a_disk_without_room_for_a_chunk_is_picked_last() {
+        let mut c = cands(&[
+            (0, "r1", 0.5, 99),
+            (1, "r2", 0.6, 0),
+            (2, "r3", 0.7, 0),
+            (3, "r4", 0.2, 0),
+        ]);
+        c[3].free = GIB / 2;
+        let mut t = || 0;
+        assert_eq!(choose(&c, 3, &[], &[], 10, GIB, &mut t), vec![1, 2, 0]);
+        // Left with no other, it is picked.
+        assert_eq!(choose(&c, 4, &[], &[], 10, GIB, &mut t), vec![1, 2, 0, 3]);
     }
 
     proptest! {
@@ -112,9 +140,10 @@ mod tests {
             const RACKS: [&str; 4] = ["a", "b", "c", "d"];
             let c: Vec<_> = servers.iter().enumerate().map(|(i, &(r, u, rc))| Candidate {
                 idx: i as u32, rack: RACKS[r as usize], utilization: u, recent_creations: rc,
+                free: GIB,
             }).collect();
             let mut rng = crate::rng::Rng::new(seed);
-            let got = choose(&c, n, &[], &[], 3, &mut || rng.next_u64());
+            let got = choose(&c, n, &[], &[], 3, GIB, &mut || rng.next_u64());
             let set: HashSet<_> = got.iter().collect();
             prop_assert_eq!(set.len(), got.len(), "a server chosen twice");
             prop_assert_eq!(got.len(), n.min(c.len()));
