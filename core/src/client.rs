@@ -179,15 +179,40 @@ impl Retry {
 pub const COPYING: &str = "._COPYING_";
 
 /// Why a [`Client::put_with`] failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug)]
 pub enum PutError<E> {
     /// A step of the put's own failed: `AlreadyExists` if the path exists, or another put
     /// to it finished first.
-    #[error(transparent)]
     Fs(FsError),
     /// The caller's writing of the data failed.
-    #[error("{0}")]
     Write(E),
+    /// The put failed, and its file was no longer where it made it: a directory above
+    /// the path was renamed (or removed) meanwhile. If renamed, the unfinished file,
+    /// `name`, is left under the directory's new name.
+    Left {
+        failed: Box<PutError<E>>,
+        name: String,
+    },
+}
+
+impl<E: std::fmt::Display> std::fmt::Display for PutError<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PutError::Fs(e) => e.fmt(f),
+            PutError::Write(e) => e.fmt(f),
+            PutError::Left { failed, name } => write!(f, "{failed}{}", left_note(name)),
+        }
+    }
+}
+
+impl<E: std::fmt::Debug + std::fmt::Display> std::error::Error for PutError<E> {}
+
+/// What the error of a put that left its file `name` behind ([`PutError::Left`]) adds.
+pub fn left_note(name: &str) -> String {
+    format!(
+        "; a directory above the path was renamed or removed meanwhile: if renamed, the \
+         unfinished copy {name:?} is left under its new name (remove it with rm)"
+    )
 }
 
 impl<R: Runtime, T: Transport> Client<R, T> {
@@ -734,10 +759,16 @@ impl<R: Runtime, T: Transport> Client<R, T> {
             return Ok(Bytes::new());
         }
         if c.replicas.is_empty() {
-            return Err(FsError::Unavailable(format!(
-                "chunk {} has no live replica",
-                c.handle
-            )));
+            // Still retried: a server holding a good copy may come back.
+            return Err(FsError::Unavailable(if c.corrupt_copies > 0 {
+                format!(
+                    "chunk {} has no live replica: {} of its copies failed their checksums \
+                     and were dropped, and no good copy is known",
+                    c.handle, c.corrupt_copies
+                )
+            } else {
+                format!("chunk {} has no live replica", c.handle)
+            }));
         }
         // Start at a random replica to spread load; try each in turn.
         let start = (self.rt.random_u64() % c.replicas.len() as u64) as usize;
@@ -886,13 +917,21 @@ impl<R: Runtime, T: Transport> Client<R, T> {
             Ok(()) => self.rename(&tmp, path).await.map_err(own),
             Err(e) => Err(PutError::Write(e)),
         };
-        if result.is_err() {
-            match self.delete(&tmp, false).await {
-                Ok(()) | Err(FsError::NotFound(_)) => {}
+        if let Err(failed) = result {
+            return Err(match self.delete(&tmp, false).await {
+                Ok(()) => failed,
+                // Not where it was made: an ancestor was renamed (or removed) meanwhile,
+                // which also failed the put. The file has no name of its own to find it
+                // by, so the caller is told where to look.
+                Err(FsError::NotFound(_)) => PutError::Left {
+                    failed: Box::new(failed),
+                    name: tmp.rsplit('/').next().unwrap_or(&tmp).to_string(),
+                },
                 Err(e) => {
-                    tracing::warn!(path = %tmp, error = %e, "a failed put could not remove its file")
+                    tracing::warn!(path = %tmp, error = %e, "a failed put could not remove its file");
+                    failed
                 }
-            }
+            });
         }
         result
     }
@@ -906,6 +945,10 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         .await
         .map_err(|e| match e {
             PutError::Fs(e) | PutError::Write(e) => e,
+            PutError::Left { failed, name } => match *failed {
+                PutError::Fs(e) | PutError::Write(e) => e.map_message(|m| m + &left_note(&name)),
+                PutError::Left { .. } => unreachable!("put_with nests no Left"),
+            },
         })
     }
 

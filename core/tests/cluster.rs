@@ -6,7 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::future::{AbortHandle, Abortable};
 use tessera_core::chunkserver::ChunkserverConfig;
-use tessera_core::client::{Client, ClientConfig};
+use tessera_core::client::{Client, ClientConfig, PutError};
 use tessera_core::driver::{Quiet, checkpoint, chunkserver, master};
 use tessera_core::error::FsError;
 use tessera_core::master::MasterConfig;
@@ -1048,6 +1048,101 @@ fn of_two_puts_to_one_path_a_successful_one_leaves_its_bytes() {
             want.sort();
             assert_eq!(names, want, "round {round}");
         }
+    });
+}
+
+/// A put whose directory is renamed while it writes fails (its file is no longer where
+/// it wrote it), and cannot remove its unfinished copy, which went with the directory:
+/// its error says so and names the copy, and the copy is there under the new name. The
+/// temporary name being the put's own, nothing else could find it.
+#[test]
+fn a_put_whose_directory_moves_says_what_it_left_behind() {
+    let rt = TestRuntime::new(19);
+    let net = MemNet::new(rt.clone());
+    let rt2 = rt.clone();
+    rt.block_on(async move {
+        let rt = rt2;
+        let (cfg, _nodes) = small_cluster(&rt, &net).await;
+        let client = Client::new(rt.clone(), net.clone(), cfg.clone());
+        client.mkdir("/p", false).await.unwrap();
+        let other = Client::new(rt.clone(), net.clone(), cfg);
+        let r = client
+            .put_with("/p/y", 3, |tmp| {
+                let (client, other) = (client.clone(), other.clone());
+                async move {
+                    client.write(&tmp, 0, data(1000, 1)).await?;
+                    other.rename("/p", "/q").await?;
+                    client.write(&tmp, 1000, data(1000, 2)).await
+                }
+            })
+            .await;
+        let Err(PutError::Left { failed, name }) = r else {
+            panic!("the put's error does not say what it left: {r:?}");
+        };
+        assert!(
+            matches!(*failed, PutError::Write(FsError::NotFound(_))),
+            "{failed:?}"
+        );
+        assert!(name.starts_with("y._COPYING_."), "{name}");
+        let left: Vec<String> = client
+            .list("/q", false)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.path)
+            .collect();
+        assert_eq!(left, vec![format!("/q/{name}")]);
+        let shown = PutError::Left {
+            failed,
+            name: name.clone(),
+        }
+        .to_string();
+        assert!(
+            shown.contains(&name) && shown.contains("renamed"),
+            "{shown}"
+        );
+    });
+}
+
+/// A chunk whose every copy fails its checksums reads as corrupt, not merely missing:
+/// the read's error and fsck say how many copies were found corrupt (the read is still
+/// retried, as a server holding a good copy may come back).
+#[test]
+fn a_chunk_whose_every_copy_is_corrupt_is_said_to_be() {
+    let rt = TestRuntime::new(23);
+    let net = MemNet::new(rt.clone());
+    let rt2 = rt.clone();
+    rt.block_on(async move {
+        let rt = rt2;
+        let meta = MemMetaStore::default();
+        let _m = start_master(&rt, &net, &meta);
+        let (disks, mut servers) = start_chunkservers(&rt, &net, 3);
+        rt.sleep(Duration::from_secs(2)).await;
+        let mut cfg = ClientConfig::new("master");
+        cfg.rpc_timeout = Duration::from_secs(2);
+        cfg.retry_for = Duration::from_secs(60);
+        let client = Client::new(rt.clone(), net.clone(), cfg.clone());
+        client.put("/f", 3, data(1000, 3)).await.unwrap();
+        // Every server restarts (no copy left in a read cache), and every disk's copy
+        // has a bit flipped.
+        for (i, s) in servers.iter_mut().enumerate() {
+            s.abort();
+            net.kill(&format!("cs{i}"));
+            let h = disks[i].handles()[0];
+            disks[i].corrupt(h, 10);
+            *s = start_chunkserver(&rt, &net, &disks[i], i);
+        }
+        rt.sleep(Duration::from_secs(3)).await;
+        cfg.retry_for = Duration::from_secs(10);
+        let reader = Client::new(rt.clone(), net.clone(), cfg);
+        let e = reader.read("/f", 0, u64::MAX).await.unwrap_err();
+        assert!(
+            matches!(&e, FsError::Unavailable(m) if m.contains("3 of its copies failed their checksums")),
+            "{e}"
+        );
+        let fsck = client.fsck("/f", true).await.unwrap();
+        let c = &fsck.files[0].chunks[0];
+        assert_eq!((c.replicas.len(), c.corrupt_copies), (0, 3), "{c:?}");
     });
 }
 

@@ -139,6 +139,23 @@ pub fn fsck_files_text(files: &[pb::FsckFile], last: &mut String) -> String {
             if !at.is_empty() {
                 let _ = write!(out, " at {}", at.join(", "));
             }
+            if c.corrupt_copies > 0 {
+                let _ = write!(
+                    out,
+                    "; {} {} found corrupt (failed {} checksums) and dropped",
+                    c.corrupt_copies,
+                    if c.corrupt_copies == 1 {
+                        "copy"
+                    } else {
+                        "copies"
+                    },
+                    if c.corrupt_copies == 1 {
+                        "its"
+                    } else {
+                        "their"
+                    }
+                );
+            }
             if !c.deleting.is_empty() {
                 let _ = write!(
                     out,
@@ -577,6 +594,7 @@ mod tests {
                             replica("10.0.0.2:7071", "r2"),
                         ],
                         deleting: vec!["10.0.0.3:7071".into()],
+                        corrupt_copies: 0,
                     },
                     pb::FsckChunk {
                         index: 1,
@@ -586,6 +604,7 @@ mod tests {
                         health: ChunkHealth::Missing.into(),
                         replicas: vec![],
                         deleting: vec![],
+                        corrupt_copies: 3,
                     },
                 ],
             }],

@@ -161,8 +161,9 @@ enum Cmd {
         m: MasterAddr,
     },
     /// Copy a local file (or - for stdin) into Tessera. The file appears when complete
-    /// (it is written as PATH._COPYING_.<random> and renamed); a failed put leaves
-    /// nothing (a put that is killed leaves that file, for `rm` to remove).
+    /// (it is written as PATH._COPYING_.<random> and renamed); a failed put removes it
+    /// (a put that is killed leaves that file, for `rm` to remove, and so does one whose
+    /// directory is renamed meanwhile, under the directory's new name: the error says so).
     ///
     /// Onto an existing directory, the file goes under it with the local file's name
     /// (as cp does).
@@ -612,6 +613,9 @@ fn say(e: FsError, what: &str) -> String {
                 "{what}: a server did not answer for {patience} ({m}); `tessera admin report` shows which servers are down (--retry-for waits longer)"
             )
         }
+        FsError::Unavailable(m) if m.contains("failed their checksums") => format!(
+            "{what}: {m}, after {patience}: its data is lost unless a server holding a good copy comes back; `tessera admin fsck {what}` shows the chunk"
+        ),
         FsError::Unavailable(m) if m.contains("no live replica") => format!(
             "{what}: {m} after {patience}: every server holding it is down or has not reported since the master started; `tessera admin fsck {what}` shows where its copies are"
         ),
@@ -841,10 +845,23 @@ async fn run(cmd: Cmd) -> Result<(), String> {
                 }
             })
             .await
-            .map_err(|e| match e {
-                PutError::Fs(FsError::AlreadyExists(_)) => format!("{path}: already exists"),
-                PutError::Fs(e) => say(e, &path),
-                PutError::Write(e) => e,
+            .map_err(|e| {
+                let said = |e: PutError<String>| match e {
+                    PutError::Fs(FsError::AlreadyExists(_)) => format!("{path}: already exists"),
+                    PutError::Fs(e) => say(e, &path),
+                    PutError::Write(e) => e,
+                    left @ PutError::Left { .. } => left.to_string(),
+                };
+                match e {
+                    PutError::Left { failed, name } => {
+                        format!(
+                            "{}{}",
+                            said(*failed),
+                            tessera_core::client::left_note(&name)
+                        )
+                    }
+                    e => said(e),
+                }
             })
         }
         Cmd::Append { local, path, m } => {

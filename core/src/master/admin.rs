@@ -260,6 +260,7 @@ impl Master {
                             })
                             .collect(),
                         deleting: dels,
+                        corrupt_copies: self.corrupt_copies(h, c),
                     });
                 }
             }

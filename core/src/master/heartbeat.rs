@@ -373,6 +373,10 @@ impl Master {
     /// `server`'s copy of `h` is corrupt and will not be mended: it stops counting and
     /// is ordered deleted.
     pub(super) fn discard_corrupt(&mut self, h: ChunkHandle, server: ServerIdx) {
+        let found = self.found_corrupt.entry(h).or_default();
+        if !found.contains(&server) {
+            found.push(server);
+        }
         self.copy_corrupt(h, server);
         self.drop_replica(h, server);
         let v = self.meta.chunks.get(h).map_or(0, |c| c.version);

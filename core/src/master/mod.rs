@@ -48,7 +48,7 @@ pub use servers::{Registry, Server};
 use crate::error::{FsError, RpcError};
 use crate::pb::{self, log_record::Op, master_request::Req, master_response::Resp};
 use crate::rng::Rng;
-use crate::types::{LogSeq, Time};
+use crate::types::{ChunkHandle, LogSeq, Time};
 
 /// Names one inbound request, so its reply can find its way back. Chosen by the driver.
 pub type RequestId = u64;
@@ -159,6 +159,11 @@ pub struct Master {
     /// Last copies of a version being mended (`mend.rs`), and how many were mended.
     mending: mend::Mending,
     mended: u64,
+    /// Servers whose copy of a chunk failed its checksums and was dropped, since this
+    /// master started (not logged: like locations, learned again). Fsck and clients
+    /// are told how many of a chunk's copies were found corrupt, so a chunk with no
+    /// good copy left reads as corrupt, not merely missing.
+    found_corrupt: HashMap<ChunkHandle, Vec<ServerIdx>>,
     checkpoint_seq: LogSeq,
     /// Write-target requests waiting for their chunk's allocation to be durable:
     /// (request, chunk, its index in the file, the file's chunk size).
@@ -244,6 +249,7 @@ impl Master {
             fallbacks,
             mending: mend::Mending::default(),
             mended: 0,
+            found_corrupt: HashMap::default(),
             checkpoint_seq: seq,
             retired_at: HashMap::default(),
             deferred_targets: BTreeMap::new(),
@@ -851,6 +857,16 @@ impl Master {
         }
         let result = reads::chunk_locations(&self.meta, &path, r.first_index, r.count, |_, c| {
             self.addrs(c.replicas.as_slice())
+        })
+        .map(|mut r| {
+            for l in &mut r.chunks {
+                if l.replicas.is_empty()
+                    && let Some(c) = self.meta.chunks.get(l.handle)
+                {
+                    l.corrupt_copies = self.corrupt_copies(l.handle, c);
+                }
+            }
+            r
         });
         self.locks.release(&set);
         self.reply(id, Resp::GetChunks(result?));
@@ -976,6 +992,15 @@ impl Master {
         self.check_liveness();
         self.schedule_clones();
         self.collect_garbage();
+        let chunks = &self.meta.chunks;
+        self.found_corrupt.retain(|&h, _| chunks.get(h).is_some());
+    }
+
+    /// How many copies of `h` were found corrupt and are not listed as replicas now.
+    fn corrupt_copies(&self, h: ChunkHandle, c: &Chunk) -> u32 {
+        self.found_corrupt.get(&h).map_or(0, |found| {
+            found.iter().filter(|&&s| !c.replicas.contains(s)).count() as u32
+        })
     }
 
     /// Whether `server`'s copy of `h` is retired at the chunk's current version.

@@ -74,6 +74,7 @@ pub fn chunk_locations(
             handle,
             version: c.version,
             replicas: replicas(handle, c),
+            corrupt_copies: 0,
         });
     }
     Ok(pb::GetChunksResponse {
