@@ -151,9 +151,11 @@ enum Cmd {
         #[command(flatten)]
         m: MasterAddr,
     },
-    /// Make a directory.
+    /// Make directories (each in turn; every one that fails is said, and the exit
+    /// status is 1 if any did).
     Mkdir {
-        path: String,
+        #[arg(required = true)]
+        paths: Vec<String>,
         /// Make missing parents too; no error if it exists.
         #[arg(short, long)]
         parents: bool,
@@ -763,10 +765,20 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             note_shadow(&c);
             done
         }
-        Cmd::Mkdir { path, parents, m } => client(&m)
-            .mkdir(&path, parents)
-            .await
-            .map_err(|e| say(e, &path)),
+        Cmd::Mkdir { paths, parents, m } => {
+            let c = client(&m);
+            let mut failed = Vec::new();
+            for path in &paths {
+                if let Err(e) = c.mkdir(path, parents).await {
+                    failed.push(say(e, path));
+                }
+            }
+            if failed.is_empty() {
+                Ok(())
+            } else {
+                Err(failed.join("\ntessera: "))
+            }
+        }
         Cmd::Rm { path, recursive, m } => {
             let c = client(&m);
             slash_means_dir(&c, &path).await?;
@@ -1144,7 +1156,15 @@ async fn copy_in(c: &Tessera, local: &str, path: &str, dest: Dest) -> Result<(),
     if let Some(b) = progress {
         b.finish_and_clear();
     }
-    done
+    done.map_err(|e| match dest {
+        // The file's length took in the whole range when it was reserved.
+        Dest::Append => format!(
+            "{e}; the append failed part way: {path} now ends with the {len} bytes reserved \
+             for it at offset {at}, some of which may not hold {local}'s bytes (they read \
+             as zeros or as a part written)"
+        ),
+        Dest::At(_) => e,
+    })
 }
 
 /// Writes a stream into `path`, in pieces, in order: from an offset on, or each piece
@@ -1178,7 +1198,16 @@ async fn copy_in_stream(
             Dest::At(at) => c.write(path, at + done, piece).await.map(|_| ()),
             Dest::Append => c.append(path, piece).await.map(|_| ()),
         }
-        .map_err(|e| say(e, path))?;
+        .map_err(|e| match dest {
+            // Each piece is an append of its own: those before it are whole.
+            Dest::Append => format!(
+                "{}; the append failed part way: {path} holds the first {done} bytes of \
+                 {local}, and after them perhaps a part of the next {n} (an append that \
+                 fails may leave its region written in part, or as zeros)",
+                say(e, path)
+            ),
+            Dest::At(_) => say(e, path),
+        })?;
         done += n as u64;
         if let Some(b) = &progress {
             b.set_position(done);

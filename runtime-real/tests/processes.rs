@@ -651,6 +651,15 @@ fn chunkservers_keep_to_their_capacity() {
         !out.status.success() && err.contains("past this server's capacity"),
         "{err}"
     );
+    // And the error says what the failed append left in the file.
+    assert!(
+        err.contains(&format!(
+            "the append failed part way: /b now ends with the {} bytes reserved for it at offset {}",
+            1 << 20,
+            3 << 19
+        )),
+        "{err}"
+    );
     // The servers' heartbeats say they are full, and no fuller.
     let used = |t: &str| -> f64 {
         t.lines()
@@ -1090,6 +1099,15 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
     // A local file that does not exist.
     let out = c.cli(&["put", root.join("missing").to_str().unwrap(), "/f"]);
     assert!(!out.status.success());
+    // Several directories at once: each that can be made is, each that cannot is said,
+    // and the exit status says one failed.
+    let out = c.cli(&["mkdir", "/m1", "/no/parent", "/m2"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("/no/parent"), "{err}");
+    c.ok(&["stat", "/m1"]);
+    c.ok(&["stat", "/m2"]);
+    c.ok(&["mkdir", "-p", "/m3/a", "/m3/b"]);
+    c.ok(&["stat", "/m3/b"]);
     // A chunkserver's address given for the master's: the answer says what answered.
     // (A master's request either fails to decode there or decodes as an empty one.)
     let cs = c.servers[0].0.clone();
