@@ -616,7 +616,7 @@ fn say(e: FsError, what: &str) -> String {
             )
         }
         FsError::Unavailable(m) if m.contains("failed their checksums") => format!(
-            "{what}: {m}, after {patience}: its data is lost unless a server holding a good copy comes back; `tessera admin fsck {what}` shows the chunk"
+            "{what}: {m}, after {patience}: its data is lost unless a server holding a good copy comes back (`tessera admin report` shows which servers are down; `tessera admin fsck {what}` shows the chunk)"
         ),
         FsError::Unavailable(m) if m.contains("no live replica") => format!(
             "{what}: {m} after {patience}: every server holding it is down or has not reported since the master started; `tessera admin fsck {what}` shows where its copies are"
@@ -1100,19 +1100,22 @@ async fn copy_in(c: &Tessera, local: &str, path: &str, dest: Dest) -> Result<(),
         return copy_in_stream(c, Box::new(f), local, path, dest, None).await;
     }
     let len = meta.len();
+    if matches!(dest, Dest::Append) && len == 0 {
+        return Ok(());
+    }
+    // Just created, perhaps: the leader knows it, a shadow may not yet. Asked before an
+    // append reserves its range, so nothing but the writes can fail after it.
+    let chunk = c
+        .chunk_size_to_write(path)
+        .await
+        .map_err(|e| say(e, path))?;
     let at = match dest {
         Dest::At(at) => at,
-        Dest::Append if len == 0 => return Ok(()),
         Dest::Append => c
             .reserve_append(path, len)
             .await
             .map_err(|e| say(e, path))?,
     };
-    // Just created, perhaps: the leader knows it, a shadow may not yet.
-    let chunk = c
-        .chunk_size_to_write(path)
-        .await
-        .map_err(|e| say(e, path))?;
     let progress = bar(Some(len));
     drop(f);
     let (c2, path2, local2, bar2) = (
@@ -1159,7 +1162,7 @@ async fn copy_in(c: &Tessera, local: &str, path: &str, dest: Dest) -> Result<(),
     done.map_err(|e| match dest {
         // The file's length took in the whole range when it was reserved.
         Dest::Append => format!(
-            "{e}; the append failed part way: {path} now ends with the {len} bytes reserved \
+            "{e}; the append failed part way: {path} now holds the {len} bytes reserved \
              for it at offset {at}, some of which may not hold {local}'s bytes (they read \
              as zeros or as a part written)"
         ),
@@ -1201,10 +1204,11 @@ async fn copy_in_stream(
         .map_err(|e| match dest {
             // Each piece is an append of its own: those before it are whole.
             Dest::Append => format!(
-                "{}; the append failed part way: {path} holds the first {done} bytes of \
-                 {local}, and after them perhaps a part of the next {n} (an append that \
-                 fails may leave its region written in part, or as zeros)",
-                say(e, path)
+                "{}; the append failed: {path} holds the first {done} bytes of {}, and \
+                 after them perhaps a part of the next {n} (an append that fails may leave \
+                 its region written in part, or as zeros)",
+                say(e, path),
+                if local == "-" { "stdin" } else { local }
             ),
             Dest::At(_) => say(e, path),
         })?;

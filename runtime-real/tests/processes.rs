@@ -654,7 +654,7 @@ fn chunkservers_keep_to_their_capacity() {
     // And the error says what the failed append left in the file.
     assert!(
         err.contains(&format!(
-            "the append failed part way: /b now ends with the {} bytes reserved for it at offset {}",
+            "the append failed part way: /b now holds the {} bytes reserved for it at offset {}",
             1 << 20,
             3 << 19
         )),

@@ -886,10 +886,13 @@ impl Cluster {
         let rt = SimRuntime::new(self.start, Clock::default());
         let net = SimNet::new(rt.clone(), self.net.clone());
         let checks = self.checks.clone();
+        // Above every forged grant's version: a server not yet in a cluster (a wiped
+        // one, back) takes a forged grant, and holds that version until told otherwise.
+        let never_granted = forged_version + 1_000_000;
         let read = pb::ChunkRequest {
             req: Some(pb::chunk_request::Req::Read(pb::ReadChunkRequest {
                 handle: h,
-                version: forged_version,
+                version: never_granted,
                 offset: 0,
                 length: 1 << 20,
             })),
@@ -910,7 +913,7 @@ impl Cluster {
         let server = self.servers[i].addr.clone();
         let forged = [
             (
-                format!("a read at never-granted version {forged_version}"),
+                format!("a read at never-granted version {never_granted}"),
                 read,
             ),
             ("a mutation at version 0".to_string(), apply),

@@ -227,6 +227,10 @@ impl Master {
             debug_assert_eq!(c.version, current);
             if rep.version < c.version {
                 if c.replicas.contains(idx) {
+                    if rep.version == 0 {
+                        // Found corrupt, its report lost (or its metadata at start-up).
+                        self.found_corrupt_copy(h, idx);
+                    }
                     self.drop_replica(h, idx);
                 }
                 // Below its goal, the chunk keeps it as a fallback (`fallback.rs`).
@@ -336,7 +340,28 @@ impl Master {
         self.gc.pending_deletes.0.remove(&idx);
         self.gc.deleting.remove(&idx);
         self.retired_at.retain(|&(_, s), _| s != idx);
+        // Its corrupt copies went with it.
+        self.found_corrupt
+            .values_mut()
+            .for_each(|found| found.retain(|&s| s != idx));
         self.drop_replicas_where(idx, |_| true);
+    }
+
+    /// `server`'s listed copy of `h` failed its checksums and is dropped: counted in
+    /// [`Master::corrupt_copies`] until the server holds a good copy again.
+    fn found_corrupt_copy(&mut self, h: ChunkHandle, server: ServerIdx) {
+        if !self
+            .meta
+            .chunks
+            .get(h)
+            .is_some_and(|c| c.replicas.contains(server))
+        {
+            return; // an old or demoted copy: it was no copy of the chunk's data now
+        }
+        let found = self.found_corrupt.entry(h).or_default();
+        if !found.contains(&server) {
+            found.push(server);
+        }
     }
 
     pub(super) fn on_report_corrupt(&mut self, id: RequestId, r: &pb::ReportCorruptRequest) {
@@ -373,10 +398,7 @@ impl Master {
     /// `server`'s copy of `h` is corrupt and will not be mended: it stops counting and
     /// is ordered deleted.
     pub(super) fn discard_corrupt(&mut self, h: ChunkHandle, server: ServerIdx) {
-        let found = self.found_corrupt.entry(h).or_default();
-        if !found.contains(&server) {
-            found.push(server);
-        }
+        self.found_corrupt_copy(h, server);
         self.copy_corrupt(h, server);
         self.drop_replica(h, server);
         let v = self.meta.chunks.get(h).map_or(0, |c| c.version);
@@ -423,6 +445,9 @@ impl Master {
             .get_mut(h)
             .expect("adding a replica of a known chunk");
         if c.replicas.insert(s) {
+            if let Some(found) = self.found_corrupt.get_mut(&h) {
+                found.retain(|&x| x != s);
+            }
             self.listed_holder(h, s);
             self.servers.get_mut(s).replicas += 1;
             // It may now have more copies than its goal (a server came back after its

@@ -58,13 +58,18 @@ pub fn choose(
     });
     let mut racks: HashSet<&str> = used_racks.iter().copied().collect();
     let mut chosen = Vec::new();
-    // First pass: only new racks. Second pass: anything left.
-    for pass in 0..2 {
-        for (_, _, _, _, c) in &pool {
+    // Servers with room, on new racks, then on any; then servers without room, on new
+    // racks, then on any. A copy that cannot be written protects nothing, wherever it is.
+    for pass in 0..4 {
+        for (cramped, _, _, _, c) in &pool {
             if chosen.len() == n {
                 return chosen;
             }
-            if chosen.contains(&c.idx) || (pass == 0 && racks.contains(c.rack)) {
+            let new_racks_only = pass % 2 == 0;
+            if chosen.contains(&c.idx)
+                || (pass < 2 && *cramped)
+                || (new_racks_only && racks.contains(c.rack))
+            {
                 continue;
             }
             racks.insert(c.rack);
@@ -128,6 +133,15 @@ mod tests {
         assert_eq!(choose(&c, 3, &[], &[], 10, GIB, &mut t), vec![1, 2, 0]);
         // Left with no other, it is picked.
         assert_eq!(choose(&c, 4, &[], &[], 10, GIB, &mut t), vec![1, 2, 0, 3]);
+        // Even when it is the only server on a rack not used yet.
+        let mut c = cands(&[
+            (0, "r1", 0.5, 0),
+            (1, "r1", 0.5, 0),
+            (2, "r2", 0.5, 0),
+            (3, "r3", 0.2, 0),
+        ]);
+        c[3].free = GIB / 2;
+        assert_eq!(choose(&c, 3, &[], &[], 10, GIB, &mut t), vec![0, 2, 1]);
     }
 
     proptest! {
