@@ -33,7 +33,7 @@ use tessera_core::pb;
 use tessera_core::pb::master_request as ms_req;
 use tessera_core::runtime::ChunkStore;
 use tessera_core::testkit::{MemChunkStore, MemMetaStore};
-use tessera_core::types::{ChunkHandle, LogSeq, Time};
+use tessera_core::types::{ChunkHandle, Time};
 
 use crate::check::{Checks, step};
 
@@ -139,17 +139,6 @@ struct MasterNode {
     /// A checkpoint built when it fell due, written with the next sync (by then the
     /// master may have logged more, as it does while a driver's checkpointer builds).
     built: Option<Sealed>,
-    /// The batch written to the store and not yet synced, as a driver's one sync under
-    /// way (`driver::master`): the master takes requests meanwhile, and what they log
-    /// forms the next batch.
-    syncing: Option<Syncing>,
-}
-
-/// A batch on its way to disk: the last record it holds, and the checkpoint it
-/// carries, with the record its master had logged through when it was cut.
-struct Syncing {
-    through: Option<LogSeq>,
-    checkpoint: Option<(Sealed, LogSeq)>,
 }
 
 /// The size of a stored checkpoint's parts (a piece larger than that gets one alone).
@@ -391,7 +380,6 @@ impl World {
                     held,
                     checkpointer,
                     built: None,
-                    syncing: None,
                 });
             }
             Err(e) => self.refused = Some(e.to_string()),
@@ -471,57 +459,42 @@ impl World {
         }
     }
 
-    /// The master's log, as a driver's loop moves it (`driver::master`): the sync under
-    /// way ends (the store syncs, and the master hears of it), then what the master's
-    /// steps wrote since goes to the store as the next batch, whose sync is then under
-    /// way until the next call. Between two calls the master takes requests, as a
-    /// driver's does while its disk syncs. False if there was nothing to do.
+    /// The master's log: what its steps wrote goes to the store and is synced, then the
+    /// master hears of it (one group commit). False if there was nothing to write.
     pub fn sync_master(&mut self) -> bool {
-        use tessera_core::runtime::MetaStore;
         let Some(node) = self.master.as_mut() else {
             return false;
-        };
-        let ended = node.syncing.take();
-        let did = ended.is_some();
-        if let Some(ended) = ended {
-            block_on(self.master_store.sync()).expect("an in-memory store");
-            if let Some((sealed, logged)) = ended.checkpoint {
-                // Read back from the store as a start-up reads it, and judged as the
-                // scenarios judge a driver's checkpoints: it must be the master's state
-                // at the step that said it was due.
-                let stored = block_on(self.master_store.scan(master_driver::CHECKPOINT_KEY))
-                    .expect("an in-memory store");
-                step::master_checkpointed(
-                    &mut self.checks,
-                    "master",
-                    self.now,
-                    &sealed,
-                    Some(stored),
-                    logged,
-                );
-            }
-            if let Some(through) = ended.through {
-                self.master_input(ms::Input::LogSynced { through });
-            }
-        }
-        // The step above may have stopped the master (a failed invariant).
-        let Some(node) = self.master.as_mut() else {
-            return did;
         };
         let built = node.built.take();
         if let Some(cp) = &built {
             node.batch.checkpoint(cp.clone());
         }
         if node.batch.is_empty() {
-            return did;
+            return false;
         }
         let logged = node.m.last_seq();
         let commit = std::mem::take(&mut node.batch).commit(&mut node.held);
+        use tessera_core::runtime::MetaStore;
         block_on(self.master_store.write(commit.writes)).expect("an in-memory store");
-        node.syncing = Some(Syncing {
-            through: commit.through,
-            checkpoint: built.map(|b| (b, logged)),
-        });
+        block_on(self.master_store.sync()).expect("an in-memory store");
+        if let Some(sealed) = built {
+            // Read back from the store as a start-up reads it, and judged as the
+            // scenarios judge a driver's checkpoints: it must be the master's state at
+            // the step that said it was due.
+            let stored = block_on(self.master_store.scan(master_driver::CHECKPOINT_KEY))
+                .expect("an in-memory store");
+            step::master_checkpointed(
+                &mut self.checks,
+                "master",
+                self.now,
+                &sealed,
+                Some(stored),
+                logged,
+            );
+        }
+        if let Some(through) = commit.through {
+            self.master_input(ms::Input::LogSynced { through });
+        }
         true
     }
 
@@ -905,7 +878,7 @@ impl World {
             || self
                 .master
                 .as_ref()
-                .is_some_and(|m| !m.batch.is_empty() || m.built.is_some() || m.syncing.is_some())
+                .is_some_and(|m| !m.batch.is_empty() || m.built.is_some())
             || self
                 .servers
                 .iter()
