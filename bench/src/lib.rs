@@ -55,6 +55,7 @@ impl MasterHarness {
                     req: Some(req),
                     ..Default::default()
                 },
+                from: tessera_core::auth::Caller::Insecure,
             },
         );
         loop {

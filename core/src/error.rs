@@ -35,6 +35,10 @@ pub enum FsError {
     /// believes does ("" if it knows none yet: an election is under way).
     #[error("not the master group's leader (leader: {})", if .0.is_empty() { "unknown" } else { .0.as_str() })]
     NotLeader(String),
+    /// The caller's identity (its certificate's role and name, `crate::auth`) does not
+    /// allow the request. Asking again as the same caller fails the same way.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
 }
 
 impl FsError {
@@ -54,6 +58,7 @@ impl FsError {
             Unavailable(m) => (pb::ErrorCode::Unavailable, m),
             Io(m) => (pb::ErrorCode::Io, m),
             Internal(m) => (pb::ErrorCode::Internal, m),
+            PermissionDenied(m) => (pb::ErrorCode::PermissionDenied, m),
             NotLeader(leader) => {
                 return pb::Error {
                     code: pb::ErrorCode::NotLeader as i32,
@@ -89,6 +94,7 @@ impl FsError {
             Ok(pb::ErrorCode::Io) => Io(m),
             Ok(pb::ErrorCode::Internal) => Internal(m),
             Ok(pb::ErrorCode::NotLeader) => NotLeader(e.leader.clone()),
+            Ok(pb::ErrorCode::PermissionDenied) => PermissionDenied(m),
             Ok(pb::ErrorCode::Unspecified) | Err(_) => {
                 Internal(format!("error code {}: {}", e.code, m))
             }
@@ -113,6 +119,7 @@ impl FsError {
             Unavailable(m) => Unavailable(f(m)),
             Io(m) => Io(f(m)),
             Internal(m) => Internal(f(m)),
+            PermissionDenied(m) => PermissionDenied(f(m)),
             NotLeader(l) => NotLeader(l),
         }
     }

@@ -6,6 +6,7 @@
 //! ([`client`]). Nothing here reads a clock, draws OS randomness or touches a socket or a
 //! disk: time and randomness come in as arguments, and I/O leaves as effects.
 
+pub mod auth;
 pub mod chunkserver;
 pub mod client;
 pub mod driver;

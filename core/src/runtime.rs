@@ -11,6 +11,7 @@ use std::time::Duration;
 use bytes::{Buf, BufMut, Bytes};
 use futures::channel::{mpsc, oneshot};
 
+use crate::auth::Caller;
 use crate::error::{RpcError, StoreError};
 use crate::pb;
 use crate::types::{ChunkHandle, Time};
@@ -51,6 +52,9 @@ pub struct Incoming {
     /// Where the request came from, as the transport saw it (an address; empty when it
     /// cannot tell). For traces and logs only: it identifies nothing the protocol trusts.
     pub peer: String,
+    /// Who sent it, as the transport authenticated it (`crate::auth`): the state
+    /// machines decide from this what the request may do.
+    pub from: Caller,
     pub reply: oneshot::Sender<Parts>,
 }
 

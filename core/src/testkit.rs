@@ -178,6 +178,9 @@ impl Transport for MemNet {
                     body,
                     arrived,
                     peer: String::new(),
+                    // The test kit's network authenticates nobody: every peer may ask
+                    // anything, as on an insecure cluster.
+                    from: crate::auth::Caller::Insecure,
                     reply,
                 })
                 .is_err()

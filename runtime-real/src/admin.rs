@@ -215,11 +215,13 @@ pub fn fsck_summary_text(path: &str, r: &pb::FsckResponse) -> String {
 
 /// Asks every master replica in `list` (`a,b,c`) for its status, with the addresses the
 /// replicas name as members and the list did not (a replica's answer names them all).
-pub async fn masters(list: &str) -> Vec<(String, Result<pb::ReplicaStatus, String>)> {
+pub async fn masters(
+    list: &str,
+    net: &crate::transport::GrpcTransport,
+) -> Vec<(String, Result<pb::ReplicaStatus, String>)> {
     use prost::Message;
     use tessera_core::runtime::{Runtime, Transport};
     let rt = crate::rt::TokioRuntime;
-    let net = crate::transport::GrpcTransport::new();
     let mut addrs: Vec<String> = list
         .split(',')
         .map(str::trim)

@@ -63,19 +63,24 @@ impl Op {
 const LISTS: usize = 10;
 
 /// Runs the phases with each number of clients in `clients`, `files` files per client.
-pub async fn run(master: &str, clients: &[usize], files: usize) -> Result<Vec<Phase>, String> {
+pub async fn run(
+    master: &str,
+    clients: &[usize],
+    files: usize,
+    net: &GrpcTransport,
+) -> Result<Vec<Phase>, String> {
     if clients.is_empty() || clients.contains(&0) || files == 0 {
         return Err("give at least one client and one file".into());
     }
     let root = format!("/bench-meta-{:08x}", rand::random::<u32>());
-    let admin = client(master);
+    let admin = client(master, net);
     admin
         .mkdir(&root, false)
         .await
         .map_err(|e| format!("mkdir {root}: {e}"))?;
     let mut out = Vec::new();
     for (round, &n) in clients.iter().enumerate() {
-        let cs: Vec<C> = (0..n).map(|_| client(master)).collect();
+        let cs: Vec<C> = (0..n).map(|_| client(master, net)).collect();
         let dirs: Vec<String> = (0..n).map(|i| format!("{root}/r{round}c{i}")).collect();
         for (c, d) in cs.iter().zip(&dirs) {
             c.mkdir(d, false)
@@ -93,12 +98,13 @@ pub async fn run(master: &str, clients: &[usize], files: usize) -> Result<Vec<Ph
     Ok(out)
 }
 
-fn client(master: &str) -> C {
+fn client(master: &str, net: &GrpcTransport) -> C {
     let mut cfg = ClientConfig::new(master);
     cfg.retry_for = Duration::from_secs(30);
     // A benchmark measures the leader; a shadow's answer would flatter the reads.
     cfg.shadow_reads = false;
-    Client::new(TokioRuntime, GrpcTransport::new(), cfg)
+    // Each client its own connections, as separate processes would have.
+    Client::new(TokioRuntime, net.fresh(), cfg)
 }
 
 async fn phase(cs: &[C], dirs: &[String], op: Op, files: usize) -> Result<Phase, String> {

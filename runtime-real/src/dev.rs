@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 
 use crate::server::{self, Knobs};
+use crate::tls::{self, Credentials};
+use tessera_core::auth::Caller;
 
 /// The master address commands use when given none: a dev cluster's on its default port.
 pub const DEFAULT_MASTER: &str = "127.0.0.1:7070";
@@ -110,12 +112,76 @@ pub fn fresh(dir: &std::path::Path, masters: usize) -> Result<bool, String> {
     ))
 }
 
+/// A marker in the default user credentials directory: a dev cluster put them there, so
+/// the next one may replace them.
+const DEV_MARK: &str = ".made-by-tessera-dev";
+
+/// The dev cluster's authority and credentials, under `dir/certs`: made on its first
+/// start, kept after. The admin's are also put where file and admin commands look by
+/// default, unless credentials not of a dev cluster are there; returns what to tell.
+fn dev_pki(dir: &std::path::Path) -> Result<String, String> {
+    let certs = dir.join("certs");
+    let ca = certs.join("ca");
+    if !ca.join("ca.pem").exists() {
+        tls::init_ca(&ca, &format!("dev {}", dir.display())).map_err(|e| e.to_string())?;
+    }
+    Ok(match tls::default_user_dir() {
+        None => format!(
+            "credentials: give commands --certs {}",
+            certs.join("admin").display()
+        ),
+        Some(user) => {
+            let mark = std::fs::read_to_string(user.join(DEV_MARK)).ok();
+            let ours = !user.join("cert.pem").exists() || mark.is_some();
+            let this = dir.display().to_string();
+            if ours {
+                // This cluster's already (a restart): kept as they are. Else made beside
+                // and moved in whole, so a command never reads half of them.
+                if mark.as_deref() != Some(this.as_str()) || Credentials::load(&user).is_err() {
+                    let new = user.with_extension("new");
+                    let _ = std::fs::remove_dir_all(&new);
+                    let admin = Caller::Admin { name: "dev".into() };
+                    tls::issue(&ca, &admin, tls::DEFAULT_DAYS, &new).map_err(|e| e.to_string())?;
+                    std::fs::write(new.join(DEV_MARK), &this)
+                        .map_err(|e| format!("{}: {e}", new.join(DEV_MARK).display()))?;
+                    let _ = std::fs::remove_dir_all(&user);
+                    std::fs::rename(&new, &user).map_err(|e| format!("{}: {e}", user.display()))?;
+                }
+                format!(
+                    "an admin's credentials are in {} (commands use them)",
+                    user.display()
+                )
+            } else {
+                format!(
+                    "{} holds credentials of another cluster, left as they are: give commands \
+                     --certs {}",
+                    user.display(),
+                    certs.join("admin").display()
+                )
+            }
+        }
+    })
+}
+
+/// The credentials of one of the dev cluster's nodes (or its admin), issued on first
+/// use.
+fn dev_creds(dir: &std::path::Path, name: &str, who: Caller) -> Result<Credentials, String> {
+    let certs = dir.join("certs");
+    let out = certs.join(name);
+    if !out.join("cert.pem").exists() {
+        let _ = std::fs::remove_dir_all(&out);
+        tls::issue(&certs.join("ca"), &who, tls::DEFAULT_DAYS, &out).map_err(|e| e.to_string())?;
+    }
+    Credentials::load(&out).map_err(|e| e.to_string())
+}
+
 pub async fn run(
     dir: PathBuf,
     chunkservers: usize,
     masters: usize,
     port: u16,
     knobs: &Knobs,
+    insecure: bool,
 ) -> Result<(), String> {
     // Ctrl-C, or a service manager's SIGTERM: a stop as any other (every stop is a crash,
     // and the next start recovers), reported as a success. Watched from the start, so a
@@ -142,10 +208,27 @@ pub async fn run(
     // Refused if the directory holds other masters' data; else whether this is the
     // cluster's first start (a group forms then; later starts recover).
     let bootstrap = fresh(&dir, masters)?;
+    // Secured as any cluster, by an authority of its own.
+    let said = if insecure {
+        tracing::warn!(
+            "INSECURE: the dev cluster runs with --insecure: anyone who reaches its ports may do anything"
+        );
+        "no authentication (--insecure): commands need --insecure too".to_string()
+    } else {
+        dev_pki(&dir)?
+    };
+    let creds = |name: &str, who: Caller| -> Result<Option<Credentials>, String> {
+        if insecure {
+            Ok(None)
+        } else {
+            dev_creds(&dir, name, who).map(Some)
+        }
+    };
     let mut tasks = tokio::task::JoinSet::new();
     if masters == 1 {
         let (d, m, k) = (dir.join("master"), master.clone(), knobs.clone());
-        tasks.spawn(async move { server::run_master(d, m, &k).await });
+        let c = creds("master", Caller::Master { replica: 1 })?;
+        tasks.spawn(async move { server::run_master(d, m, &k, c).await });
     } else {
         let members: std::collections::BTreeMap<u64, String> = addrs
             .iter()
@@ -158,7 +241,9 @@ pub async fn run(
                 knobs.clone(),
                 members.clone(),
             );
-            tasks.spawn(async move { server::run_replica(d, id, m, bootstrap, false, &k).await });
+            let c = creds(&format!("master{id}"), Caller::Master { replica: id })?;
+            tasks
+                .spawn(async move { server::run_replica(d, id, m, bootstrap, false, &k, c).await });
         }
     }
     for i in 0..chunkservers {
@@ -166,7 +251,13 @@ pub async fn run(
         let (d, m, k) = (dir.join(format!("cs{i}")), master.clone(), knobs.clone());
         let listen = format!("127.0.0.1:{p}");
         let rack = format!("rack{}", i % 2);
-        tasks.spawn(async move { server::run_chunkserver(d, listen, m, rack, &k).await });
+        let c = creds(
+            &format!("cs{i}"),
+            Caller::Chunkserver {
+                name: format!("dev-cs{i}"),
+            },
+        )?;
+        tasks.spawn(async move { server::run_chunkserver(d, listen, m, rack, &k, c).await });
     }
     let root = std::fs::canonicalize(&dir).unwrap_or(dir);
     let masters_line = if masters == 1 {
@@ -189,7 +280,7 @@ pub async fn run(
          \x20 tessera ls /demo\n\
          \x20 tessera get /demo/file copy\n\
          \x20 tessera admin masters\n\
-         (without --master or TESSERA_MASTER, commands ask {DEFAULT_MASTER})\n\
+         (without --master or TESSERA_MASTER, commands ask {DEFAULT_MASTER}; {said})\n\
          Ctrl-C stops the cluster; run this again and the data is still there.",
         port + masters as u16,
         port + (masters + chunkservers) as u16 - 1,

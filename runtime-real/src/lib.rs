@@ -9,5 +9,6 @@ pub mod dev;
 pub mod metastore;
 pub mod rt;
 pub mod server;
+pub mod tls;
 pub mod traces;
 pub mod transport;

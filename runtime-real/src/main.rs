@@ -10,7 +10,9 @@ use bytes::Bytes;
 use clap::{Parser, Subcommand};
 use tessera::rt::TokioRuntime;
 use tessera::server::{self, Knobs};
+use tessera::tls::Security;
 use tessera::transport::GrpcTransport;
+use tessera_core::auth::Caller;
 use tessera_core::client::{Client, ClientConfig, PutError};
 use tessera_core::error::FsError;
 use tessera_core::pb;
@@ -59,6 +61,8 @@ struct MasterAddr {
     /// 60 s lease), so the default leaves room for both (0s tries once).
     #[arg(long, env = "TESSERA_RETRY_FOR", default_value = "120s", value_parser = humantime::parse_duration, global = true)]
     retry_for: Duration,
+    #[command(flatten)]
+    security: Security,
 }
 
 #[derive(Subcommand)]
@@ -102,6 +106,8 @@ enum Cmd {
         threads: u16,
         #[command(flatten)]
         knobs: Knobs,
+        #[command(flatten)]
+        security: Security,
     },
     /// Run a chunkserver: stores chunk replicas and serves reads and mutations.
     Chunkserver {
@@ -119,6 +125,8 @@ enum Cmd {
         rack: String,
         #[command(flatten)]
         knobs: Knobs,
+        #[command(flatten)]
+        security: Security,
     },
     /// Run a whole cluster on this machine: a master and chunkservers on loopback, all in
     /// this one process (each server with its own port and data directory, under one
@@ -139,6 +147,11 @@ enum Cmd {
         /// first ports (clients then take every address: TESSERA_MASTER=a,b,c).
         #[arg(long, default_value_t = 1)]
         masters: usize,
+        /// No authentication (plain TCP; commands then need --insecure too). Without it
+        /// the cluster makes its own authority and credentials under --dir, and puts an
+        /// admin's where commands look by default.
+        #[arg(long, env = "TESSERA_INSECURE")]
+        insecure: bool,
         #[command(flatten)]
         knobs: Knobs,
     },
@@ -314,7 +327,43 @@ enum MastersCmd {
 }
 
 #[derive(Subcommand)]
+enum CertsCmd {
+    /// Make a cluster authority in --ca: ca.pem (for every node and user) and
+    /// ca-key.pem (keep it secret: whoever holds it can issue any identity).
+    Init {
+        #[arg(long, value_name = "DIR")]
+        ca: PathBuf,
+    },
+    /// Issue credentials from the authority in --ca into --out (ca.pem, cert.pem,
+    /// key.pem), for a master replica (--name is its replica id, 1 for a master that
+    /// runs alone), a chunkserver (--name names its host: one live server per
+    /// certificate), a client (a user, with --groups) or an admin.
+    Issue {
+        #[arg(long, value_name = "DIR")]
+        ca: PathBuf,
+        #[arg(long, value_parser = ["master", "chunkserver", "client", "admin"])]
+        role: String,
+        #[arg(long)]
+        name: String,
+        /// A client's groups, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        groups: Vec<String>,
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// How long the credentials are valid.
+        #[arg(long, default_value_t = tessera::tls::DEFAULT_DAYS)]
+        days: u32,
+    },
+}
+
+#[derive(Subcommand)]
 enum AdminCmd {
+    /// The cluster's authority and the credentials it issues (mutual TLS): no master is
+    /// asked.
+    Certs {
+        #[command(subcommand)]
+        cmd: CertsCmd,
+    },
     /// Chunkservers (live or dead, rack, capacity and use, chunks held) and the health
     /// of all chunks: under-replicated, missing, copies awaiting deletion.
     Report,
@@ -492,7 +541,60 @@ fn client(m: &MasterAddr) -> Client<TokioRuntime, GrpcTransport> {
     // Each step of a command keeps trying for --retry-for. Not `Client::until`: a hard
     // end for the whole command would fail a long put, get or streamed append at the
     // first failover after it (a review found this).
-    Client::new(TokioRuntime, GrpcTransport::new(), cfg)
+    Client::new(TokioRuntime, net(m), cfg)
+}
+
+/// `tessera admin certs`.
+fn certs(cmd: CertsCmd) -> Result<(), String> {
+    match cmd {
+        CertsCmd::Init { ca } => {
+            tessera::tls::init_ca(&ca, &ca.display().to_string()).map_err(|e| e.to_string())?;
+            println!(
+                "made a cluster authority in {}: give ca.pem to every node and user, keep \
+                 ca-key.pem secret",
+                ca.display()
+            );
+            Ok(())
+        }
+        CertsCmd::Issue {
+            ca,
+            role,
+            name,
+            groups,
+            out,
+            days,
+        } => {
+            let label = if role == "client" && !groups.is_empty() {
+                format!("client:{name}:{}", groups.join(","))
+            } else {
+                format!("{role}:{name}")
+            };
+            let who = Caller::parse(&label).map_err(|e| format!("--name/--groups: {e}"))?;
+            tessera::tls::issue(&ca, &who, days, &out).map_err(|e| e.to_string())?;
+            println!(
+                "issued {} in {}, valid for {days} days",
+                who.label(),
+                out.display()
+            );
+            Ok(())
+        }
+    }
+}
+
+/// The transport a file or admin command talks with: mutually authenticated with the
+/// user's credentials (`--certs`, or the default directory), or insecure with
+/// `--insecure`. A command that has none says so and exits.
+fn net(m: &MasterAddr) -> GrpcTransport {
+    let made = m.security.user().and_then(|c| {
+        GrpcTransport::maybe_secured(Default::default(), c.as_ref()).map_err(|e| e.to_string())
+    });
+    match made {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("tessera: {e}");
+            std::process::exit(1);
+        }
+    }
 }
 
 /// Why none of a master list's host names resolves, if none does: a slip in the name,
@@ -721,8 +823,12 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             listen,
             peers: None,
             knobs,
+            security,
             ..
-        } => server::run_master(data_dir, listen, &knobs).await,
+        } => {
+            let c = security.server("master", |c| matches!(c, Caller::Master { .. }))?;
+            server::run_master(data_dir, listen, &knobs, c).await
+        }
         Cmd::Master {
             data_dir,
             listen,
@@ -731,6 +837,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             bootstrap,
             join,
             knobs,
+            security,
             ..
         } => {
             let members = server::parse_peers(peers.as_deref().unwrap_or(&listen))?;
@@ -742,7 +849,10 @@ async fn run(cmd: Cmd) -> Result<(), String> {
                     .map(|(&i, _)| i)
                     .ok_or_else(|| format!("--listen {listen} is not in --peers; give --id"))?,
             };
-            server::run_replica(data_dir, id, members, bootstrap, join, &knobs).await
+            let c = security.server(&format!("master replica {id}"), |c| {
+                *c == Caller::Master { replica: id }
+            })?;
+            server::run_replica(data_dir, id, members, bootstrap, join, &knobs, c).await
         }
         Cmd::Chunkserver {
             master,
@@ -750,14 +860,19 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             listen,
             rack,
             knobs,
-        } => server::run_chunkserver(data_dir, listen, master, rack, &knobs).await,
+            security,
+        } => {
+            let c = security.server("chunkserver", |c| matches!(c, Caller::Chunkserver { .. }))?;
+            server::run_chunkserver(data_dir, listen, master, rack, &knobs, c).await
+        }
         Cmd::Dev {
             dir,
             chunkservers,
             port,
             masters,
+            insecure,
             knobs,
-        } => tessera::dev::run(dir, chunkservers, masters, port, &knobs).await,
+        } => tessera::dev::run(dir, chunkservers, masters, port, &knobs, insecure).await,
         Cmd::Ls { path, deleted, m } => {
             let c = client(&m);
             slash_means_dir(&c, &path).await?;
@@ -907,10 +1022,14 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             m,
         } => {
             let _ = TALKING_TO.set(m.clone());
-            let phases = tessera::bench_meta::run(&m.master, &clients, files).await?;
+            let phases = tessera::bench_meta::run(&m.master, &clients, files, &net(&m)).await?;
             out(tessera::bench_meta::text(&phases));
             Ok(())
         }
+        Cmd::Admin {
+            cmd: AdminCmd::Certs { cmd },
+            ..
+        } => certs(cmd),
         Cmd::Admin {
             cmd: AdminCmd::Report,
             m,
@@ -920,6 +1039,14 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             note_shadow(&c);
             let r = r?;
             out(tessera::admin::report_text(&r));
+            // Only a master that runs as this command does answers it: a secured one
+            // takes no plain connection, an insecure one no TLS.
+            out(&match m.security.user() {
+                Ok(Some(c)) => format!("security: mutual TLS (this command as {})\n", c.caller),
+                _ => "security: NONE (--insecure): anyone who reaches a port may read, change \
+                      or delete anything\n"
+                    .to_string(),
+            });
             Ok(())
         }
         Cmd::Admin {
@@ -928,7 +1055,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
         } => {
             // Asking again is answered as done (a lost answer); say so rather than nothing.
             if let MastersCmd::Add { id, address } = &c {
-                let rows = tessera::admin::masters(&m.master).await;
+                let rows = tessera::admin::masters(&m.master, &net(&m)).await;
                 let member = rows.iter().any(|(_, r)| {
                     r.as_ref().is_ok_and(|s| {
                         s.members
@@ -956,7 +1083,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
                 .change_members(req)
                 .await
                 .map_err(|e| say(e, "the master group"))?;
-            let rows = tessera::admin::masters(&m.master).await;
+            let rows = tessera::admin::masters(&m.master, &net(&m)).await;
             out(tessera::admin::masters_text(&rows));
             Ok(())
         }
@@ -964,7 +1091,7 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             cmd: AdminCmd::Masters { change: None },
             m,
         } => {
-            let rows = tessera::admin::masters(&m.master).await;
+            let rows = tessera::admin::masters(&m.master, &net(&m)).await;
             out(tessera::admin::masters_text(&rows));
             match tessera::admin::masters_problem(&m.master, &rows) {
                 Some(p) => Err(p),

@@ -2,8 +2,10 @@
 //! a server killed at any moment (kill -9, power loss) starts again from what it made
 //! durable, through the same path as a clean start.
 
+use crate::tls::Credentials;
 use std::path::PathBuf;
 use std::time::Duration;
+use tessera_core::auth::Caller;
 
 use serde::Deserialize;
 use tessera_core::chunkserver::ChunkserverConfig;
@@ -338,7 +340,12 @@ impl Knobs {
     }
 }
 
-pub async fn run_master(data_dir: PathBuf, listen: String, knobs: &Knobs) -> Result<(), String> {
+pub async fn run_master(
+    data_dir: PathBuf,
+    listen: String,
+    knobs: &Knobs,
+    creds: Option<Credentials>,
+) -> Result<(), String> {
     let r = knobs.resolve()?;
     reachable("--listen", &listen)?;
     std::fs::create_dir_all(&data_dir)
@@ -358,7 +365,7 @@ pub async fn run_master(data_dir: PathBuf, listen: String, knobs: &Knobs) -> Res
         checkpoint_part_bytes: r.snapshot_part_bytes,
     };
     let trace = recorder(&r.trace, "master", &opts.listen)?;
-    let transport = GrpcTransport::with_limits(r.limits);
+    let transport = transport(r.limits, creds.as_ref())?;
     master::run(TokioRuntime, transport, store, opts, (Quiet, trace))
         .await
         .map_err(|e| format!("master stopped: {e}"))
@@ -471,8 +478,18 @@ pub async fn run_replica(
     bootstrap: bool,
     join: bool,
     knobs: &Knobs,
+    creds: Option<Credentials>,
 ) -> Result<(), String> {
     let r = knobs.resolve()?;
+    if let Some(c) = &creds
+        && c.caller != (Caller::Master { replica: id })
+    {
+        return Err(format!(
+            "{}: the certificate names {}, not master replica {id}",
+            c.dir().display(),
+            c.caller
+        ));
+    }
     if !members.contains_key(&id) {
         return Err(format!("replica {id} is not in --peers {members:?}"));
     }
@@ -515,7 +532,7 @@ pub async fn run_replica(
     // The replica's trace holds its master's runs: one for each time it led.
     let listen = opts.group.members[&id].clone();
     let trace = recorder(&r.trace, "master", &listen)?;
-    let transport = GrpcTransport::with_limits(r.limits);
+    let transport = transport(r.limits, creds.as_ref())?;
     tessera_core::driver::group::run(TokioRuntime, transport, store, opts, (Quiet, trace))
         .await
         .map_err(|e| format!("master replica {id} stopped: {e}"))
@@ -527,6 +544,7 @@ pub async fn run_chunkserver(
     master_addr: String,
     rack: String,
     knobs: &Knobs,
+    creds: Option<Credentials>,
 ) -> Result<(), String> {
     let r = knobs.resolve()?;
     reachable("--listen", &listen)?;
@@ -550,10 +568,15 @@ pub async fn run_chunkserver(
         call_timeout: r.rpc_timeout,
     };
     let trace = recorder(&r.trace, "chunkserver", &opts.config.address)?;
-    let transport = GrpcTransport::with_limits(r.limits);
+    let transport = transport(r.limits, creds.as_ref())?;
     chunkserver::run(TokioRuntime, transport, store, opts, (Quiet, trace))
         .await
         .map_err(|e| format!("chunkserver stopped: {e}"))
+}
+
+/// A server's transport: mutually authenticated with `creds`, or insecure.
+fn transport(limits: ServerLimits, creds: Option<&Credentials>) -> Result<GrpcTransport, String> {
+    GrpcTransport::maybe_secured(limits, creds).map_err(|e| e.to_string())
 }
 
 /// The trace recorder of a server, when `--trace-dir` asks for one.

@@ -30,6 +30,7 @@ use futures::channel::{mpsc, oneshot};
 use futures::future::{BoxFuture, poll_fn};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
 use http_body::{Body as _, Frame, SizeHint};
+use tessera_core::auth::Caller;
 use tessera_core::error::RpcError;
 use tessera_core::runtime::{Incoming, Parts, Runtime, Transport};
 use tessera_core::types::Time;
@@ -38,11 +39,12 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::body::Body;
 use tonic::codegen::Service;
 use tonic::server::NamedService;
-use tonic::transport::server::{Connected, TcpConnectInfo};
+use tonic::transport::server::Connected;
 use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Code, Status};
 
 use crate::rt::TokioRuntime;
+use crate::tls::{Credentials, TlsError};
 
 pub use tessera_core::wire::MAX_MESSAGE;
 
@@ -127,7 +129,18 @@ pub struct GrpcTransport {
     /// Connections open now. Not the slots taken: the accept loop takes a slot before it
     /// waits for the next connection.
     open: Arc<AtomicUsize>,
+    /// Mutual TLS, when the node has credentials (`crate::tls`); None: `--insecure`.
+    tls: Option<Arc<Secured>>,
 }
+
+/// What a secured transport connects and accepts with.
+struct Secured {
+    acceptor: tokio_rustls::TlsAcceptor,
+    client: tonic::transport::ClientTlsConfig,
+}
+
+/// How long a new connection may take over its TLS handshake before it is closed.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Default for GrpcTransport {
     fn default() -> Self {
@@ -149,6 +162,39 @@ impl GrpcTransport {
             slots: Arc::new(Semaphore::new(limits.max_connections)),
             open: Arc::default(),
             limits,
+            tls: None,
+        }
+    }
+
+    /// A transport whose every connection, both ways, is mutually authenticated with
+    /// `creds`: its servers take only peers holding a certificate of the same authority,
+    /// and hand each request on with the caller that certificate names; its calls go
+    /// only to servers holding a node certificate of that authority.
+    pub fn secured(limits: ServerLimits, creds: &Credentials) -> Result<GrpcTransport, TlsError> {
+        let mut t = GrpcTransport::with_limits(limits);
+        t.tls = Some(Arc::new(Secured {
+            acceptor: tokio_rustls::TlsAcceptor::from(creds.server_config()?),
+            client: creds.client_config(),
+        }));
+        Ok(t)
+    }
+
+    /// Another transport with the same limits and credentials, but connections of its
+    /// own (a benchmark's clients, each as a process of its own would be).
+    pub fn fresh(&self) -> GrpcTransport {
+        let mut t = GrpcTransport::with_limits(self.limits.clone());
+        t.tls = self.tls.clone();
+        t
+    }
+
+    /// As [`GrpcTransport::secured`] when given credentials, else insecure.
+    pub fn maybe_secured(
+        limits: ServerLimits,
+        creds: Option<&Credentials>,
+    ) -> Result<GrpcTransport, TlsError> {
+        match creds {
+            Some(c) => GrpcTransport::secured(limits, c),
+            None => Ok(GrpcTransport::with_limits(limits)),
         }
     }
 
@@ -170,8 +216,15 @@ impl GrpcTransport {
         if let Some(c) = channels.get(to) {
             return Ok(c.clone());
         }
-        let endpoint = Endpoint::from_shared(format!("http://{to}"))
-            .map_err(|e| RpcError::Unreachable(format!("{to}: bad address: {e}")))?
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{to}"))
+            .map_err(|e| RpcError::Unreachable(format!("{to}: bad address: {e}")))?;
+        if let Some(tls) = &self.tls {
+            endpoint = endpoint
+                .tls_config(tls.client.clone())
+                .map_err(|e| RpcError::Unreachable(format!("{to}: TLS: {e}")))?;
+        }
+        let endpoint = endpoint
             .connect_timeout(self.connect_timeout)
             .tcp_nodelay(true)
             .initial_stream_window_size(STREAM_WINDOW)
@@ -233,7 +286,13 @@ impl Transport for GrpcTransport {
                 .await
                 .map_err(|e| RpcError::Listen(format!("{addr}: {e}")))?;
             let silent = this.limits.receive_timeout;
-            let incoming = accept(listener, this.slots.clone(), this.open.clone(), silent);
+            let incoming = accept(
+                listener,
+                this.slots.clone(),
+                this.open.clone(),
+                silent,
+                this.tls.as_ref().map(|t| t.acceptor.clone()),
+            );
             let (tx, rx) = mpsc::channel(QUEUE);
             let service = NodeService {
                 // One sender shared by every call: a futures channel gives each sender a
@@ -276,45 +335,97 @@ impl Transport for GrpcTransport {
 
 /// The connections `listener` accepts, each holding one of `slots` while it is open and
 /// closed once it has sent nothing for `silent`. With every slot taken, no more are
-/// accepted: they wait in the kernel's accept queue.
+/// accepted: they wait in the kernel's accept queue. With `tls`, each connection's
+/// handshake runs in a task of its own (a peer that stalls in it holds up no other), is
+/// bounded by [`HANDSHAKE_TIMEOUT`], and must show a certificate of the cluster's
+/// authority: the connection comes out naming the caller that certificate names.
 fn accept(
     listener: tokio::net::TcpListener,
     slots: Arc<Semaphore>,
     open: Arc<AtomicUsize>,
     silent: Duration,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 ) -> impl futures::Stream<Item = Result<Conn, std::io::Error>> {
-    futures::stream::unfold((listener, slots), move |(listener, slots)| {
-        let open = open.clone();
-        async move {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Conn>(64);
+    tokio::spawn(async move {
+        loop {
             // The semaphore is never closed, so this ends only if it were.
-            let slot = slots.clone().acquire_owned().await.ok()?;
-            loop {
+            let Ok(slot) = slots.clone().acquire_owned().await else {
+                return;
+            };
+            let (io, remote) = loop {
                 match listener.accept().await {
-                    Ok((io, _)) => {
-                        // Small messages go at once rather than waiting to fill a packet.
-                        if let Err(e) = io.set_nodelay(true) {
-                            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-                        }
-                        let conn = Conn {
-                            io,
-                            _slot: slot,
-                            _open: Open::count(open),
-                            silent,
-                            heard: tokio::time::Instant::now(),
-                            quiet: Box::pin(tokio::time::sleep(silent)),
-                        };
-                        return Some((Ok(conn), (listener, slots)));
-                    }
+                    Ok(accepted) => break accepted,
                     Err(e) => {
-                        // Out of file descriptors, say: waiting a moment beats spinning, and
-                        // connections that close meanwhile free some.
+                        // Out of file descriptors, say: waiting a moment beats spinning,
+                        // and connections that close meanwhile free some.
                         tracing::warn!(error = %e, "cannot accept a connection");
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                 }
+            };
+            // Small messages go at once rather than waiting to fill a packet.
+            if let Err(e) = io.set_nodelay(true) {
+                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
             }
+            let open = Open::count(open.clone());
+            let (tx, tls) = (tx.clone(), tls.clone());
+            tokio::spawn(async move {
+                let (io, caller) = match tls {
+                    None => (ConnIo::Plain(io), Caller::Insecure),
+                    Some(acceptor) => {
+                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(io)).await {
+                            Ok(Ok(stream)) => match peer_caller(&stream) {
+                                Ok(c) => (ConnIo::Tls(Box::new(stream)), c),
+                                Err(e) => {
+                                    tracing::warn!(peer = %remote, error = %e, "refused a connection: its certificate names nobody");
+                                    return;
+                                }
+                            },
+                            Ok(Err(e)) => {
+                                tracing::info!(peer = %remote, error = %e, "refused a connection: TLS handshake failed");
+                                return;
+                            }
+                            Err(_) => {
+                                tracing::info!(peer = %remote, "refused a connection: no TLS handshake within {HANDSHAKE_TIMEOUT:?}");
+                                return;
+                            }
+                        }
+                    }
+                };
+                let conn = Conn {
+                    io,
+                    info: PeerInfo {
+                        remote: Some(remote),
+                        caller,
+                    },
+                    _slot: slot,
+                    _open: open,
+                    silent,
+                    heard: tokio::time::Instant::now(),
+                    quiet: Box::pin(tokio::time::sleep(silent)),
+                };
+                let _ = tx.send(conn).await;
+            });
         }
+    });
+    futures::stream::unfold(rx, |mut rx| async move {
+        let conn = rx.recv().await?;
+        Some((Ok(conn), rx))
     })
+}
+
+/// The caller a TLS connection's peer certificate names (the handshake checked it is
+/// the cluster authority's).
+fn peer_caller(
+    stream: &tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+) -> Result<Caller, String> {
+    let (_, conn) = stream.get_ref();
+    let cert = conn
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .ok_or("no certificate")?;
+    crate::tls::caller_of(cert)
 }
 
 /// One open connection in its server's count, until dropped.
@@ -333,11 +444,27 @@ impl Drop for Open {
     }
 }
 
+/// Who is at the other end of a connection: its address, and the caller its
+/// certificate names ([`Caller::Insecure`] on an insecure transport). Every request on
+/// the connection reaches its node with it.
+#[derive(Clone, Debug)]
+pub struct PeerInfo {
+    pub remote: Option<SocketAddr>,
+    pub caller: Caller,
+}
+
+/// A connection's bytes: as they are, or through TLS.
+enum ConnIo {
+    Plain(tokio::net::TcpStream),
+    Tls(Box<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>),
+}
+
 /// An accepted connection, holding its server's connection slot until it closes. A
 /// connection that sends nothing for `silent` fails its next read, which closes it: a
 /// peer that connects and never speaks (or stops, without closing) cannot keep a slot.
 struct Conn {
-    io: tokio::net::TcpStream,
+    io: ConnIo,
+    info: PeerInfo,
     _slot: OwnedSemaphorePermit,
     _open: Open,
     silent: Duration,
@@ -349,10 +476,68 @@ struct Conn {
 }
 
 impl Connected for Conn {
-    type ConnectInfo = TcpConnectInfo;
+    type ConnectInfo = PeerInfo;
 
-    fn connect_info(&self) -> TcpConnectInfo {
-        self.io.connect_info()
+    fn connect_info(&self) -> PeerInfo {
+        self.info.clone()
+    }
+}
+
+impl AsyncRead for ConnIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            ConnIo::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            ConnIo::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for ConnIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            ConnIo::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            ConnIo::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            ConnIo::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            ConnIo::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            ConnIo::Plain(s) => s.is_write_vectored(),
+            ConnIo::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            ConnIo::Plain(s) => Pin::new(s).poll_flush(cx),
+            ConnIo::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            ConnIo::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            ConnIo::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
     }
 }
 
@@ -850,12 +1035,15 @@ async fn serve(
             req.uri().path()
         )));
     }
-    let peer = req
-        .extensions()
-        .get::<TcpConnectInfo>()
-        .and_then(TcpConnectInfo::remote_addr)
+    let info = req.extensions().get::<PeerInfo>();
+    let peer = info
+        .and_then(|i| i.remote)
         .map(|a| a.to_string())
         .unwrap_or_default();
+    // A connection that reached here passed its handshake: on a secured transport it
+    // named its caller there. Without that (a transport that was never secured), no
+    // caller is known.
+    let from = info.map_or(Caller::Insecure, |i| i.caller.clone());
     let mut body = req.into_body();
     let receive = async {
         let Next::Message(msg) = read_message(&mut body, MAX_MESSAGE, Some(&mut held)).await?
@@ -883,6 +1071,7 @@ async fn serve(
             body: msg,
             arrived,
             peer,
+            from,
             reply,
         })
         .await

@@ -18,6 +18,17 @@ use tessera_core::runtime::{Runtime, Transport};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tessera");
 
+/// The binary, for a cluster that runs without authentication (`--insecure`), as most
+/// tests here do: what they test is not who may ask. The secured cluster has tests of
+/// its own (`a_secured_cluster_refuses_every_request_its_sender_may_not_make`), and dev
+/// runs secured.
+fn bin() -> Command {
+    let mut c = Command::new(BIN);
+    c.env("TESSERA_INSECURE", "true")
+        .env_remove("TESSERA_CERTS");
+    c
+}
+
 /// A port for a server to listen on. Not one the kernel hands out (`bind` to port 0,
 /// then released): the same range serves outgoing connections, so another process's
 /// client could take it before the server binds it, or while a killed server is down
@@ -77,6 +88,8 @@ struct Cluster {
     servers: Vec<(String, Option<Child>)>,
     /// Flags every chunkserver gets beside the knobs.
     server_args: Vec<String>,
+    /// Secured: the directory of each node's and the admin's credentials (`pki`).
+    pki: Option<PathBuf>,
 }
 
 impl Cluster {
@@ -96,13 +109,79 @@ impl Cluster {
                 .map(|_| (format!("127.0.0.1:{}", free_port()), None))
                 .collect(),
             server_args: Vec::new(),
+            pki: None,
         };
         c.server_args = server_args.iter().map(|a| a.to_string()).collect();
+        c.start_all(n);
+        c
+    }
+
+    /// A cluster whose every connection is mutually authenticated: an authority made
+    /// with `tessera admin certs init`, and credentials it issued for the master, each
+    /// chunkserver and an admin (`pki`), as an operator makes them.
+    fn start_secured(root: &Path, n: usize) -> Cluster {
+        let pki = root.join("pki");
+        let ca = pki.join("ca");
+        let run = |args: &[&str]| {
+            let out = Command::new(BIN).args(args).output().unwrap();
+            assert!(out.status.success(), "tessera {args:?}: {out:?}");
+        };
+        run(&["admin", "certs", "init", "--ca", ca.to_str().unwrap()]);
+        let issue = |role: &str, name: &str, dir: &str| {
+            let out = pki.join(dir);
+            run(&[
+                "admin",
+                "certs",
+                "issue",
+                "--ca",
+                ca.to_str().unwrap(),
+                "--role",
+                role,
+                "--name",
+                name,
+                "--out",
+                out.to_str().unwrap(),
+            ]);
+        };
+        issue("master", "1", "master");
+        issue("admin", "root", "admin");
+        for i in 0..n {
+            issue("chunkserver", &format!("host{i}"), &format!("cs{i}"));
+        }
+        let mut c = Cluster {
+            root: root.to_path_buf(),
+            master_addr: format!("127.0.0.1:{}", free_port()),
+            master_args: Vec::new(),
+            master: None,
+            servers: (0..n)
+                .map(|_| (format!("127.0.0.1:{}", free_port()), None))
+                .collect(),
+            server_args: Vec::new(),
+            pki: Some(pki),
+        };
+        c.start_all(n);
+        c
+    }
+
+    /// The binary, run as the holder of credentials `name` (`pki`), or insecure.
+    fn as_node(&self, name: &str) -> Command {
+        match &self.pki {
+            None => bin(),
+            Some(p) => {
+                let mut c = Command::new(BIN);
+                c.env("TESSERA_CERTS", p.join(name))
+                    .env_remove("TESSERA_INSECURE");
+                c
+            }
+        }
+    }
+
+    fn start_all(&mut self, n: usize) {
+        let c = self;
         c.start_master();
         for i in 0..n {
             c.start_server(i);
         }
-        c
     }
 
     fn log(&self, name: &str) -> Stdio {
@@ -111,7 +190,8 @@ impl Cluster {
     }
 
     fn start_master(&mut self) {
-        let child = Command::new(BIN)
+        let child = self
+            .as_node("master")
             .args(["master", "--data-dir"])
             .arg(self.root.join("master"))
             .args(["--listen", &self.master_addr])
@@ -127,7 +207,8 @@ impl Cluster {
 
     fn start_server(&mut self, i: usize) {
         let addr = self.servers[i].0.clone();
-        let child = Command::new(BIN)
+        let child = self
+            .as_node(&format!("cs{i}"))
             .args(["chunkserver", "--master", &self.master_addr, "--data-dir"])
             .arg(self.root.join(format!("cs{i}")))
             .args(["--listen", &addr, "--rack", &format!("rack{}", i % 2)])
@@ -163,7 +244,7 @@ impl Cluster {
     }
 
     fn cli(&self, args: &[&str]) -> Output {
-        Command::new(BIN)
+        self.as_node("admin")
             .args(args)
             .env("TESSERA_MASTER", &self.master_addr)
             .output()
@@ -377,7 +458,7 @@ fn a_cluster_of_processes_survives_kills_and_keeps_the_data() {
         .filter(|ch| ch.replicas.iter().any(|r| r.address == victim))
         .collect();
     assert!(held.len() >= 10, "cs0 holds {} chunks", held.len());
-    let get = Command::new(BIN)
+    let get = bin()
         .args(["get", "/data/big", out.to_str().unwrap()])
         .env("TESSERA_MASTER", &c.master_addr)
         .stderr(Stdio::piped())
@@ -700,7 +781,7 @@ fn commands_ride_out_a_master_restart() {
     // The master is down for a few seconds while commands run; they wait for it.
     c.kill_master();
     let spawn = |args: &[&str]| {
-        Command::new(BIN)
+        bin()
             .args(args)
             .env("TESSERA_MASTER", &c.master_addr)
             .stdout(std::process::Stdio::piped())
@@ -938,7 +1019,7 @@ fn file_commands_behave_as_cp_and_mv_do() {
     assert!(err(c.cli(&["rm", "-r", "/"])).contains("/ is the root directory"));
 
     // --master and --retry-for go anywhere on the line, after an admin subcommand too.
-    let out = Command::new(BIN)
+    let out = bin()
         .args([
             "admin",
             "report",
@@ -963,7 +1044,7 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
     let root = dir.path();
     // No master at all.
     let nobody = format!("127.0.0.1:{}", free_port());
-    let out = Command::new(BIN)
+    let out = bin()
         .args(["ls", "/", "--master", &nobody, "--retry-for", "2s"])
         .output()
         .unwrap();
@@ -1002,9 +1083,9 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
             }),
     ) {
         // By flag, and by environment.
-        let mut by_flag = Command::new(BIN);
+        let mut by_flag = bin();
         by_flag.args(["ls", "/", "--master", given, "--retry-for", "2s"]);
-        let mut by_env = Command::new(BIN);
+        let mut by_env = bin();
         by_env
             .args(["admin", "report"])
             .env("TESSERA_MASTER", given)
@@ -1021,7 +1102,7 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
 
     // Commands refused before they do anything, each saying why.
     let refused = |args: &[&str], said: &str| {
-        let out = Command::new(BIN).args(args).output().unwrap();
+        let out = bin().args(args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
             !out.status.success() && err.contains(said),
@@ -1112,7 +1193,7 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
     // (A master's request either fails to decode there or decodes as an empty one.)
     let cs = c.servers[0].0.clone();
     for cmd in [&["ls", "/"][..], &["admin", "report"]] {
-        let out = Command::new(BIN)
+        let out = bin()
             .args(cmd)
             .args(["--master", &cs, "--retry-for", "2s"])
             .output()
@@ -1320,6 +1401,8 @@ fn a_full_disk_fails_writes_cleanly_and_loses_nothing() {
     std::fs::create_dir_all(&data).unwrap();
     let addr = format!("127.0.0.1:{}", free_port());
     let child = Command::new("unshare")
+        // The cluster runs without authentication, as `bin()` runs it.
+        .env("TESSERA_INSECURE", "true")
         .args(["-Urm", "sh", "-c"])
         .arg(format!(
             "mount -t tmpfs -o size=24m tmpfs '{}' && exec \"$0\" \"$@\"",
@@ -1399,7 +1482,7 @@ fn a_full_disk_fails_writes_cleanly_and_loses_nothing() {
 
 /// Runs `tessera` with `args` and `stdin`, without waiting for it.
 fn spawn_cli(c: &Cluster, args: &[&str], stdin: Stdio) -> Child {
-    Command::new(BIN)
+    bin()
         .args(args)
         .env("TESSERA_MASTER", &c.master_addr)
         .stdin(stdin)
@@ -1632,7 +1715,7 @@ fn a_recorded_master_replays_and_an_altered_trace_is_reported() {
 
     let node = traces.join(format!("master-{}", c.master_addr.replace(':', "_")));
     let replay = |dir: &Path| {
-        let out = Command::new(BIN)
+        let out = bin()
             .args(["replay", "node"])
             .arg(dir)
             .output()
@@ -1730,7 +1813,7 @@ fn start_replica(root: &Path, i: usize, addr: &str, peers: &str, flags: &[&str])
         .append(true)
         .open(root.join(format!("master{}.log", i + 1)))
         .expect("log file");
-    Command::new(BIN)
+    bin()
         .args(["master", "--data-dir"])
         .arg(root.join(format!("master{}", i + 1)))
         .args(["--listen", addr, "--peers", peers])
@@ -1760,7 +1843,7 @@ fn start_chunkservers(root: &Path, n: usize, masters: &str) -> Vec<Child> {
         .map(|i| {
             let addr = format!("127.0.0.1:{}", free_port());
             let log = std::fs::File::create(root.join(format!("cs{i}.log"))).expect("log");
-            Command::new(BIN)
+            bin()
                 .args(["chunkserver", "--master", masters, "--data-dir"])
                 .arg(root.join(format!("cs{i}")))
                 .args(["--listen", &addr, "--rack", &format!("rack{}", i % 2)])
@@ -1808,7 +1891,7 @@ fn a_master_group_of_processes_survives_its_leaders_kills() {
     let mut procs: Vec<Option<Child>> = (0..3).map(|i| Some(start_master(i, true))).collect();
     let servers = start_chunkservers(root, 4, &peers);
     let cli = |args: &[&str]| -> Output {
-        Command::new(BIN)
+        bin()
             .args(args)
             .env("TESSERA_MASTER", &peers)
             .output()
@@ -1939,7 +2022,7 @@ fn a_master_group_of_processes_survives_its_leaders_kills() {
             continue;
         }
         led += 1;
-        let out = Command::new(BIN)
+        let out = bin()
             .args(["replay", "node"])
             .arg(&node)
             .output()
@@ -1982,7 +2065,7 @@ fn a_lost_master_replica_is_replaced_by_a_new_one() {
         .collect();
     let servers = start_chunkservers(root, 3, &first);
     let cli = |args: &[&str]| -> Output {
-        Command::new(BIN)
+        bin()
             .args(args)
             .env("TESSERA_MASTER", &first)
             .output()
@@ -2103,6 +2186,15 @@ fn a_lost_master_replica_is_replaced_by_a_new_one() {
 #[test]
 fn dev_stopped_by_ctrl_c_exits_cleanly_and_keeps_its_data() {
     let root = tempfile::tempdir().expect("temp dir");
+    // Secured, as dev runs by default: it puts an admin's credentials where commands
+    // look when given none, so the commands below need no flag at all.
+    let config = root.path().join("config");
+    let bin = || {
+        let mut c = Command::new(BIN);
+        c.env("XDG_CONFIG_HOME", &config)
+            .env_remove("TESSERA_INSECURE");
+        c
+    };
     // Consecutive ports for each cluster: the masters', then the chunkservers'. A
     // group keeps its members' addresses, so it starts again on the same ones.
     let run = || -> Vec<u16> {
@@ -2122,7 +2214,7 @@ fn dev_stopped_by_ctrl_c_exits_cleanly_and_keeps_its_data() {
     for (round, masters) in [(0, 1), (1, 3), (2, 3)] {
         let ports = if masters == 1 { &one } else { &group };
         let dir = root.path().join(format!("m{masters}"));
-        let dev = Command::new(BIN)
+        let dev = bin()
             .args(["dev", "--dir", dir.to_str().unwrap()])
             .args([
                 "--port",
@@ -2139,13 +2231,19 @@ fn dev_stopped_by_ctrl_c_exits_cleanly_and_keeps_its_data() {
             .map(|p| format!("127.0.0.1:{p}"))
             .collect();
         let cli = |args: &[&str]| {
-            Command::new(BIN)
+            bin()
                 .args(args)
                 .env("TESSERA_MASTER", addrs.join(","))
                 .args(["--retry-for", "60s"])
                 .output()
                 .unwrap()
         };
+        // The admin's credentials are this cluster's once dev has put them there (an
+        // earlier round's cluster left its own).
+        let mark = config.join("tessera/certs/.made-by-tessera-dev");
+        wait_for(Duration::from_secs(30), "dev's credentials", || {
+            std::fs::read_to_string(&mark).is_ok_and(|m| m == dir.display().to_string())
+        });
         let made = cli(&["mkdir", &format!("/round-{round}")]);
         assert!(made.status.success(), "{made:?}");
         if round == 2 {
@@ -2175,7 +2273,7 @@ fn dev_stopped_by_ctrl_c_exits_cleanly_and_keeps_its_data() {
     // (before, a new and empty one started beside its data).
     for (made, asked) in [(1, 3), (3, 1), (3, 5)] {
         let dir = root.path().join(format!("m{made}"));
-        let mut dev = Command::new(BIN)
+        let mut dev = bin()
             .args(["dev", "--dir", dir.to_str().unwrap()])
             .args(["--port", &free_port().to_string()])
             .args(["--masters", &asked.to_string()])
@@ -2196,4 +2294,351 @@ fn dev_stopped_by_ctrl_c_exits_cleanly_and_keeps_its_data() {
             out.status
         );
     }
+}
+
+/// Calls `to` once with `req` (a master request when `master`, else a chunk request),
+/// over `net`; the decoded error code, or the transport's refusal.
+fn forge(
+    rt: &tokio::runtime::Runtime,
+    net: &GrpcTransport,
+    to: &str,
+    body: Vec<u8>,
+    master: bool,
+) -> Result<Option<i32>, String> {
+    rt.block_on(async {
+        let deadline = TokioRuntime.now() + Duration::from_secs(5);
+        let b = net
+            .call(to, body.into(), deadline)
+            .await
+            .map_err(|e| e.to_string())?;
+        let error = if master {
+            pb::MasterResponse::decode(b)
+                .map_err(|e| e.to_string())?
+                .error
+        } else {
+            pb::ChunkResponse::decode(b)
+                .map_err(|e| e.to_string())?
+                .error
+        };
+        Ok(error.map(|e| e.code))
+    })
+}
+
+/// Nobody who merely reaches a port may change anything: on a secured cluster, a peer
+/// with no certificate, with another cluster's node certificate, or with an expired one
+/// is refused at the handshake, whatever it sends; one holding a valid client's
+/// certificate, and knowing every handle, version, server id and epoch the cluster
+/// shows, is refused (PERMISSION_DENIED) every request kind a client may not send; a
+/// chunkserver's certificate cannot speak for another server. The file reads back
+/// whole and healthy afterwards, at the version it had.
+#[test]
+fn a_secured_cluster_refuses_every_request_its_sender_may_not_make() {
+    use tessera::tls::{self, Credentials};
+    use tessera_core::auth::Caller;
+    let root = tempfile::tempdir().expect("temp dir");
+    let c = Cluster::start_secured(root.path(), 3);
+    let local = root.path().join("in");
+    let data = random_file(&local, 3 << 20, 7);
+    c.eventually(&["mkdir", "/d"], Duration::from_secs(30));
+    c.ok(&["put", local.to_str().unwrap(), "/d/f"]);
+    let report = String::from_utf8(c.ok(&["admin", "report"]).stdout).unwrap();
+    assert!(
+        report.contains("security: mutual TLS (this command as admin:root)"),
+        "{report}"
+    );
+    // A plain connection to a secured cluster is refused, even for a command that
+    // would be allowed.
+    let plain = bin()
+        .args(["ls", "/"])
+        .env("TESSERA_MASTER", &c.master_addr)
+        .args(["--retry-for", "0s"])
+        .output()
+        .unwrap();
+    assert!(!plain.status.success(), "{plain:?}");
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let pki = root.path().join("pki");
+    let load = |d: &str| Credentials::load(&pki.join(d)).unwrap();
+    let admin = GrpcTransport::secured(Default::default(), &load("admin")).unwrap();
+    let mut cfg = ClientConfig::new(&c.master_addr);
+    cfg.retry_for = Duration::from_secs(30);
+    let lib = Client::new(TokioRuntime, admin, cfg);
+    // Every copy made before the attack starts (a server may have joined after the put).
+    wait_for(
+        Duration::from_secs(60),
+        "three copies of every chunk",
+        || {
+            rt.block_on(lib.fsck("/d/f", true))
+                .is_ok_and(|f| f.files[0].chunks.iter().all(|c| c.replicas.len() == 3))
+        },
+    );
+    let (fsck, servers) = rt.block_on(async {
+        (
+            lib.fsck("/d/f", true).await.unwrap(),
+            lib.report().await.unwrap().servers,
+        )
+    });
+    let chunks = fsck.files[0].chunks.clone();
+    assert!(!chunks.is_empty());
+    let (h, v) = (chunks[0].handle, chunks[0].version);
+    let holders: Vec<String> = chunks[0]
+        .replicas
+        .iter()
+        .map(|r| r.address.clone())
+        .collect();
+    let cluster_id = report
+        .lines()
+        .find_map(|l| l.strip_prefix("cluster: "))
+        .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+        .expect("admin report names the cluster");
+
+    // What the attacker sends: every kind a client may not, with real values.
+    let chunk = |r: pb::chunk_request::Req| pb::ChunkRequest { req: Some(r) }.encode_to_vec();
+    let master_req = |r: pb::master_request::Req| {
+        pb::MasterRequest {
+            req: Some(r),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    };
+    use pb::chunk_request::Req as CR;
+    use pb::master_request::Req as MR;
+    let to_servers = vec![
+        (
+            "apply",
+            chunk(CR::Apply(pb::ApplyMutationRequest {
+                handle: h,
+                version: v,
+                serial: 4000,
+                offset: 0,
+                data: Bytes::from(vec![0xAA; 4096]),
+                ..Default::default()
+            })),
+        ),
+        (
+            "set_version",
+            chunk(CR::SetVersion(pb::SetVersionRequest {
+                handle: h,
+                version: v + 1_000_000_000,
+                cluster_id,
+                epoch: u64::MAX,
+                ..Default::default()
+            })),
+        ),
+        (
+            "revoke_lease",
+            chunk(CR::RevokeLease(pb::RevokeLeaseRequest {
+                handle: h,
+                cluster_id,
+                epoch: u64::MAX,
+                ..Default::default()
+            })),
+        ),
+        (
+            "clone",
+            chunk(CR::Clone(pb::CloneChunkRequest {
+                handle: h,
+                version: v,
+                source: holders[0].clone(),
+                cluster_id,
+                ..Default::default()
+            })),
+        ),
+        (
+            "mend",
+            chunk(CR::Mend(pb::MendChunkRequest {
+                handle: h,
+                cluster_id,
+                ..Default::default()
+            })),
+        ),
+    ];
+    let victim = &servers[0];
+    let to_master = vec![
+        (
+            "heartbeat",
+            master_req(MR::Heartbeat(pb::HeartbeatRequest {
+                address: "127.0.0.1:1".into(),
+                rack: "r".into(),
+                capacity_bytes: 1 << 40,
+                server_id: victim.server_id,
+                cluster_id,
+                chunks: vec![pb::ChunkReport {
+                    handle: h,
+                    version: v,
+                    length: 0,
+                }],
+                ..Default::default()
+            })),
+        ),
+        (
+            "report_corrupt",
+            master_req(MR::ReportCorrupt(pb::ReportCorruptRequest {
+                address: victim.address.clone(),
+                handle: h,
+                server_id: victim.server_id,
+                cluster_id,
+                version: v,
+                by_scrubber: false,
+            })),
+        ),
+        (
+            "raft",
+            master_req(MR::Raft(pb::RaftMessage {
+                to: 1,
+                from: 2,
+                term: 701,
+                ..Default::default()
+            })),
+        ),
+        (
+            "change_members",
+            master_req(MR::ChangeMembers(pb::ChangeMembersRequest {
+                add: 9,
+                address: "127.0.0.1:1".into(),
+                remove: 0,
+            })),
+        ),
+        (
+            "fsck",
+            master_req(MR::Fsck(pb::FsckRequest {
+                path: "/".into(),
+                ..Default::default()
+            })),
+        ),
+        ("report", master_req(MR::Report(pb::ReportRequest {}))),
+    ];
+
+    // Peers refused at the handshake: none, another cluster's, expired.
+    let other = root.path().join("other");
+    tls::init_ca(&other.join("ca"), "other").unwrap();
+    tls::issue(
+        &other.join("ca"),
+        &Caller::Chunkserver {
+            name: "host0".into(),
+        },
+        30,
+        &other.join("cs"),
+    )
+    .unwrap();
+    let ca = pki.join("ca");
+    let past = std::time::SystemTime::now() - Duration::from_secs(10 * 86_400);
+    tls::issue_between(
+        &ca,
+        &Caller::Client {
+            user: "old".into(),
+            groups: vec![],
+        },
+        past,
+        Duration::from_secs(86_400),
+        &root.path().join("expired"),
+    )
+    .unwrap();
+    let refused_peers = [
+        ("no certificate", GrpcTransport::new()),
+        (
+            "another cluster's node",
+            GrpcTransport::secured(
+                Default::default(),
+                &Credentials::load(&other.join("cs")).unwrap(),
+            )
+            .unwrap(),
+        ),
+        (
+            "an expired client",
+            GrpcTransport::secured(
+                Default::default(),
+                &Credentials::load_unverified(&root.path().join("expired")).unwrap(),
+            )
+            .unwrap(),
+        ),
+    ];
+    let mut tried = 0;
+    for (who, net) in &refused_peers {
+        let mkdir = master_req(MR::Mkdir(pb::MkdirRequest {
+            path: "/evil".into(),
+            ..Default::default()
+        }));
+        for (what, body) in to_master
+            .iter()
+            .map(|(w, b)| (*w, b.clone()))
+            .chain([("mkdir", mkdir)])
+        {
+            let r = forge(&rt, net, &c.master_addr, body, true);
+            assert!(
+                r.is_err(),
+                "{who}: {what} to the master was answered: {r:?}"
+            );
+            tried += 1;
+        }
+        for (what, body) in &to_servers {
+            for s in &holders {
+                let r = forge(&rt, net, s, body.clone(), false);
+                assert!(r.is_err(), "{who}: {what} to {s} was answered: {r:?}");
+                tried += 1;
+            }
+        }
+    }
+    // A valid client's certificate: answered, PERMISSION_DENIED.
+    let alice_dir = pki.join("alice");
+    tls::issue(
+        &ca,
+        &Caller::Client {
+            user: "alice".into(),
+            groups: vec![],
+        },
+        30,
+        &alice_dir,
+    )
+    .unwrap();
+    let alice = GrpcTransport::secured(Default::default(), &Credentials::load(&alice_dir).unwrap())
+        .unwrap();
+    let denied = pb::ErrorCode::PermissionDenied as i32;
+    for (what, body) in &to_master {
+        let r = forge(&rt, &alice, &c.master_addr, body.clone(), true);
+        assert_eq!(r, Ok(Some(denied)), "a client's {what} to the master");
+        tried += 1;
+    }
+    for (what, body) in &to_servers {
+        for s in &holders {
+            let r = forge(&rt, &alice, s, body.clone(), false);
+            assert_eq!(r, Ok(Some(denied)), "a client's {what} to {s}");
+            tried += 1;
+        }
+    }
+    // A chunkserver's certificate speaks for its own server only: host0's heartbeat
+    // for another server's id is refused.
+    let host0 = GrpcTransport::secured(Default::default(), &load("cs0")).unwrap();
+    let other_server = servers
+        .iter()
+        .find(|s| s.address != c.servers[0].0)
+        .unwrap();
+    let hb = master_req(MR::Heartbeat(pb::HeartbeatRequest {
+        address: other_server.address.clone(),
+        rack: "r".into(),
+        capacity_bytes: 1 << 40,
+        server_id: other_server.server_id,
+        cluster_id,
+        ..Default::default()
+    }));
+    assert_eq!(
+        forge(&rt, &host0, &c.master_addr, hb, true),
+        Ok(Some(denied))
+    );
+    tried += 1;
+    eprintln!("forged requests tried and refused: {tried}");
+
+    // Nothing changed: the file reads back, every chunk healthy at its version.
+    let back = root.path().join("back");
+    c.ok(&["get", "/d/f", back.to_str().unwrap()]);
+    assert!(same(&back, &data));
+    let after = rt.block_on(lib.fsck("/d/f", true)).unwrap();
+    assert_eq!(after.files[0].chunks[0].version, v);
+    assert_eq!(
+        after.files[0].chunks[0].replicas.len(),
+        3,
+        "{after:?}\n{}",
+        log_tails(root.path())
+    );
+    assert!(!c.ok(&["ls", "/"]).stdout.windows(4).any(|w| w == b"evil"));
 }

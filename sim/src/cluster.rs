@@ -12,6 +12,7 @@ use madsim::net::NetSim;
 use madsim::runtime::{Handle, NodeHandle};
 use madsim::task::NodeId;
 use madsim::time::Instant;
+use tessera_core::auth::Caller;
 use tessera_core::chunkserver::ChunkserverConfig;
 use tessera_core::client::{Client, ClientConfig};
 use tessera_core::driver::{DriverError, chunkserver, group, master};
@@ -315,7 +316,12 @@ fn start_group(
                 );
                 let (store, net) = (
                     store2.clone(),
-                    SimNet::late_to_chunkservers(rt.clone(), net.clone(), "late_order"),
+                    SimNet::late_to_chunkservers(
+                        rt.clone(),
+                        net.clone(),
+                        "late_order",
+                        Caller::Master { replica: gid },
+                    ),
                 );
                 let checks = checks.clone();
                 async move {
@@ -550,7 +556,12 @@ impl Cluster {
                     );
                     let (store, net) = (
                         store.clone(),
-                        SimNet::late_to_chunkservers(rt.clone(), net_m.clone(), "late_order"),
+                        SimNet::late_to_chunkservers(
+                            rt.clone(),
+                            net_m.clone(),
+                            "late_order",
+                            Caller::Master { replica: 1 },
+                        ),
                     );
                     let checks = checks.clone();
                     async move {
@@ -642,7 +653,14 @@ impl Cluster {
                     );
                     let (d, net) = (
                         d.clone(),
-                        SimNet::late_to_chunkservers(rt.clone(), net_c.clone(), "late_forward"),
+                        SimNet::late_to_chunkservers(
+                            rt.clone(),
+                            net_c.clone(),
+                            "late_forward",
+                            Caller::Chunkserver {
+                                name: format!("cs{i}"),
+                            },
+                        ),
                     );
                     let checks = checks2.clone();
                     async move {
@@ -720,6 +738,29 @@ impl Cluster {
         ttl: Duration,
         retry_for: Option<Duration>,
     ) -> Client<SimRuntime, SimNet> {
+        let who = Caller::Client {
+            user: format!("client{i}"),
+            groups: vec![],
+        };
+        self.client_as(i, ttl, retry_for, who)
+    }
+
+    /// Client `i`'s node, with an administrator's certificate: member changes and
+    /// reports are an admin's to ask for.
+    pub fn admin(&self, i: usize) -> Client<SimRuntime, SimNet> {
+        let who = Caller::Admin {
+            name: "operator".into(),
+        };
+        self.client_as(i, Duration::from_secs(5), None, who)
+    }
+
+    fn client_as(
+        &self,
+        i: usize,
+        ttl: Duration,
+        retry_for: Option<Duration>,
+        who: Caller,
+    ) -> Client<SimRuntime, SimNet> {
         let jump = self.jumps[1 + self.servers.len() + i].clone();
         let rt = SimRuntime::with_jump(self.start, self.clients[i].1, jump);
         let mut cfg = ClientConfig::new(self.master_addr.clone());
@@ -738,7 +779,7 @@ impl Cluster {
         cfg.push_piece = 16 << 10;
         Client::new(
             rt.clone(),
-            SimNet::late_to_chunkservers(rt, self.net.clone(), "late_request"),
+            SimNet::late_to_chunkservers(rt, self.net.clone(), "late_request", who),
             cfg,
         )
     }
@@ -884,7 +925,16 @@ impl Cluster {
             (self.servers[other].addr.clone(), req.encode_to_vec())
         };
         let rt = SimRuntime::new(self.start, Clock::default());
-        let net = SimNet::new(rt.clone(), self.net.clone());
+        // The rogue holds a valid client certificate: what it forges beyond what a
+        // client may send must be refused for its role, not merely for its content.
+        let net = SimNet::new(
+            rt.clone(),
+            self.net.clone(),
+            Caller::Client {
+                user: "rogue".into(),
+                groups: vec![],
+            },
+        );
         let checks = self.checks.clone();
         // Above every forged grant's version: a server not yet in a cluster (a wiped
         // one, back) takes a forged grant, and holds that version until told otherwise.

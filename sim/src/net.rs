@@ -25,6 +25,7 @@ use std::time::Duration;
 use futures::SinkExt;
 use futures::channel::{mpsc, oneshot};
 use madsim::net::Endpoint;
+use tessera_core::auth::Caller;
 use tessera_core::error::RpcError;
 use tessera_core::runtime::{Incoming, Parts, Runtime, Transport};
 use tessera_core::types::Time;
@@ -152,14 +153,18 @@ pub struct SimNet {
     /// Whether this node's calls to chunkservers may arrive after it gave up on them,
     /// counted under this name.
     late: Option<&'static str>,
+    /// Who this node's certificate says it is: every request it sends arrives named so,
+    /// as a secured transport names it (`tessera_core::auth`).
+    me: Caller,
 }
 
 impl SimNet {
-    pub fn new(rt: SimRuntime, faults: NetFaults) -> SimNet {
+    pub fn new(rt: SimRuntime, faults: NetFaults, me: Caller) -> SimNet {
         SimNet {
             rt,
             faults,
             late: None,
+            me,
         }
     }
 
@@ -167,11 +172,17 @@ impl SimNet {
     /// on them, counted as `kind`: a client's writes and appends (`late_request`), a
     /// master's orders (`late_order`), a chunkserver's forwarded mutations and clone or
     /// mend reads (`late_forward`).
-    pub fn late_to_chunkservers(rt: SimRuntime, faults: NetFaults, kind: &'static str) -> SimNet {
+    pub fn late_to_chunkservers(
+        rt: SimRuntime,
+        faults: NetFaults,
+        kind: &'static str,
+        me: Caller,
+    ) -> SimNet {
         SimNet {
             rt,
             faults,
             late: Some(kind),
+            me,
         }
     }
 }
@@ -194,6 +205,7 @@ impl Transport for SimNet {
         let faults = self.faults.clone();
         let to = to.to_string();
         let late = self.late;
+        let me = self.me.clone();
         async move {
             if body.len() > MAX_MESSAGE {
                 return Err(RpcError::TooLarge(body.len()));
@@ -212,17 +224,18 @@ impl Transport for SimNet {
                 if let Some(later) = again {
                     // The copy goes from a task of its own: it is sent even if the
                     // caller has its answer (or gave up) by then.
-                    let (ep, body, faults) = (ep.clone(), body.clone(), faults.clone());
+                    let (ep, body, faults, me) =
+                        (ep.clone(), body.clone(), faults.clone(), me.clone());
                     madsim::task::spawn(async move {
                         madsim::time::sleep(hold + later).await;
                         faults.count("duplicate");
                         let _ = ep
-                            .send_to_raw(dst, REQUEST_TAG, Box::new((tag, expires, body)))
+                            .send_to_raw(dst, REQUEST_TAG, Box::new((tag, expires, body, me)))
                             .await;
                     });
                 }
                 if hold.is_zero() {
-                    ep.send_to_raw(dst, REQUEST_TAG, Box::new((tag, expires, body)))
+                    ep.send_to_raw(dst, REQUEST_TAG, Box::new((tag, expires, body, me)))
                         .await
                         .map_err(|e| RpcError::Unreachable(format!("{to}: {e}")))?;
                 } else {
@@ -237,7 +250,7 @@ impl Transport for SimNet {
                             faults.count("long_delay");
                         }
                         let _ = ep
-                            .send_to_raw(dst, REQUEST_TAG, Box::new((tag, expires, body)))
+                            .send_to_raw(dst, REQUEST_TAG, Box::new((tag, expires, body, me)))
                             .await;
                     });
                 }
@@ -277,10 +290,11 @@ impl Transport for SimNet {
                     let Ok((payload, from)) = ep.recv_from_raw(REQUEST_TAG).await else {
                         return;
                     };
-                    let Ok(msg) = payload.downcast::<(u64, madsim::time::Instant, Parts)>() else {
+                    let Ok(msg) = payload.downcast::<(u64, madsim::time::Instant, Parts, Caller)>()
+                    else {
                         continue;
                     };
-                    let (tag, expires, body) = *msg;
+                    let (tag, expires, body, from_cert) = *msg;
                     let (reply, reply_rx) = oneshot::channel();
                     let arrived = rt.now();
                     if tx
@@ -288,6 +302,7 @@ impl Transport for SimNet {
                             body,
                             arrived,
                             peer: from.to_string(),
+                            from: from_cert,
                             reply,
                         })
                         .await

@@ -87,7 +87,7 @@ impl Replacement {
             }
         };
         let outcome: Outcome = Arc::default();
-        let (o, client) = (outcome.clone(), cluster.client(0));
+        let (o, client) = (outcome.clone(), cluster.admin(0));
         cluster.clients[0].0.spawn(async move {
             let r = client.change_members(req).await;
             *o.lock().expect("outcome") = Some(r.map_err(|e| e.to_string()));

@@ -515,6 +515,7 @@ mod tests {
                         req: Some(req),
                         ..Default::default()
                     }),
+                    caller: String::new(),
                 })),
                 replies,
                 ..Default::default()
@@ -575,6 +576,7 @@ mod tests {
                             }),
                             data: Some(pb::DataRef { len: 10, crc: 0 }),
                             arrived_ms: 30 + i as u64,
+                            caller: String::new(),
                         })),
                         ..Default::default()
                     })),

@@ -50,6 +50,7 @@ fn the_encoding_of_records() {
                 input: Some(M::Request(pb::TraceMasterRequest {
                     id: 9,
                     req: Some(mkdir),
+                    caller: String::new(),
                 })),
                 ..Default::default()
             })),
@@ -73,6 +74,7 @@ fn the_encoding_of_records() {
             id: 3,
             req: write,
             arrived: tessera_core::Time(98),
+            from: tessera_core::auth::Caller::Insecure,
         },
         &effects,
     );

@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
+use crate::auth::{self, Caller};
 use crate::error::{FsError, RpcError, StoreError};
 use crate::pb::{self, chunk_request::Req, chunk_response::Resp, master_request::Req as MReq};
 use crate::types::{BLOCK_SIZE, ChunkHandle, MAX_CHUNK_SIZE, Time, Version};
@@ -103,6 +104,8 @@ pub enum Input {
         id: RequestId,
         req: pb::ChunkRequest,
         arrived: Time,
+        /// Who sent it, as the transport authenticated it (`crate::auth`).
+        from: Caller,
     },
     CallResult {
         id: CallId,
@@ -479,6 +482,8 @@ pub struct Chunkserver {
     epoch: u64,
     storing_epoch: u64,
     next_id: u64,
+    /// Requests refused because their sender's role does not allow them (`crate::auth`).
+    refused: u64,
     out: Effects,
 }
 
@@ -534,6 +539,7 @@ impl Chunkserver {
             epoch: 0,
             storing_epoch: 0,
             next_id: 1,
+            refused: 0,
             out: Effects::default(),
         };
         for mut meta in metas {
@@ -590,6 +596,16 @@ impl Chunkserver {
     }
 
     /// This server's id (0: its store has none).
+    /// The highest master term (or epoch) this server has taken.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Requests refused because their sender's role does not allow them.
+    pub fn refused(&self) -> u64 {
+        self.refused
+    }
+
     pub fn server_id(&self) -> u64 {
         self.server_id
     }
@@ -660,7 +676,15 @@ impl Chunkserver {
             }
         }
         match input {
-            Input::Request { id, req, arrived } => match req.req {
+            Input::Request { id, req, from, .. }
+                if let Some(Err(e)) = req.req.as_ref().map(|r| auth::chunk_request(&from, r)) =>
+            {
+                self.refused += 1;
+                self.out.replies.push((id, err(e)))
+            }
+            Input::Request {
+                id, req, arrived, ..
+            } => match req.req {
                 None => {
                     let e = self.not_a_chunkserver_request("empty request");
                     self.out.replies.push((id, err(e)))

@@ -141,12 +141,18 @@ impl H {
     }
 
     fn req(&mut self, r: R) -> pb::ChunkResponse {
+        self.req_from(r, crate::auth::Caller::Insecure)
+    }
+
+    /// A request from `from`, as its transport authenticated it.
+    fn req_from(&mut self, r: R, from: crate::auth::Caller) -> pb::ChunkResponse {
         let id = self.next;
         self.next += 1;
         let replies = self.run(Input::Request {
             id,
             arrived: self.now,
             req: pb::ChunkRequest { req: Some(r) },
+            from,
         });
         replies
             .into_iter()
@@ -237,6 +243,7 @@ fn requests_waiting_on_chunks_are_bounded() {
                         length: 10,
                     })),
                 },
+                from: crate::auth::Caller::Insecure,
             },
         );
         stuck.extend(e.store);
@@ -530,6 +537,7 @@ fn oversized_or_empty_requests_are_refused() {
             id: 50,
             arrived: Time(1),
             req: pb::ChunkRequest { req: None },
+            from: crate::auth::Caller::Insecure,
         },
     );
     assert!(e.replies[0].1.error.is_some());
@@ -550,6 +558,7 @@ fn order_clone(dst: &mut H, handle: u64) -> Vec<(RequestId, pb::ChunkResponse)> 
                 ..Default::default()
             })),
         },
+        from: crate::auth::Caller::Insecure,
     })
 }
 
@@ -910,6 +919,7 @@ fn a_deposed_leaders_grant_landing_after_the_new_term_takes_no_lease() {
                 req: Some(grant_in_term(1, 5)),
             },
             arrived: now,
+            from: crate::auth::Caller::Insecure,
         },
     );
     writes.extend(e.store);
@@ -951,6 +961,7 @@ fn lease_counts_from_arrival_not_from_processing() {
             id: 1,
             req,
             arrived: Time(100),
+            from: crate::auth::Caller::Insecure,
         },
     );
     for (id, op) in e.store {
@@ -986,6 +997,7 @@ fn send_apply(
                 data_id: 0,
             })),
         },
+        from: crate::auth::Caller::Insecure,
     })
 }
 
@@ -1017,6 +1029,7 @@ fn a_mutation_that_overtook_its_predecessor_waits_for_it() {
                 ..Default::default()
             })),
         },
+        from: crate::auth::Caller::Insecure,
     });
     assert_eq!(r.len(), 2);
     assert!(r.iter().any(|(id, x)| *id != 999 && x.error.is_some()));
@@ -1043,7 +1056,8 @@ fn the_primary_starts_the_next_mutation_while_the_last_is_out() {
         h.run(Input::Request {
             id: 50,
             arrived: h.now,
-            req: write(1, b"one")
+            req: write(1, b"one"),
+            from: crate::auth::Caller::Insecure
         })
         .is_empty()
     );
@@ -1051,7 +1065,8 @@ fn the_primary_starts_the_next_mutation_while_the_last_is_out() {
         h.run(Input::Request {
             id: 51,
             arrived: h.now,
-            req: write(2, b"two")
+            req: write(2, b"two"),
+            from: crate::auth::Caller::Insecure
         })
         .is_empty()
     );
@@ -1253,6 +1268,7 @@ fn a_late_attempt_never_lands_over_what_was_written_since() {
             id,
             arrived: Time(1),
             req,
+            from: crate::auth::Caller::Insecure,
         });
         let calls = std::mem::take(&mut h.calls);
         (replies, calls)
@@ -1325,6 +1341,7 @@ fn copies_of_a_write_waiting_for_its_answer_are_bounded() {
             id,
             arrived: Time(1),
             req: write.clone(),
+            from: crate::auth::Caller::Insecure,
         })
     };
     assert!(send(&mut h, 900).is_empty());
@@ -1372,6 +1389,7 @@ fn primary_answers_after_every_secondary_applied() {
         id,
         arrived: Time(1),
         req,
+        from: crate::auth::Caller::Insecure,
     });
     assert!(
         replies.is_empty(),
@@ -1422,6 +1440,7 @@ fn primary_answers_after_every_secondary_applied() {
         id: 901,
         arrived: Time(1),
         req,
+        from: crate::auth::Caller::Insecure,
     });
     let Outgoing::Chunk(pb::ChunkRequest {
         req: Some(R::Apply(a)),
@@ -1457,6 +1476,7 @@ fn write_to(secondaries: &[&str], seq: u64) -> Input {
                 write_seq: 0,
             })),
         },
+        from: crate::auth::Caller::Insecure,
     }
 }
 
@@ -1558,6 +1578,7 @@ fn a_grant_applied_too_late_is_refused() {
             id: 1,
             req,
             arrived: Time(100),
+            from: crate::auth::Caller::Insecure,
         },
     );
     assert!(
@@ -1750,6 +1771,7 @@ fn padding_reaches_the_secondaries() {
         id: 501,
         arrived: p.now,
         req,
+        from: crate::auth::Caller::Insecure,
     });
     assert!(replies.is_empty(), "answered before the secondary padded");
     let Outgoing::Chunk(pb::ChunkRequest {
@@ -1855,6 +1877,7 @@ mod serial_order {
                 id: 10_000 + i as u64,
                 arrived: p.now,
                 req: pb::ChunkRequest { req: Some(req) },
+                from: crate::auth::Caller::Insecure,
             });
             for c in std::mem::take(&mut p.calls) {
                 if let Outgoing::Chunk(pb::ChunkRequest {
@@ -1889,6 +1912,7 @@ mod serial_order {
                 req: pb::ChunkRequest {
                     req: Some(R::Apply(m.clone())),
                 },
+                from: crate::auth::Caller::Insecure,
             }));
         }
         s.now = s.now + s.cs.cfg.apply_hold;
@@ -2022,6 +2046,7 @@ fn push(
                 chain: chain.iter().map(|s| s.to_string()).collect(),
             })),
         },
+        from: crate::auth::Caller::Insecure,
     })
 }
 
@@ -2496,6 +2521,7 @@ fn heartbeats_name_chunks_whose_versions_are_on_the_way_to_disk() {
                     ..Default::default()
                 })),
             },
+            from: crate::auth::Caller::Insecure,
         },
     );
     assert_eq!(e.store.len(), 1, "the version goes to the disk");
@@ -2633,6 +2659,7 @@ fn answers_from_an_older_version_count_for_nothing() {
                 write_seq: 0,
             })),
         },
+        from: crate::auth::Caller::Insecure,
     };
     assert!(h.run(new).is_empty());
     // The old mutation's secondary answers at last.
@@ -2676,6 +2703,7 @@ fn mend(dst: &mut H, sources: &mut [&mut H], h: u64, version: u64) -> (pb::Chunk
                 ..Default::default()
             })),
         },
+        from: crate::auth::Caller::Insecure,
     });
     let mut asked = 0;
     while replies.is_empty() {
@@ -2861,6 +2889,7 @@ fn the_capacity_is_a_quota_the_server_keeps() {
                 write_seq: 0,
             })),
         },
+        from: crate::auth::Caller::Insecure,
     });
     no_space(&r[0].1);
     assert!(h.calls.is_empty(), "forwarded: {:?}", h.calls);
@@ -2941,4 +2970,88 @@ fn padding_passes_the_quota_and_a_record_does_not() {
     let r = send_apply(&mut s, 1, CHUNK, b"");
     assert!(r[0].1.error.is_none(), "{r:?}");
     assert_eq!(s.cs.used_bytes(), CHUNK);
+}
+
+/// A client's certificate, and another chunkserver's, do not make a master: every order
+/// (a version change, a clone, a revocation, a mend) is refused from them without
+/// touching the chunk, and so is a forwarded mutation from anyone but a chunkserver.
+#[test]
+fn orders_and_forwarded_mutations_are_refused_from_the_wrong_role() {
+    use crate::auth::Caller;
+    let mut h = H::new();
+    h.create(9);
+    let client = Caller::Client {
+        user: "mallory".into(),
+        groups: vec![],
+    };
+    let peer = Caller::Chunkserver { name: "cs2".into() };
+    let orders = [
+        R::SetVersion(pb::SetVersionRequest {
+            handle: 9,
+            version: 1_000_000_000,
+            chunk_size: CHUNK,
+            ..Default::default()
+        }),
+        R::SetVersion(pb::SetVersionRequest {
+            handle: 9,
+            version: 2,
+            epoch: u64::MAX,
+            chunk_size: CHUNK,
+            ..Default::default()
+        }),
+        R::RevokeLease(pb::RevokeLeaseRequest {
+            handle: 9,
+            ..Default::default()
+        }),
+        R::Clone(pb::CloneChunkRequest {
+            handle: 9,
+            version: 2,
+            source: "elsewhere:1".into(),
+            ..Default::default()
+        }),
+        R::Mend(pb::MendChunkRequest {
+            handle: 9,
+            ..Default::default()
+        }),
+    ];
+    for from in [&client, &peer] {
+        for o in &orders {
+            let r = h.req_from(o.clone(), from.clone());
+            let e = r.error.expect("refused");
+            assert_eq!(
+                e.code,
+                pb::ErrorCode::PermissionDenied as i32,
+                "{o:?}: {e:?}"
+            );
+        }
+    }
+    let apply = R::Apply(pb::ApplyMutationRequest {
+        handle: 9,
+        version: 1,
+        serial: 4000,
+        offset: 0,
+        data: Bytes::from_static(b"forged"),
+        ..Default::default()
+    });
+    let r = h.req_from(apply.clone(), client.clone());
+    assert_eq!(
+        r.error.unwrap().code,
+        pb::ErrorCode::PermissionDenied as i32
+    );
+    assert_eq!(h.cs.refused(), 2 * orders.len() as u64 + 1);
+    // Nothing changed: the copy is at version 1, still the primary's, still empty, and
+    // the epoch is the one it had.
+    assert!(h.cs.is_primary(9, h.now));
+    assert_eq!(h.cs.epoch(), 0);
+    assert_eq!(h.read(9, 0, 6).unwrap().len(), 0);
+    // The same orders from a master are carried out.
+    let r = h.req_from(
+        R::RevokeLease(pb::RevokeLeaseRequest {
+            handle: 9,
+            ..Default::default()
+        }),
+        Caller::Master { replica: 1 },
+    );
+    assert!(r.error.is_none(), "{r:?}");
+    assert!(!h.cs.is_primary(9, h.now));
 }

@@ -222,7 +222,12 @@ pub async fn run<R: Runtime, T: Transport, S: ChunkStore + Clone, O: Observer>(
                 replies.insert(id, inc.reply);
                 observer.request(id, &inc.peer, arrived);
                 match pb::ChunkRequest::decode(PartsReader::from(inc.body)) {
-                    Ok(req) => Input::Request { id, req, arrived },
+                    Ok(req) => Input::Request {
+                        id,
+                        req,
+                        arrived,
+                        from: inc.from,
+                    },
                     Err(e) => Input::Malformed {
                         id,
                         error: e.to_string(),

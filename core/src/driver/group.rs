@@ -303,6 +303,7 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                             id,
                             req,
                             arrived: inc.arrived,
+                            from: inc.from,
                         },
                         Err(e) => Input::Malformed {
                             id,

@@ -571,7 +571,11 @@ pub async fn run<R: Runtime, T: Transport, M: MetaStore, O: Observer>(
                     replies.insert(id, inc.reply);
                     observer.request(id, &inc.peer, inc.arrived);
                     match pb::MasterRequest::decode(PartsReader::from(inc.body)) {
-                        Ok(req) => Input::Request { id, req },
+                        Ok(req) => Input::Request {
+                            id,
+                            req,
+                            from: inc.from,
+                        },
                         Err(e) => Input::Malformed {
                             id,
                             error: e.to_string(),

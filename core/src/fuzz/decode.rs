@@ -11,6 +11,7 @@
 //!
 //! The first byte picks the decoder; the rest is its input.
 
+use crate::auth::Caller;
 use bytes::Bytes;
 use prost::Message;
 
@@ -233,6 +234,7 @@ fn group_request(body: &[u8]) -> bool {
             id: 1,
             req,
             arrived: now,
+            from: Caller::Insecure,
         },
     );
     if let Some(batch) = answer {
@@ -328,7 +330,14 @@ fn master_request(body: &[u8]) -> bool {
     };
     let mut m = small_master();
     let now = Time::from_millis(1_000);
-    let mut effects = m.handle(now, master::Input::Request { id: 1, req });
+    let mut effects = m.handle(
+        now,
+        master::Input::Request {
+            id: 1,
+            req,
+            from: Caller::Insecure,
+        },
+    );
     // Whatever it logged becomes durable, so held replies and queued requests go on.
     while let Some(&(through, _)) = effects.log.last() {
         effects = m.handle(now, master::Input::LogSynced { through });
@@ -363,6 +372,7 @@ fn chunk_request(body: &[u8]) -> bool {
             id: 1,
             req,
             arrived: now,
+            from: Caller::Insecure,
         },
     );
     cs.handle(now, chunkserver::Input::Tick);

@@ -39,6 +39,7 @@ use prost::Message as _;
 use raft::eraftpb as rp;
 use raft::{RawNode, StateRole};
 
+use crate::auth::{self, Caller};
 use crate::error::FsError;
 use crate::master::{self, Call, CallId, Master, MasterConfig, Meta, RequestId};
 use crate::pb::{self, master_request::Req, master_response::Resp};
@@ -110,6 +111,8 @@ pub enum Input {
         id: RequestId,
         req: pb::MasterRequest,
         arrived: Time,
+        /// Who sent it, as the transport authenticated it (`crate::auth`).
+        from: Caller,
     },
     CallResult {
         id: CallId,
@@ -286,6 +289,8 @@ pub struct Replica {
     /// The master stopped in the latest step, and its generation: the steps it took
     /// before it stopped are shown to observers with it (`master_of`).
     stopped: Option<(u64, Master)>,
+    /// Requests and replica messages refused because of who sent them.
+    refused: u64,
     /// Chunk locations from the chunkservers' heartbeats (every replica gets a copy).
     locations: locations::Locations,
     /// Membership changes proposed for an admin's request, by their entry's index: the
@@ -428,6 +433,7 @@ impl Replica {
             assembler: snapshot_parts::Assembler::default(),
             restored: None,
             stopped: None,
+            refused: 0,
             locations: locations::Locations::default(),
             conf_asked: BTreeMap::new(),
             compact_now: adopted || unnamed,
@@ -557,9 +563,22 @@ impl Replica {
         self.now = self.now.max(now);
         self.stopped = None;
         match input {
-            Input::Request { id, req, arrived } => match req.req {
+            Input::Request { id, req, from, .. }
+                if let Some(Err(e)) = req.req.as_ref().map(|r| auth::master_request(&from, r)) =>
+            {
+                self.refused += 1;
+                self.out.replies.push((id, master::err(e)));
+            }
+            Input::Request {
+                id,
+                req,
+                arrived,
+                from,
+            } => match req.req {
                 Some(Req::Raft(m)) => {
-                    self.on_peer(m, arrived);
+                    if self.speaks_for(&from, m.from) {
+                        self.on_peer(m, arrived);
+                    }
                     self.out
                         .replies
                         .push((id, master::ok(Resp::Empty(pb::Empty {}))));
@@ -572,10 +591,15 @@ impl Replica {
                     let small = b.encoded_len() <= answers::HOLD_BYTES;
                     self.took_from = None;
                     for m in b.messages {
-                        self.on_peer(m, arrived);
+                        if self.speaks_for(&from, m.from) {
+                            self.on_peer(m, arrived);
+                        }
                     }
                     for p in b.snapshot_parts {
-                        self.on_snapshot_part(p, arrived);
+                        let sender = p.message.as_ref().map_or(0, |m| m.from);
+                        if self.speaks_for(&from, sender) {
+                            self.on_snapshot_part(p, arrived);
+                        }
                     }
                     match self.took_from.take() {
                         Some(peer) if b.answers && small => self.answers.hold(id, peer),
@@ -604,7 +628,7 @@ impl Replica {
                     if let Some(Req::Heartbeat(hb)) = &req.req {
                         self.record_heartbeat(hb);
                     }
-                    self.on_request(id, req)
+                    self.on_request(id, req, from)
                 }
             },
             Input::Malformed { id, error } => self.out.replies.push((
@@ -766,7 +790,7 @@ impl Replica {
 
     // ---- requests -----------------------------------------------------------------
 
-    fn on_request(&mut self, id: RequestId, req: pb::MasterRequest) {
+    fn on_request(&mut self, id: RequestId, req: pb::MasterRequest, from: Caller) {
         let read = matches!(
             req.req,
             Some(Req::List(_) | Req::Stat(_) | Req::GetChunks(_) | Req::Report(_) | Req::Fsck(_))
@@ -801,7 +825,28 @@ impl Replica {
             return;
         }
         self.asked.insert(id);
-        self.pass_to_master(master::Input::Request { id, req });
+        self.pass_to_master(master::Input::Request { id, req, from });
+    }
+
+    /// Whether a raft message that says it is from replica `sender` may be believed of
+    /// `from`: only a replica's own certificate speaks for it. One that does not is
+    /// dropped (and counted), as a message from a non-member is.
+    fn speaks_for(&mut self, from: &Caller, sender: u64) -> bool {
+        let ok = match from {
+            Caller::Insecure => true,
+            Caller::Master { replica } => *replica == sender,
+            _ => false,
+        };
+        if !ok {
+            self.refused += 1;
+            tracing::warn!(%from, sender, "refused a replica message: its certificate is not that replica's");
+        }
+        ok
+    }
+
+    /// Requests and replica messages refused because of who sent them (`crate::auth`).
+    pub fn refused(&self) -> u64 {
+        self.refused + self.master.as_ref().map_or(0, |m| m.refused())
     }
 
     fn leader_addr(&self) -> String {

@@ -307,6 +307,8 @@ impl World {
                     id,
                     req: m,
                     arrived,
+                    // Each replica's calls carry its own certificate.
+                    from: crate::auth::Caller::Master { replica: from },
                 },
             );
         }
@@ -376,6 +378,7 @@ impl World {
                     ..Default::default()
                 },
                 arrived,
+                from: crate::auth::Caller::Insecure,
             },
         );
         id
@@ -940,6 +943,7 @@ fn ask_stale(w: &mut World, to: u64, req: MReq) -> pb::MasterResponse {
                 ..Default::default()
             },
             arrived,
+            from: crate::auth::Caller::Insecure,
         },
     );
     w.replies.get(&id).expect("answered at once").1.clone()
@@ -1415,4 +1419,75 @@ fn a_leader_that_applies_its_own_removal_leads_no_more() {
         }
     }
     assert_ne!(w.leader(), Some(b));
+}
+
+/// Only a replica's own certificate speaks for it: raft messages that claim another
+/// replica's id (a higher term, say, that would depose the leader) are dropped, and a
+/// client's certificate sends none at all.
+#[test]
+fn raft_messages_are_believed_only_from_their_own_replica_s_certificate() {
+    use crate::auth::Caller;
+    let mut w = World::new(3);
+    w.run(4000);
+    let l = w.leader().expect("one leader");
+    let target = (1..=3).find(|&i| i != l).unwrap();
+    let other = (1..=3).find(|&i| i != l && i != target).unwrap();
+    let term = w.live(target).status().term;
+    // A message as the leader would send it, at a far higher term.
+    let forged = |from: u64| pb::MasterRequest {
+        req: Some(MReq::Raft(pb::RaftMessage {
+            msg_type: raft::eraftpb::MessageType::MsgHeartbeat as u32,
+            to: target,
+            from,
+            term: term + 700,
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    let refused = w.live(target).refused();
+    for (claims, cert) in [
+        (l, Caller::Master { replica: other }),
+        (
+            l,
+            Caller::Client {
+                user: "mallory".into(),
+                groups: vec![],
+            },
+        ),
+        (l, Caller::Chunkserver { name: "cs1".into() }),
+    ] {
+        let id = w.next_id;
+        w.next_id += 1;
+        let now = w.now;
+        w.step(
+            target,
+            Input::Request {
+                id,
+                req: forged(claims),
+                arrived: now,
+                from: cert,
+            },
+        );
+    }
+    assert_eq!(
+        w.live(target).status().term,
+        term,
+        "a forged message moved the term"
+    );
+    assert_eq!(w.live(target).refused(), refused + 3);
+    // The same message under the sender's own certificate is believed (so the check
+    // above could have seen the term move).
+    let id = w.next_id;
+    w.next_id += 1;
+    let now = w.now;
+    w.step(
+        target,
+        Input::Request {
+            id,
+            req: forged(other),
+            arrived: now,
+            from: Caller::Master { replica: other },
+        },
+    );
+    assert_eq!(w.live(target).status().term, term + 700);
 }

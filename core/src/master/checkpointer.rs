@@ -110,6 +110,7 @@ mod tests {
                 })),
                 ..Default::default()
             },
+            from: crate::auth::Caller::Insecure,
         }
     }
 

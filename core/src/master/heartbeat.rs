@@ -13,8 +13,10 @@ use crate::types::{HashMap, HashSet};
 
 use super::chunks::ServerIdx;
 use super::mend::Mend;
-use super::servers::Arrival;
+use super::servers::{Arrival, Refused};
 use super::{Master, RequestId, ok};
+use crate::auth::Caller;
+use crate::error::FsError;
 use crate::pb::{self, log_record::Op, master_response::Resp};
 use crate::types::{ChunkHandle, Time, Version, millis};
 
@@ -45,7 +47,7 @@ impl PendingDeletes {
 }
 
 impl Master {
-    pub(super) fn on_heartbeat(&mut self, id: RequestId, r: &pb::HeartbeatRequest) {
+    pub(super) fn on_heartbeat(&mut self, id: RequestId, r: &pb::HeartbeatRequest, from: &Caller) {
         if r.address.is_empty() {
             self.reply_err(
                 id,
@@ -79,22 +81,29 @@ impl Master {
             &r.rack,
             r.capacity_bytes,
             r.used_bytes,
+            cert_name(from),
         ) {
             Ok(joined) => joined,
-            Err(used) => {
-                tracing::error!(
-                    server = %r.address,
-                    id = r.server_id,
-                    registered = used.registered,
-                    "refusing a heartbeat: address in use by another server"
-                );
-                self.reply_err(
-                    id,
-                    crate::error::FsError::InvalidArgument(format!(
-                        "address in use by another server: {} is server {:016x}, not {:016x}",
-                        r.address, used.registered, r.server_id
+            Err(refused) => {
+                let e = match refused {
+                    Refused::AddressInUse { registered } => FsError::InvalidArgument(format!(
+                        "address in use by another server: {} is server {registered:016x}, \
+                         not {:016x}",
+                        r.address, r.server_id
                     )),
-                );
+                    Refused::CertInUse { addr } => FsError::PermissionDenied(format!(
+                        "{from} speaks for the live server at {addr} already: one \
+                         certificate, one server (a heartbeat for {} refused)",
+                        r.address
+                    )),
+                    Refused::OtherCert { id: other, cert } => FsError::PermissionDenied(format!(
+                        "server {other:016x} (at {}) belongs to certificate \
+                             chunkserver:{cert}, not {from}",
+                        r.address
+                    )),
+                };
+                tracing::error!(server = %r.address, id = r.server_id, error = %e, "refusing a heartbeat");
+                self.reply_err(id, e);
                 return;
             }
         };
@@ -364,13 +373,21 @@ impl Master {
         }
     }
 
-    pub(super) fn on_report_corrupt(&mut self, id: RequestId, r: &pb::ReportCorruptRequest) {
+    pub(super) fn on_report_corrupt(
+        &mut self,
+        id: RequestId,
+        r: &pb::ReportCorruptRequest,
+        from: &Caller,
+    ) {
         // Only a member's word counts: the server registered at the address, of this
-        // cluster (0s from servers from before ids match any).
+        // cluster (0s from servers from before ids match any), and only about its own
+        // copies: the certificate must be the one that server's heartbeats come with.
+        let cert = cert_name(from);
         let member = |idx: ServerIdx| {
-            let known = self.servers.get(idx).id;
+            let s = self.servers.get(idx);
             (r.cluster_id == 0 || r.cluster_id == self.meta.cluster_id)
-                && (r.server_id == 0 || known == 0 || r.server_id == known)
+                && (r.server_id == 0 || s.id == 0 || r.server_id == s.id)
+                && s.cert == cert
         };
         if let Some(idx) = self.servers.find(&r.address)
             && member(idx)
@@ -466,5 +483,14 @@ impl Master {
             self.servers.get_mut(s).replicas -= 1;
             self.repl.check(h);
         }
+    }
+}
+
+/// The name a chunkserver's certificate gives it; empty for an unauthenticated peer (an
+/// insecure cluster). `crate::auth` lets no other role send a heartbeat or a report.
+fn cert_name(from: &Caller) -> &str {
+    match from {
+        Caller::Chunkserver { name } => name,
+        _ => "",
     }
 }

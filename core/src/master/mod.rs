@@ -45,6 +45,7 @@ pub use meta::{Applied, Meta};
 pub use namespace::{DELETED_PREFIX, FileMeta, Namespace, Node};
 pub use servers::{Registry, Server};
 
+use crate::auth::{self, Caller};
 use crate::error::{FsError, RpcError};
 use crate::pb::{self, log_record::Op, master_request::Req, master_response::Resp};
 use crate::rng::Rng;
@@ -59,10 +60,11 @@ pub type CallId = u64;
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum Input {
-    /// A request from a client or a chunkserver.
+    /// A request from a client or a chunkserver, and who sent it (`crate::auth`).
     Request {
         id: RequestId,
         req: pb::MasterRequest,
+        from: Caller,
     },
     /// The outcome of a call in an earlier `Effects::calls`.
     CallResult {
@@ -148,7 +150,7 @@ pub struct Master {
     synced_seq: LogSeq,
     held: BTreeMap<LogSeq, Vec<Held>>,
     /// Requests waiting for locks, oldest first.
-    queued: VecDeque<(RequestId, pb::MasterRequest)>,
+    queued: VecDeque<(RequestId, pb::MasterRequest, Caller)>,
     calls: HashMap<CallId, CallCtx>,
     next_call: CallId,
     leases: leases::Leases,
@@ -159,6 +161,9 @@ pub struct Master {
     /// Last copies of a version being mended (`mend.rs`), and how many were mended.
     mending: mend::Mending,
     mended: u64,
+    /// Requests refused because their sender's role does not allow them (`crate::auth`),
+    /// since this master started.
+    refused: u64,
     /// Servers whose copy of a chunk failed its checksums and was dropped, since this
     /// master started (not logged: like locations, learned again). Fsck and clients
     /// are told how many of a chunk's copies were found corrupt, so a chunk with no
@@ -249,6 +254,7 @@ impl Master {
             fallbacks,
             mending: mend::Mending::default(),
             mended: 0,
+            refused: 0,
             found_corrupt: HashMap::default(),
             checkpoint_seq: seq,
             retired_at: HashMap::default(),
@@ -476,8 +482,11 @@ impl Master {
         // The master's clock never goes back, even if the driver's does.
         self.now = self.now.max(now);
         match input {
-            Input::Request { id, req } => {
-                if !self.on_request(id, &req) {
+            Input::Request { id, req, from } => {
+                if let Err(e) = self.authorize(&from, &req) {
+                    self.refused += 1;
+                    self.reply_err(id, e);
+                } else if !self.on_request(id, &req, &from) {
                     if self.queued.len() >= self.cfg.max_queued {
                         self.reply_err(
                             id,
@@ -487,7 +496,7 @@ impl Master {
                             )),
                         );
                     } else {
-                        self.queued.push_back((id, req));
+                        self.queued.push_back((id, req, from));
                     }
                 }
             }
@@ -616,9 +625,9 @@ impl Master {
 
     fn retry_queued(&mut self) {
         for _ in 0..self.queued.len() {
-            let (id, req) = self.queued.pop_front().expect("counted");
-            if !self.on_request(id, &req) {
-                self.queued.push_back((id, req));
+            let (id, req, from) = self.queued.pop_front().expect("counted");
+            if !self.on_request(id, &req, &from) {
+                self.queued.push_back((id, req, from));
             }
         }
     }
@@ -638,8 +647,23 @@ impl Master {
 
     // ---- requests ---------------------------------------------------------------------
 
+    /// Whether `from` may send `req`: its role allows the kind (`crate::auth`). What a
+    /// heartbeat or a corruption report claims of its server is checked where they are
+    /// handled, against the server its certificate names.
+    fn authorize(&self, from: &Caller, req: &pb::MasterRequest) -> Result<(), FsError> {
+        match &req.req {
+            Some(r) => auth::master_request(from, r),
+            None => Ok(()),
+        }
+    }
+
+    /// Requests refused because their sender's role does not allow them.
+    pub fn refused(&self) -> u64 {
+        self.refused
+    }
+
     /// Handles a request; returns false if it must wait for locks (nothing was done).
-    fn on_request(&mut self, id: RequestId, req: &pb::MasterRequest) -> bool {
+    fn on_request(&mut self, id: RequestId, req: &pb::MasterRequest, from: &Caller) -> bool {
         let Some(r) = &req.req else {
             self.reply_err(id, FsError::InvalidArgument("empty request".into()));
             return true;
@@ -651,7 +675,7 @@ impl Master {
                 if mutation.is_some() {
                     self.request_token = req.token;
                 }
-                let result = self.dispatch(id, r);
+                let result = self.dispatch(id, r, from);
                 self.request_token = 0;
                 if let (Err(e), Some((path, _))) = (&result, mutation) {
                     self.refusals.insert(req.token, r, path, e);
@@ -668,7 +692,7 @@ impl Master {
         }
     }
 
-    fn dispatch(&mut self, id: RequestId, r: &Req) -> Result<bool, FsError> {
+    fn dispatch(&mut self, id: RequestId, r: &Req, from: &Caller) -> Result<bool, FsError> {
         match r {
             Req::Mkdir(r) => self.on_mkdir(id, r),
             Req::Create(r) => self.on_create(id, r),
@@ -687,11 +711,11 @@ impl Master {
                 Ok(true)
             }
             Req::Heartbeat(r) => {
-                self.on_heartbeat(id, r);
+                self.on_heartbeat(id, r, from);
                 Ok(true)
             }
             Req::ReportCorrupt(r) => {
-                self.on_report_corrupt(id, r);
+                self.on_report_corrupt(id, r, from);
                 Ok(true)
             }
             Req::Report(_) => {

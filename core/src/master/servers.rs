@@ -30,6 +30,10 @@ pub struct Server {
     /// Whether this master has answered one of its heartbeats: only then can it have
     /// stored this master's term (or a master alone's epoch) from this master.
     pub answered: bool,
+    /// The name in the certificate its heartbeats came with (`crate::auth`; empty on an
+    /// insecure cluster): the server id is bound to it, so no other certificate can
+    /// speak for this server.
+    pub cert: String,
 }
 
 impl Server {
@@ -54,10 +58,16 @@ pub enum Arrival {
     Replaced,
 }
 
-/// A heartbeat from an address a live server with another id holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AddressInUse {
-    pub registered: u64,
+/// Why a heartbeat was refused, changing nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// A live server with another id holds the address.
+    AddressInUse { registered: u64 },
+    /// The certificate belongs to a live server at another address: one certificate
+    /// speaks for one server at a time.
+    CertInUse { addr: String },
+    /// The server id (or the live server at the address) is another certificate's.
+    OtherCert { id: u64, cert: String },
 }
 
 #[derive(Debug, Default)]
@@ -71,6 +81,14 @@ impl Registry {
     /// it arrived. Refused, changing nothing, if a live server with another id holds the
     /// address (two servers configured with one address would otherwise take turns
     /// being each other). An id of 0 (a server from before ids) matches any.
+    ///
+    /// `cert` is the name the heartbeat's certificate gives its sender (empty: nobody is
+    /// authenticated). A server id, once heard with a certificate, stays that
+    /// certificate's; and a certificate speaks for one live server at a time, so a
+    /// holder of one cannot make up servers (other ids, other addresses) beside it.
+    // Each argument is one thing the heartbeat claims or carried; the registry stays
+    // apart from the wire type (its tests call it with bare values).
+    #[allow(clippy::too_many_arguments)]
     pub fn heartbeat(
         &mut self,
         now: Time,
@@ -79,14 +97,43 @@ impl Registry {
         rack: &str,
         capacity: u64,
         used: u64,
-    ) -> Result<(ServerIdx, Arrival), AddressInUse> {
+        cert: &str,
+    ) -> Result<(ServerIdx, Arrival), Refused> {
+        let here = self.by_addr.get(addr).copied();
+        if !cert.is_empty() {
+            for (i, s) in self.servers.iter().enumerate() {
+                let i = i as ServerIdx;
+                if Some(i) == here {
+                    // A live server's address, or a dead one's id, is its certificate's.
+                    let theirs = s.alive || (id != 0 && s.id == id);
+                    if theirs && !s.cert.is_empty() && s.cert != cert {
+                        return Err(Refused::OtherCert {
+                            id: s.id,
+                            cert: s.cert.clone(),
+                        });
+                    }
+                    continue;
+                }
+                if s.alive && s.cert == cert {
+                    return Err(Refused::CertInUse {
+                        addr: s.addr.clone(),
+                    });
+                }
+                if id != 0 && s.id == id && !s.cert.is_empty() && s.cert != cert {
+                    return Err(Refused::OtherCert {
+                        id,
+                        cert: s.cert.clone(),
+                    });
+                }
+            }
+        }
         let mut replaced = false;
-        let idx = match self.by_addr.get(addr) {
-            Some(&i) => {
+        let idx = match here {
+            Some(i) => {
                 let s = &mut self.servers[i as usize];
                 if id != 0 && s.id != id {
                     if s.alive && s.id != 0 {
-                        return Err(AddressInUse { registered: s.id });
+                        return Err(Refused::AddressInUse { registered: s.id });
                     }
                     replaced = s.id != 0;
                     s.id = id;
@@ -112,6 +159,7 @@ impl Registry {
                     clones_in_flight: 0,
                     epoch: 0,
                     answered: false,
+                    cert: String::new(),
                 });
                 self.by_addr.insert(addr.to_string(), i);
                 i
@@ -124,6 +172,7 @@ impl Registry {
         s.capacity = capacity;
         s.used = used;
         s.last_heartbeat = now;
+        s.cert = cert.to_string();
         let arrival = match (replaced, revived) {
             (true, _) => Arrival::Replaced,
             (false, true) => Arrival::Revived,

@@ -1,5 +1,6 @@
 //! Tests of the master state machine through its public input/effect interface.
 
+use crate::auth::Caller;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -64,6 +65,11 @@ impl H {
 
     /// Sends a request carrying `token` (see `retries.rs`).
     fn send_as(&mut self, req: MReq, token: u64) -> (RequestId, Effects) {
+        self.send_from(req, token, Caller::Insecure)
+    }
+
+    /// Sends a request from `from`, as its transport authenticated it.
+    fn send_from(&mut self, req: MReq, token: u64, from: Caller) -> (RequestId, Effects) {
         let id = self.next_id;
         self.next_id += 1;
         let e = self.step(Input::Request {
@@ -73,8 +79,16 @@ impl H {
                 req: Some(req),
                 token,
             },
+            from,
         });
         (id, e)
+    }
+
+    /// A request from `from`, answered (syncing as needed).
+    fn call_from(&mut self, req: MReq, from: Caller) -> pb::MasterResponse {
+        let (id, mut e) = self.send_from(req, 0, from);
+        e.replies.extend(self.sync().replies);
+        reply_for(&e, id).unwrap_or_else(|| panic!("no reply to request {id}"))
     }
 
     /// A request carrying `token`, answered (syncing as needed).
@@ -390,6 +404,7 @@ fn malformed_requests_get_errors() {
             req: None,
             ..Default::default()
         },
+        from: crate::auth::Caller::Insecure,
     });
     assert!(reply_for(&e, 99).unwrap().error.is_some());
     let r = h.call(MReq::Create(pb::CreateRequest {
@@ -3209,6 +3224,7 @@ fn invariants_hold_and_their_check_catches_a_broken_promise() {
                 req: None,
                 ..Default::default()
             },
+            crate::auth::Caller::Insecure,
         ));
     }
     let e = broken.m.check_invariants().expect_err("an overfull queue");
@@ -4976,4 +4992,199 @@ fn a_full_cluster_says_so_and_an_empty_one_says_wait() {
     beat(&mut h, "cs3", 10);
     let t = h.write_target("/f", 0).expect("a server with room");
     assert_eq!(t.primary, "cs3", "{t:?}");
+}
+
+// ---- who may send what (`crate::auth`) ----------------------------------------------
+
+fn hb(addr: &str, id: u64, cluster: u64, chunks: &[(u64, u64)]) -> MReq {
+    MReq::Heartbeat(pb::HeartbeatRequest {
+        address: addr.into(),
+        rack: "r".into(),
+        capacity_bytes: 1 << 30,
+        server_id: id,
+        cluster_id: cluster,
+        chunks: chunks
+            .iter()
+            .map(|&(handle, version)| pb::ChunkReport {
+                handle,
+                version,
+                length: 0,
+            })
+            .collect(),
+        ..Default::default()
+    })
+}
+
+fn chunkserver(name: &str) -> Caller {
+    Caller::Chunkserver { name: name.into() }
+}
+
+#[test]
+fn only_chunkservers_heartbeat_and_only_admins_ask_for_reports() {
+    let mut h = H::new();
+    let cluster = h.m.cluster_id();
+    let client = Caller::Client {
+        user: "mallory".into(),
+        groups: vec![],
+    };
+    let r = h.call_from(hb("cs1", 11, cluster, &[]), client.clone());
+    assert!(
+        matches!(err_of(&r), Some(FsError::PermissionDenied(m)) if m.contains("heartbeats")),
+        "{r:?}"
+    );
+    assert_eq!(
+        h.m.servers().live().count(),
+        0,
+        "a client's heartbeat registered a server"
+    );
+    assert_eq!(h.m.refused(), 1);
+    let r = h.call_from(MReq::Fsck(pb::FsckRequest::default()), client.clone());
+    assert!(
+        matches!(err_of(&r), Some(FsError::PermissionDenied(_))),
+        "{r:?}"
+    );
+    let r = h.call_from(MReq::Report(pb::ReportRequest {}), client.clone());
+    assert!(
+        matches!(err_of(&r), Some(FsError::PermissionDenied(_))),
+        "{r:?}"
+    );
+    // A client's namespace calls go through; a chunkserver's do not.
+    assert!(is_ok(&h.call_from(
+        MReq::Mkdir(pb::MkdirRequest {
+            path: "/d".into(),
+            ..Default::default()
+        }),
+        client
+    )));
+    let r = h.call_from(
+        MReq::Mkdir(pb::MkdirRequest {
+            path: "/e".into(),
+            ..Default::default()
+        }),
+        chunkserver("cs1"),
+    );
+    assert!(
+        matches!(err_of(&r), Some(FsError::PermissionDenied(_))),
+        "{r:?}"
+    );
+    let admin = Caller::Admin {
+        name: "root".into(),
+    };
+    assert!(is_ok(
+        &h.call_from(MReq::Report(pb::ReportRequest {}), admin)
+    ));
+    assert!(is_ok(
+        &h.call_from(hb("cs1", 11, cluster, &[]), chunkserver("cs1"))
+    ));
+}
+
+/// A valid chunkserver certificate speaks for one server: not for another server's id,
+/// not for made-up servers at other addresses beside its own, and reports corruption
+/// only of its own copies.
+#[test]
+fn a_chunkserver_certificate_speaks_for_its_own_server_only() {
+    let mut h = H::new();
+    let cluster = h.m.cluster_id();
+    for (i, addr) in ["a:1", "b:1", "c:1"].iter().enumerate() {
+        let r = h.call_from(
+            hb(addr, 100 + i as u64, cluster, &[]),
+            chunkserver(&format!("cs{i}")),
+        );
+        assert!(is_ok(&r), "{r:?}");
+    }
+    assert!(is_ok(&h.call(create("/f"))));
+    let t = h.write_target("/f", 0).unwrap();
+    // Every holder reports its copy at the granted version.
+    for (i, addr) in ["a:1", "b:1", "c:1"].iter().enumerate() {
+        let r = h.call_from(
+            hb(addr, 100 + i as u64, cluster, &[(t.handle, t.version)]),
+            chunkserver(&format!("cs{i}")),
+        );
+        assert!(is_ok(&r), "{r:?}");
+    }
+    let listed = |h: &H| h.m.meta().chunks.get(t.handle).unwrap().replicas.len();
+    assert_eq!(listed(&h), 3);
+    // cs0's certificate claims cs1's server id at cs1's address (cs1 alive), and at an
+    // address of its own: both refused.
+    for addr in ["b:1", "phantom:1"] {
+        let r = h.call_from(
+            hb(addr, 101, cluster, &[(t.handle, t.version)]),
+            chunkserver("cs0"),
+        );
+        assert!(
+            matches!(err_of(&r), Some(FsError::PermissionDenied(_))),
+            "{addr}: {r:?}"
+        );
+    }
+    // Phantoms with new ids beside cs0's own live server: refused.
+    for n in 0..3u64 {
+        let r = h.call_from(
+            hb(
+                &format!("phantom{n}:1"),
+                900 + n,
+                cluster,
+                &[(t.handle, t.version)],
+            ),
+            chunkserver("cs0"),
+        );
+        assert!(
+            matches!(err_of(&r), Some(FsError::PermissionDenied(m)) if m.contains("one certificate, one server")),
+            "{r:?}"
+        );
+    }
+    assert_eq!(
+        listed(&h),
+        3,
+        "a refused heartbeat changed the chunk's replicas"
+    );
+    assert_eq!(
+        h.m.servers().iter().count(),
+        3,
+        "a refused heartbeat registered a server"
+    );
+    // cs0 reports corrupt the copies of cs1 and cs2: not believed.
+    for (addr, id) in [("b:1", 101), ("c:1", 102)] {
+        let r = h.call_from(
+            MReq::ReportCorrupt(pb::ReportCorruptRequest {
+                handle: t.handle,
+                address: addr.into(),
+                version: t.version,
+                server_id: id,
+                cluster_id: cluster,
+                by_scrubber: false,
+            }),
+            chunkserver("cs0"),
+        );
+        assert!(is_ok(&r));
+    }
+    assert_eq!(listed(&h), 3, "another server's report dropped a copy");
+    // Its own copy, it may report.
+    let r = h.call_from(
+        MReq::ReportCorrupt(pb::ReportCorruptRequest {
+            handle: t.handle,
+            address: "a:1".into(),
+            version: t.version,
+            server_id: 100,
+            cluster_id: cluster,
+            by_scrubber: false,
+        }),
+        chunkserver("cs0"),
+    );
+    assert!(is_ok(&r));
+    assert_eq!(
+        listed(&h),
+        2,
+        "a server's report of its own copy was not believed"
+    );
+    // Once cs1 is dead, its id is still its certificate's: cs0 cannot take it over.
+    h.advance(Duration::from_secs(600));
+    h.step(Input::Tick);
+    let r = h.call_from(hb("b:1", 101, cluster, &[]), chunkserver("cs0"));
+    assert!(
+        matches!(err_of(&r), Some(FsError::PermissionDenied(_))),
+        "{r:?}"
+    );
+    // cs1 itself comes back, at a new address: taken.
+    let r = h.call_from(hb("b:2", 101, cluster, &[]), chunkserver("cs1"));
+    assert!(is_ok(&r), "{r:?}");
 }

@@ -3,6 +3,7 @@
 //! replaced by length and CRC32C; reading a master's records back gives the inputs
 //! that replay feeds it.
 
+use crate::auth::Caller;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -226,9 +227,10 @@ pub fn master_step(
     effects: &ms::Effects,
 ) -> pb::TraceRecord {
     let input = match input {
-        ms::Input::Request { id, req } => MsIn::Request(pb::TraceMasterRequest {
+        ms::Input::Request { id, req, from } => MsIn::Request(pb::TraceMasterRequest {
             id: *id,
             req: Some(req.clone()),
+            caller: from.label(),
         }),
         ms::Input::CallResult { id, result } => MsIn::CallResult(pb::TraceMasterCallResult {
             id: *id,
@@ -302,6 +304,8 @@ pub fn master_input(step: &pb::TraceMasterStep) -> Result<ms::Input, String> {
             MsIn::Request(r) => ms::Input::Request {
                 id: r.id,
                 req: r.req.clone().ok_or("a request without its message")?,
+                from: Caller::parse(&r.caller)
+                    .map_err(|e| format!("a request from an unknown caller: {e}"))?,
             },
             MsIn::CallResult(r) => ms::Input::CallResult {
                 id: r.id,
@@ -380,6 +384,7 @@ fn chunk_request(
         req: Some(req),
         data,
         arrived_ms: arrived.0,
+        caller: String::new(),
     }
 }
 
@@ -450,8 +455,15 @@ pub fn chunkserver_step_in(
     refs: &mut DataRefs,
 ) -> pb::TraceRecord {
     let input = match input {
-        cs::Input::Request { id, req, arrived } => {
-            CsIn::Request(chunk_request(*id, req, *arrived, refs))
+        cs::Input::Request {
+            id,
+            req,
+            arrived,
+            from,
+        } => {
+            let mut r = chunk_request(*id, req, *arrived, refs);
+            r.caller = from.label();
+            CsIn::Request(r)
         }
         cs::Input::CallResult { id, result } => CsIn::CallResult(pb::TraceChunkserverCallResult {
             id: *id,

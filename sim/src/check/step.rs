@@ -242,7 +242,9 @@ pub fn master_step(
     tr.add(node.as_bytes());
     tr.add_u64(now.0);
     match input {
-        ms::Input::Request { id, req } => {
+        // Who sent it is left out of the hash: a run's trace hash stays comparable
+        // with runs from before requests were authenticated.
+        ms::Input::Request { id, req, .. } => {
             tr.add_u64(*id);
             tr.add(&req.encode_to_vec());
         }
@@ -305,7 +307,7 @@ pub fn master_step(
     // answered Ok only once everything its master had logged when it took the request is
     // durable (its own record, and any record its answer could reflect). Errors may go at
     // once. Any master, a deposed leader's too.
-    if let ms::Input::Request { id, req } = input {
+    if let ms::Input::Request { id, req, .. } = input {
         use tessera_core::pb::master_request::Req as MReq;
         if matches!(
             req.req,

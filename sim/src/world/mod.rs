@@ -18,6 +18,7 @@ pub mod clients;
 use std::collections::{BTreeMap, HashMap};
 
 use futures::executor::block_on;
+use tessera_core::auth;
 use tessera_core::chunkserver::{
     self as cs, Chunkserver, ChunkserverConfig, Dest, OpId, Outgoing, Reply, StoreOp,
 };
@@ -83,6 +84,8 @@ pub struct Msg {
     /// simulator's network keeps the same bound (`net.rs`): a request that arrives after
     /// its caller gave up is a fault Tessera does not claim to survive.
     pub expires: i64,
+    /// Who sent a request, as a secured transport would name it (`auth::Caller`).
+    pub from: auth::Caller,
 }
 
 /// How long a caller waits for an answer (true ms), as the drivers' call timeout.
@@ -316,11 +319,25 @@ impl World {
 
     /// Puts a request on the network: it arrives before its caller's deadline or never.
     fn send_request(&mut self, token: Token, payload: Payload) {
+        let from = match self.outstanding.get(&token) {
+            Some(Caller::Master { .. }) => auth::Caller::Master { replica: 1 },
+            Some(Caller::Server { i, .. }) => auth::Caller::Chunkserver {
+                name: format!("cs{i}"),
+            },
+            Some(Caller::Client(c)) => auth::Caller::Client {
+                user: format!("client{c}"),
+                groups: vec![],
+            },
+            Some(Caller::Probe) | None => auth::Caller::Admin {
+                name: "probe".into(),
+            },
+        };
         self.net.push(Msg {
             token,
             payload,
             duplicate: false,
             expires: self.now + CALL_TIMEOUT_MS,
+            from,
         });
     }
 
@@ -331,6 +348,7 @@ impl World {
             payload,
             duplicate: false,
             expires: i64::MAX,
+            from: auth::Caller::Insecure,
         });
     }
 
@@ -787,7 +805,11 @@ impl World {
                 if !msg.duplicate {
                     node.replies.insert(id, msg.token);
                 }
-                self.master_input(ms::Input::Request { id, req });
+                self.master_input(ms::Input::Request {
+                    id,
+                    req,
+                    from: msg.from,
+                });
             }
             Payload::ToServer(i, req) => {
                 let now = self.server_clock(i);
@@ -808,6 +830,7 @@ impl World {
                         id,
                         req,
                         arrived: now,
+                        from: msg.from,
                     },
                 );
             }
