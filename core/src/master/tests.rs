@@ -206,14 +206,7 @@ impl H {
             server_id: server_id(addr),
             cluster_id: self.m.cluster_id(),
             epoch,
-            chunks: chunks
-                .iter()
-                .map(|&(handle, version)| pb::ChunkReport {
-                    handle,
-                    version,
-                    length: 0,
-                })
-                .collect(),
+            chunks: reports(chunks),
             ..Default::default()
         }))
     }
@@ -5003,16 +4996,21 @@ fn hb(addr: &str, id: u64, cluster: u64, chunks: &[(u64, u64)]) -> MReq {
         capacity_bytes: 1 << 30,
         server_id: id,
         cluster_id: cluster,
-        chunks: chunks
-            .iter()
-            .map(|&(handle, version)| pb::ChunkReport {
-                handle,
-                version,
-                length: 0,
-            })
-            .collect(),
+        chunks: reports(chunks),
         ..Default::default()
     })
+}
+
+/// A heartbeat's report of `chunks`, (handle, version) each, all empty.
+fn reports(chunks: &[(u64, u64)]) -> Vec<pb::ChunkReport> {
+    chunks
+        .iter()
+        .map(|&(handle, version)| pb::ChunkReport {
+            handle,
+            version,
+            length: 0,
+        })
+        .collect()
 }
 
 fn chunkserver(name: &str) -> Caller {
