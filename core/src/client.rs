@@ -630,6 +630,12 @@ impl<R: Runtime, T: Transport> Client<R, T> {
             .remove(&(path.to_string(), key));
     }
 
+    /// Where the chunks of `path` are, and this client's capabilities to read each copy,
+    /// fresh from the leader: for tools that speak to chunkservers themselves.
+    pub async fn chunk_locations(&self, path: &str) -> Result<pb::GetChunksResponse, FsError> {
+        self.locations_from(path, true, false).await
+    }
+
     /// Where the chunks of `path` are, for a read: a shadow may answer once the leader
     /// could not be reached (its view is used for the read, not kept).
     async fn locations(&self, path: &str, fresh: bool) -> Result<pb::GetChunksResponse, FsError> {
@@ -697,6 +703,12 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         let resp = pb::ChunkResponse::decode(PartsReader::from(parts))
             .map_err(|e| FsError::Internal(format!("malformed reply from {to}: {e}")))?;
         match resp.error {
+            // A chunkserver refuses a capability that expired, or that a key it does not
+            // hold yet signed (a new key, a restarted server): what the master hands out
+            // next will do. The master, not the chunkserver, says who may not.
+            Some(e) if e.code == pb::ErrorCode::PermissionDenied as i32 => Err(
+                FsError::Unavailable(format!("{to} refused the capability: {}", e.message)),
+            ),
             Some(e) => Err(FsError::from_pb(&e)),
             None => Ok(resp),
         }
@@ -774,12 +786,14 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         let start = (self.rt.random_u64() % c.replicas.len() as u64) as usize;
         let mut last = None;
         for i in 0..c.replicas.len() {
-            let to = &c.replicas[(start + i) % c.replicas.len()];
+            let at = (start + i) % c.replicas.len();
+            let to = &c.replicas[at];
             let req = CReq::Read(pb::ReadChunkRequest {
                 handle: c.handle,
                 version: c.version,
                 offset: off,
                 length: len,
+                capability: c.capabilities.get(at).cloned(),
             });
             match self.chunk_call(to, req).await {
                 Ok(pb::ChunkResponse {
@@ -1047,6 +1061,8 @@ impl<R: Runtime, T: Transport> Client<R, T> {
                 data: Bytes::new(),
                 secondaries: t.secondaries.clone(),
                 data_id,
+                capability: t.capabilities.first().cloned(),
+                secondary_capabilities: t.capabilities.iter().skip(1).cloned().collect(),
             });
             self.chunk_call(&t.primary, req).await
         }
@@ -1191,6 +1207,8 @@ impl<R: Runtime, T: Transport> Client<R, T> {
                 client_seq: seq,
                 data_id,
                 write_seq,
+                capability: t.capabilities.first().cloned(),
+                secondary_capabilities: t.capabilities.iter().skip(1).cloned().collect(),
             });
             self.chunk_call(&t.primary, req).await
         }
@@ -1242,6 +1260,11 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         let (first, rest) = chain.split_first().expect("a target has a primary");
         let id = self.rt.random_u64() | 1;
         let total = data.len() as u64;
+        // Each server of the chain checks its own capability, and hands the rest on.
+        let caps: Vec<pb::Capability> = chain
+            .iter()
+            .map(|a| target_capability(t, a).unwrap_or_default())
+            .collect();
         let piece = self.cfg.push_piece.max(1);
         let offsets: Vec<u64> = (0..total).step_by(piece as usize).collect();
         futures::stream::iter(offsets)
@@ -1253,6 +1276,12 @@ impl<R: Runtime, T: Transport> Client<R, T> {
                     total,
                     piece: data.slice(off as usize..end as usize),
                     chain: rest.to_vec(),
+                    handle: t.handle,
+                    capabilities: if t.capabilities.is_empty() {
+                        Vec::new()
+                    } else {
+                        caps.clone()
+                    },
                 });
                 self.chunk_call(first, req)
             })
@@ -1261,6 +1290,15 @@ impl<R: Runtime, T: Transport> Client<R, T> {
             .await?;
         Ok(id)
     }
+}
+
+/// The capability `t` carries for the replica at `addr` (its primary, then its
+/// secondaries, in order).
+fn target_capability(t: &pb::WriteTarget, addr: &str) -> Option<pb::Capability> {
+    let at = std::iter::once(&t.primary)
+        .chain(&t.secondaries)
+        .position(|a| a == addr)?;
+    t.capabilities.get(at).cloned()
 }
 
 /// Appends a page's fsck files to those of the pages before, joining a file that went on

@@ -7,6 +7,7 @@
 //! disk: time and randomness come in as arguments, and I/O leaves as effects.
 
 pub mod auth;
+pub mod capability;
 pub mod chunkserver;
 pub mod client;
 pub mod driver;

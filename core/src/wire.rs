@@ -117,7 +117,7 @@ mod tests {
             chain in proptest::collection::vec("[a-z0-9.:]{0,20}", 0..4),
         ) {
             let req = pb::ChunkRequest {
-                req: Some(pb::chunk_request::Req::Push(pb::PushDataRequest {
+                req: Some(pb::chunk_request::Req::Push(pb::PushDataRequest { capabilities: vec![], handle: 0,
                     data_id,
                     offset,
                     total,

@@ -253,6 +253,9 @@ impl Knobs {
         m.checkpoint_every = pick!(checkpoint_every, m.checkpoint_every);
         positive("checkpoint-every", m.checkpoint_every)?;
         m.rng_seed = rand::random();
+        // From the OS's generator (rand's thread generator is seeded from it): only a
+        // master that leads a cluster without a secret logs it, and only then is it used.
+        m.capability_secret = rand::random();
         let snapshot_part_bytes = pick!(snapshot_part_bytes, 4 << 20);
         // Each part carries a key and about 25 bytes of seal and framing: tiny parts
         // would multiply a checkpoint's values and bytes many times over.
@@ -559,6 +562,7 @@ pub async fn run_chunkserver(
     let config = ChunkserverConfig {
         address: listen,
         rack,
+        boot: rand::random(),
         ..r.chunkserver
     };
     let opts = chunkserver::ChunkserverOptions {

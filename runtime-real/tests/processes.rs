@@ -584,6 +584,7 @@ fn a_cluster_of_processes_survives_kills_and_keeps_the_data() {
         "the rotten server answering",
         || {
             let probe = pb::chunk_request::Req::Read(pb::ReadChunkRequest {
+                capability: None,
                 handle: u64::MAX,
                 version: 1,
                 offset: 0,
@@ -608,6 +609,7 @@ fn a_cluster_of_processes_survives_kills_and_keeps_the_data() {
         .chunk_call(
             &bad,
             pb::chunk_request::Req::Read(pb::ReadChunkRequest {
+                capability: None,
                 handle: target.handle,
                 version: target.version,
                 offset: 0,
@@ -1266,6 +1268,7 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
         assert_eq!(r.error.unwrap().code(), pb::ErrorCode::InvalidArgument);
         for req in [
             C::Read(pb::ReadChunkRequest {
+                capability: None,
                 handle: 12345,
                 version: 1,
                 offset: u64::MAX,
@@ -1279,6 +1282,8 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
                 ..Default::default()
             }),
             C::Push(pb::PushDataRequest {
+                capabilities: vec![],
+                handle: 0,
                 data_id: 1,
                 offset: u64::MAX,
                 total: u64::MAX,
@@ -2605,6 +2610,102 @@ fn a_secured_cluster_refuses_every_request_its_sender_may_not_make() {
             assert_eq!(r, Ok(Some(denied)), "a client's {what} to {s}");
             tried += 1;
         }
+    }
+    // Capabilities: alice's own, from the master, read her a copy; every capability she
+    // does not hold is refused (none, altered, signed for another server, given to
+    // another user, to read where she writes), and so is a push or a write under one.
+    let alice_lib = Client::new(
+        TokioRuntime,
+        GrpcTransport::secured(Default::default(), &Credentials::load(&alice_dir).unwrap())
+            .unwrap(),
+        ClientConfig::new(&c.master_addr),
+    );
+    let loc = rt
+        .block_on(alice_lib.chunk_locations("/d/f"))
+        .unwrap()
+        .chunks[0]
+        .clone();
+    assert_eq!(loc.capabilities.len(), loc.replicas.len(), "{loc:?}");
+    let read = |cap: Option<pb::Capability>| {
+        chunk(CR::Read(pb::ReadChunkRequest {
+            handle: loc.handle,
+            version: loc.version,
+            offset: 0,
+            length: 4096,
+            capability: cap,
+        }))
+    };
+    let (at, own) = (&loc.replicas[0], loc.capabilities[0].clone());
+    assert_eq!(
+        forge(&rt, &alice, at, read(Some(own.clone())), false),
+        Ok(None)
+    );
+    let bob_dir = pki.join("bob");
+    tls::issue(
+        &ca,
+        &Caller::Client {
+            user: "bob".into(),
+            groups: vec![],
+        },
+        30,
+        &bob_dir,
+    )
+    .unwrap();
+    let bob =
+        GrpcTransport::secured(Default::default(), &Credentials::load(&bob_dir).unwrap()).unwrap();
+    let altered = |f: &dyn Fn(&mut pb::Capability)| {
+        let mut c = own.clone();
+        f(&mut c);
+        Some(c)
+    };
+    let forged_caps = [
+        ("no capability", &alice, read(None)),
+        (
+            "a longer expiry",
+            &alice,
+            read(altered(&|c| c.expires_ms += 3_600_000)),
+        ),
+        (
+            "another user named",
+            &alice,
+            read(altered(&|c| c.subject = "client:root".into())),
+        ),
+        (
+            "another server's",
+            &alice,
+            read(Some(loc.capabilities[1].clone())),
+        ),
+        ("another user's", &bob, read(Some(own.clone()))),
+        (
+            "a write under a capability to read",
+            &alice,
+            chunk(CR::Write(pb::WriteChunkRequest {
+                handle: loc.handle,
+                version: loc.version,
+                offset: 0,
+                data: Bytes::from(vec![0xAA; 4096]),
+                capability: Some(own.clone()),
+                ..Default::default()
+            })),
+        ),
+        (
+            "a push under a capability to read",
+            &alice,
+            chunk(CR::Push(pb::PushDataRequest {
+                data_id: 77,
+                offset: 0,
+                total: 4096,
+                piece: Bytes::from(vec![0xAA; 4096]),
+                handle: loc.handle,
+                capabilities: vec![own.clone()],
+                ..Default::default()
+            })),
+        ),
+    ];
+    for (what, net, body) in forged_caps {
+        let r = forge(&rt, net, at, body, false);
+        assert_eq!(r, Ok(Some(denied)), "{what} at {at}");
+        tried += 1;
     }
     // A chunkserver's certificate speaks for its own server only: host0's heartbeat
     // for another server's id is refused.

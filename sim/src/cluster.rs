@@ -185,6 +185,9 @@ pub struct Cluster {
     pub net: NetFaults,
     /// A node that belongs to no cluster: it sends forged messages (see `rogue`).
     pub rogue: NodeHandle,
+    /// Chunk locations the rogue was given (with its capabilities), and when (true ms):
+    /// replayed once long expired (`rogue_capabilities`).
+    pub rogue_seen: Arc<Mutex<std::collections::VecDeque<(i64, tessera_core::pb::ChunkLocation)>>>,
     /// Racks in the cluster; client `i` sits in rack `i % racks`, as chunkservers do.
     pub racks: usize,
 }
@@ -290,6 +293,7 @@ fn start_group(
                         gc_delay: knobs.gc_delay,
                         clone_timeout: knobs.clone_timeout,
                         rng_seed: madsim::rand::random(),
+                        capability_secret: madsim::rand::random(),
                         call_timeout: knobs.rpc_timeout,
                         late_delivery: crate::net::MAX_LATE,
                         ..MasterConfig::default()
@@ -533,6 +537,7 @@ impl Cluster {
                             checkpoint_every: knobs.checkpoint_every,
                             clone_timeout: knobs.clone_timeout,
                             rng_seed: madsim::rand::random(),
+                            capability_secret: madsim::rand::random(),
                             call_timeout: knobs.rpc_timeout,
                             late_delivery: crate::net::MAX_LATE,
                             ..MasterConfig::default()
@@ -634,6 +639,8 @@ impl Cluster {
                             } else {
                                 0
                             },
+                            // Drawn at each start, as the binary draws it.
+                            boot: madsim::rand::random(),
                             ..ChunkserverConfig::default()
                         },
                         master: maddr.clone(),
@@ -697,6 +704,7 @@ impl Cluster {
             jumps,
             net,
             rogue,
+            rogue_seen: Default::default(),
             racks: shape.racks.max(1),
             handle,
             start,
@@ -902,6 +910,8 @@ impl Cluster {
                     cluster_id,
                     changing: vec![],
                     copy: false,
+                    boot: 0,
+                    capability_keys: vec![],
                     // Heartbeats are not authenticated: a forged term could end a new
                     // leader's quiet period for the server it names (a known limit).
                     epoch: 0,
@@ -920,6 +930,7 @@ impl Cluster {
                     chunk_size: 0,
                     cluster_id,
                     epoch: 0,
+                    ..Default::default()
                 })),
             };
             (self.servers[other].addr.clone(), req.encode_to_vec())
@@ -945,6 +956,7 @@ impl Cluster {
                 version: never_granted,
                 offset: 0,
                 length: 1 << 20,
+                capability: None,
             })),
         };
         let apply = pb::ChunkRequest {
@@ -958,6 +970,7 @@ impl Cluster {
                 offset: 0,
                 data: bytes::Bytes::from_static(b"forged bytes no client wrote"),
                 data_id: 0,
+                capability: None,
             })),
         };
         let server = self.servers[i].addr.clone();
@@ -968,6 +981,7 @@ impl Cluster {
             ),
             ("a mutation at version 0".to_string(), apply),
         ];
+        let with_capabilities = self.rogue_capabilities();
         self.rogue.spawn(async move {
             let deadline = rt.now() + std::time::Duration::from_secs(2);
             if net.call(&to, body.into(), deadline).await.is_ok() {
@@ -992,7 +1006,187 @@ impl Cluster {
                     _ => {}
                 }
             }
+            with_capabilities.await;
         });
+    }
+
+    /// The rogue as a client that learns what any client may (it lists the namespace
+    /// and asks for a file's chunk locations, which come with capabilities signed for
+    /// it, to read) and then tries, on one copy of one chunk at its current version,
+    /// what those capabilities do not allow: a read with no capability, with the one
+    /// signed for another server, with one whose subject it altered to another client's,
+    /// with one it was given long ago (expired: replayed from `rogue_seen`), a write and
+    /// a pushed piece under a capability to read. Each must be refused: an Ok answer is a
+    /// violation. Counted per kind (`rogue_cap_*`) when answered, so a sweep shows each
+    /// was tried.
+    fn rogue_capabilities(&self) -> impl std::future::Future<Output = ()> + 'static {
+        use prost::Message;
+        use tessera_core::pb::{self, chunk_request::Req as CReq};
+        use tessera_core::runtime::{Runtime, Transport};
+        let rt = SimRuntime::new(self.start, Clock::default());
+        let net = SimNet::new(
+            rt.clone(),
+            self.net.clone(),
+            Caller::Client {
+                user: "rogue".into(),
+                groups: vec![],
+            },
+        );
+        let mut cfg = ClientConfig::new(self.master_addr.clone());
+        cfg.rpc_timeout = self.knobs.rpc_timeout;
+        cfg.retry_for = Duration::from_secs(3);
+        cfg.backoff = Duration::from_millis(100);
+        cfg.shadow_reads = false;
+        let client = Client::new(rt.clone(), net.clone(), cfg);
+        let (checks, seen) = (self.checks.clone(), self.rogue_seen.clone());
+        // Well past any capability's life (a lease) on any server's clock.
+        let expired_after =
+            (3 * self.knobs.lease + 2 * self.knobs.max_clock_skew).as_millis() as i64;
+        let r = |n: usize| (madsim::rand::random::<u64>() % n.max(1) as u64) as usize;
+        async move {
+            let mut dir = "/".to_string();
+            let mut file = None;
+            for _ in 0..8 {
+                let Ok(entries) = client.list(&dir, false).await else {
+                    return;
+                };
+                let Some(e) = entries.get(r(entries.len())) else {
+                    return;
+                };
+                if e.is_dir {
+                    dir = e.path.clone();
+                } else {
+                    file = Some(e.path.clone());
+                    break;
+                }
+            }
+            let Some(path) = file else { return };
+            let Ok(info) = client.chunk_locations(&path).await else {
+                return;
+            };
+            let usable: Vec<&pb::ChunkLocation> = info
+                .chunks
+                .iter()
+                .filter(|c| !c.replicas.is_empty() && c.capabilities.len() == c.replicas.len())
+                .collect();
+            let Some(&loc) = usable.get(r(usable.len())) else {
+                return;
+            };
+            let now = rt.true_ms();
+            let old = {
+                let mut seen = seen.lock().expect("rogue's locations");
+                let old = seen
+                    .iter()
+                    .find(|(t, _)| now - t > expired_after)
+                    .map(|(_, l)| l.clone());
+                seen.push_back((now, loc.clone()));
+                if seen.len() > 32 {
+                    seen.pop_front();
+                }
+                old
+            };
+            let n = loc.replicas.len();
+            let i = r(n);
+            let (h, v, cap) = (loc.handle, loc.version, loc.capabilities[i].clone());
+            let read = |cap: Option<pb::Capability>| {
+                CReq::Read(pb::ReadChunkRequest {
+                    handle: h,
+                    version: v,
+                    offset: 0,
+                    length: 1 << 16,
+                    capability: cap,
+                })
+            };
+            let forged = bytes::Bytes::from_static(b"bytes the rogue may not write");
+            let mut tries: Vec<(&'static str, String, CReq)> = vec![
+                (
+                    "rogue_cap_none",
+                    "a read without a capability".into(),
+                    read(None),
+                ),
+                (
+                    "rogue_cap_altered",
+                    "a read under its capability given to another client".into(),
+                    read(Some(pb::Capability {
+                        subject: "client:client0".into(),
+                        ..cap.clone()
+                    })),
+                ),
+                (
+                    "rogue_cap_read_as_write",
+                    "a write under a capability to read".into(),
+                    CReq::Write(pb::WriteChunkRequest {
+                        handle: h,
+                        version: v,
+                        offset: 0,
+                        data: forged.clone(),
+                        client_id: madsim::rand::random(),
+                        client_seq: 1,
+                        capability: Some(cap.clone()),
+                        ..Default::default()
+                    }),
+                ),
+                (
+                    "rogue_cap_push",
+                    "a pushed piece under a capability to read".into(),
+                    CReq::Push(pb::PushDataRequest {
+                        data_id: madsim::rand::random::<u64>() | 1,
+                        offset: 0,
+                        total: forged.len() as u64,
+                        piece: forged.clone(),
+                        chain: vec![],
+                        handle: h,
+                        capabilities: vec![cap.clone()],
+                    }),
+                ),
+            ];
+            if n > 1 {
+                let other = loc.capabilities[(i + 1) % n].clone();
+                tries.push((
+                    "rogue_cap_other_server",
+                    "a read under the capability signed for another server".into(),
+                    read(Some(other)),
+                ));
+            }
+            let mut targets = vec![loc.replicas[i].clone(); tries.len()];
+            if let Some(old) = old {
+                let j = r(old.replicas.len());
+                if let Some(c) = old.capabilities.get(j) {
+                    targets.push(old.replicas[j].clone());
+                    tries.push((
+                        "rogue_cap_expired",
+                        format!(
+                            "a read of chunk {} under a capability given {}+ ms before",
+                            old.handle, expired_after
+                        ),
+                        CReq::Read(pb::ReadChunkRequest {
+                            handle: old.handle,
+                            version: old.version,
+                            offset: 0,
+                            length: 1 << 16,
+                            capability: Some(c.clone()),
+                        }),
+                    ));
+                }
+            }
+            for ((kind, what, req), to) in tries.into_iter().zip(targets) {
+                let body = pb::ChunkRequest { req: Some(req) }.encode_to_vec();
+                let deadline = rt.now() + Duration::from_secs(5);
+                let Ok(answer) = net.call(&to, body.into(), deadline).await else {
+                    continue;
+                };
+                let mut c = checks.lock().expect("checks");
+                c.fault(kind, 1);
+                if let Ok(resp) = pb::ChunkResponse::decode(answer)
+                    && resp.error.is_none()
+                {
+                    c.violation(
+                        rt.true_ms(),
+                        format!("{to} answered Ok to a forged request for chunk {h}: {what}"),
+                    );
+                }
+            }
+        }
     }
 
     /// Counts faults of `kind` that happened, for the run's summary.

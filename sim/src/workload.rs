@@ -1064,13 +1064,14 @@ async fn explain(client: &C, path: &str, off: u64, want: u64, got: &[u8], f: &Fi
         " handle={} version={} replicas={:?}",
         c.handle, c.version, c.replicas
     );
-    for r in &c.replicas {
+    for (i, r) in c.replicas.iter().enumerate() {
         let req = pb::ChunkRequest {
             req: Some(CReq::Read(pb::ReadChunkRequest {
                 handle: c.handle,
                 version: c.version,
                 offset: bad % info.chunk_size,
                 length: 1,
+                capability: c.capabilities.get(i).cloned(),
             })),
         };
         let answer = match call(r.clone(), req.encode_to_vec())
@@ -2338,6 +2339,7 @@ async fn read_replica(
     handle: u64,
     version: u64,
     len: u64,
+    capability: Option<tessera_core::pb::Capability>,
 ) -> Result<Bytes, String> {
     use prost::Message;
     use tessera_core::pb::{self, chunk_request::Req as CReq, chunk_response::Resp};
@@ -2349,6 +2351,7 @@ async fn read_replica(
             version,
             offset: 0,
             length: len,
+            capability,
         })),
     };
     let deadline = rt.now() + Duration::from_secs(5);
@@ -2421,10 +2424,11 @@ pub async fn verify_replicas(
         }
         // Each replica's bytes, to compare them with one another too.
         let mut copies: Vec<(String, Bytes)> = Vec::new();
-        for r in &c.replicas {
+        for (i, r) in c.replicas.iter().enumerate() {
             let mut tries = 0;
+            let cap = c.capabilities.get(i).cloned();
             let mut d = loop {
-                match read_replica(client, r, c.handle, c.version, cs).await {
+                match read_replica(client, r, c.handle, c.version, cs, cap.clone()).await {
                     Ok(d) => break Some(d.to_vec()),
                     Err(_) if tries < 5 => {
                         tries += 1;

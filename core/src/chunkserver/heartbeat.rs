@@ -82,6 +82,8 @@ impl Chunkserver {
                 copy: false,
                 // Leases of older terms were given up as this one was stored (`epoch.rs`).
                 epoch: self.epoch,
+                boot: self.cfg.boot,
+                capability_keys: self.keys.held(now),
             })),
             ..Default::default()
         };
@@ -148,6 +150,10 @@ impl Chunkserver {
             // An older term's orders are never acted on; a newer term's once it is stored.
             tracing::debug!(server = %self.cfg.address, error = %e, "heartbeat reply not acted on");
             return;
+        }
+        if let Some(k) = &hb.capability_key {
+            // Counted from when the heartbeat went: no later than the master counts.
+            self.keys.take(self.now, sent_at, k);
         }
         let until = sent_at + Duration::from_millis(hb.lease_duration_ms);
         for h in hb.extended_leases {

@@ -186,6 +186,9 @@ impl Chunkserver {
                 version: src.version,
                 offset: start as u64,
                 length: len as u64,
+                // A chunkserver reads another's copy for its master's order: no
+                // capability (`crate::auth`: a chunkserver may read any copy).
+                capability: None,
             })),
         };
         let to = src.address.clone();

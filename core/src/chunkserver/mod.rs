@@ -34,6 +34,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 
 use crate::auth::{self, Caller};
+use crate::capability;
 use crate::error::{FsError, RpcError, StoreError};
 use crate::pb::{self, chunk_request::Req, chunk_response::Resp, master_request::Req as MReq};
 use crate::types::{BLOCK_SIZE, ChunkHandle, MAX_CHUNK_SIZE, Time, Version};
@@ -75,6 +76,9 @@ pub struct ChunkserverConfig {
     /// requests cannot grow the queues without bound.
     pub max_queued_per_chunk: usize,
     pub max_queued: usize,
+    /// Drawn afresh at every start (the runtime's randomness): names this run to the
+    /// master, so the capability keys this run takes are its own (`crate::capability`).
+    pub boot: u64,
 }
 
 impl Default for ChunkserverConfig {
@@ -92,6 +96,7 @@ impl Default for ChunkserverConfig {
             read_cache_bytes: 1 << 30,
             max_queued_per_chunk: 1024,
             max_queued: 65_536,
+            boot: 0,
         }
     }
 }
@@ -223,6 +228,9 @@ struct Chunk {
     /// padded to and bounded by, and the end of the chunk for writes. Meaningful while
     /// `lease_until` is set; only in memory, as the lease is (a restart ends both).
     lease_chunk_size: u64,
+    /// The lease's secondaries, sorted, as the grant named them (None: not named, by a
+    /// master from before): a write or an append must name exactly these.
+    lease_secondaries: Option<Vec<String>>,
     last_write: Time,
     /// The last mutation serial assigned (as primary) or applied (as secondary) at this
     /// version; a new version starts again from 0. Stored with each write
@@ -313,6 +321,8 @@ struct LeaseGrant {
     epoch: u64,
     /// The chunk size of the chunk's file (see `Chunk::lease_chunk_size`).
     chunk_size: u64,
+    /// The lease's secondaries, when the master named them (`Chunk::lease_secondaries`).
+    secondaries: Option<Vec<String>>,
 }
 
 #[derive(Debug)]
@@ -323,6 +333,9 @@ struct Forward {
     /// Non-zero: the secondaries have the data pushed under this id.
     data_id: u64,
     secondaries: Vec<String>,
+    /// The writer's capability for each secondary, in order, handed on with the mutation
+    /// (`crate::capability`; none on an insecure cluster).
+    capabilities: Vec<pb::Capability>,
     /// The answer once every replica has applied the mutation.
     reply: pb::ChunkResponse,
     /// The writer and attempt, for a client's write (not for a record append).
@@ -391,6 +404,11 @@ struct PushBuffer {
     /// overlapping: of a piece sent again only what was missing is kept.
     pieces: std::collections::BTreeMap<u64, Bytes>,
     touched: Time,
+    /// Whose it is: the subject of the capability it was pushed under, and the chunk that
+    /// names (`owner_of`; empty on an insecure cluster). Only a mutation of that chunk
+    /// under that subject's capability takes it, and more pushed under that id are
+    /// refused: nobody else's bytes can be slipped in under a writer's data id.
+    owner: (String, ChunkHandle),
 }
 
 impl PushBuffer {
@@ -482,8 +500,11 @@ pub struct Chunkserver {
     epoch: u64,
     storing_epoch: u64,
     next_id: u64,
-    /// Requests refused because their sender's role does not allow them (`crate::auth`).
+    /// Requests refused because their sender's role does not allow them (`crate::auth`),
+    /// or their capability does not (`crate::capability`).
     refused: u64,
+    /// The capability keys this run was given (`crate::capability`).
+    keys: capability::KeyRing,
     out: Effects,
 }
 
@@ -540,6 +561,7 @@ impl Chunkserver {
             storing_epoch: 0,
             next_id: 1,
             refused: 0,
+            keys: capability::KeyRing::default(),
             out: Effects::default(),
         };
         for mut meta in metas {
@@ -579,6 +601,7 @@ impl Chunkserver {
                     lease_until: None,
                     lease_from: Time::ZERO,
                     lease_chunk_size: 0,
+                    lease_secondaries: None,
                     last_write: Time::ZERO,
                     serial,
                     writers: HashMap::default(),
@@ -604,6 +627,41 @@ impl Chunkserver {
     /// Requests refused because their sender's role does not allow them.
     pub fn refused(&self) -> u64 {
         self.refused
+    }
+
+    /// Whether the capability a read, a write, an append, a pushed piece or a forwarded
+    /// mutation carries allows it (`crate::capability`), checked before anything is
+    /// read, queued or buffered. A chunkserver reading another's copy (a clone's or a
+    /// mend's source, on its master's order) needs none; nor does anyone on an insecure
+    /// cluster.
+    fn check_capability(&self, from: &Caller, r: &Req) -> Result<(), FsError> {
+        use capability::{APPEND, READ, WRITE, Want};
+        let (cap, want) = match r {
+            Req::Read(_) if matches!(from, Caller::Chunkserver { .. }) => return Ok(()),
+            Req::Read(r) => (r.capability.as_ref(), (r.handle, r.version, READ)),
+            Req::Write(r) => (r.capability.as_ref(), (r.handle, r.version, WRITE)),
+            Req::Append(r) => (r.capability.as_ref(), (r.handle, r.version, APPEND)),
+            Req::Apply(r) => (r.capability.as_ref(), (r.handle, r.version, WRITE | APPEND)),
+            Req::Push(p) => {
+                // A push names no version: the one the capability names is checked when
+                // the write that uses the data is (by the same writer's capability).
+                let cap = p.capabilities.first();
+                let version = cap.map_or(0, |c| c.version);
+                (cap, (p.handle, version, WRITE | APPEND))
+            }
+            _ => return Ok(()),
+        };
+        let (handle, version, ops) = want;
+        self.keys.check(
+            self.now,
+            cap,
+            Want {
+                handle,
+                version,
+                ops,
+            },
+            from,
+        )
     }
 
     pub fn server_id(&self) -> u64 {
@@ -677,7 +735,9 @@ impl Chunkserver {
         }
         match input {
             Input::Request { id, req, from, .. }
-                if let Some(Err(e)) = req.req.as_ref().map(|r| auth::chunk_request(&from, r)) =>
+                if let Some(Err(e)) = req.req.as_ref().map(|r| {
+                    auth::chunk_request(&from, r).and_then(|()| self.check_capability(&from, r))
+                }) =>
             {
                 self.refused += 1;
                 self.out.replies.push((id, err(e)))
@@ -1009,6 +1069,7 @@ impl Chunkserver {
                             lease_until: None,
                             lease_from: now,
                             lease_chunk_size: 0,
+                            lease_secondaries: None,
                             last_write: Time::ZERO,
                             serial: 0,
                             writers: HashMap::default(),
@@ -1041,6 +1102,7 @@ impl Chunkserver {
                                 c.lease_until = Some(l.until);
                                 c.lease_from = now;
                                 c.lease_chunk_size = l.chunk_size;
+                                c.lease_secondaries = l.secondaries;
                             }
                             None => {}
                         }

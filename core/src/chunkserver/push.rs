@@ -6,7 +6,7 @@ use super::*;
 impl Chunkserver {
     /// A piece of pushed data: keep it, and pass it down the chain.
     pub(super) fn on_push(&mut self, id: RequestId, r: pb::PushDataRequest) {
-        if let Err(e) = self.keep_piece(&r) {
+        if let Err(e) = self.keep_piece(&r, owner_of(r.capabilities.first(), r.handle)) {
             return self.out.replies.push((id, err(e)));
         }
         let Some((next, rest)) = r.chain.split_first() else {
@@ -19,6 +19,9 @@ impl Chunkserver {
                 total: r.total,
                 piece: r.piece.clone(),
                 chain: rest.to_vec(),
+                // This server's was checked (`check_capability`); the rest go on.
+                handle: r.handle,
+                capabilities: r.capabilities.iter().skip(1).cloned().collect(),
             })),
         };
         self.call(
@@ -31,7 +34,11 @@ impl Chunkserver {
         );
     }
 
-    pub(super) fn keep_piece(&mut self, r: &pb::PushDataRequest) -> Result<(), FsError> {
+    pub(super) fn keep_piece(
+        &mut self,
+        r: &pb::PushDataRequest,
+        owner: (String, ChunkHandle),
+    ) -> Result<(), FsError> {
         let end = r.offset.checked_add(r.piece.len() as u64);
         if r.data_id == 0
             || r.total == 0
@@ -48,7 +55,32 @@ impl Chunkserver {
         }
         let end = end.expect("checked");
         if !self.pushed.contains_key(&r.data_id) {
-            // Make room, oldest first.
+            // One owner may hold half the room at most: past it, its own oldest
+            // buffers make room for its next, so one sender's flood cannot push every
+            // other sender's data out. Otherwise: room is made oldest first.
+            let quota = self.cfg.push_buffer_bytes / 2;
+            let held = |s: &Self| -> u64 {
+                s.pushed
+                    .values()
+                    .filter(|b| b.owner == owner)
+                    .map(|b| b.total)
+                    .sum()
+            };
+            if !owner.0.is_empty() && r.total > quota {
+                return Err(FsError::InvalidArgument(format!(
+                    "a push of {} bytes is more than one sender may hold at {} ({quota})",
+                    r.total, self.cfg.address
+                )));
+            }
+            while !owner.0.is_empty() && held(self) + r.total > quota {
+                let (&old, _) = self
+                    .pushed
+                    .iter()
+                    .filter(|(_, b)| b.owner == owner)
+                    .min_by_key(|(k, b)| (b.touched, **k))
+                    .expect("over its quota, the owner holds some");
+                self.drop_pushed(old);
+            }
             while self.pushed_bytes + r.total > self.cfg.push_buffer_bytes {
                 let Some((&old, _)) = self.pushed.iter().min_by_key(|(k, b)| (b.touched, **k))
                 else {
@@ -66,10 +98,17 @@ impl Chunkserver {
                     total: r.total,
                     pieces: Default::default(),
                     touched: self.now,
+                    owner: owner.clone(),
                 },
             );
         }
         let b = self.pushed.get_mut(&r.data_id).expect("present");
+        if b.owner != owner {
+            return Err(FsError::PermissionDenied(format!(
+                "pushed data {:x} at {} belongs to another writer",
+                r.data_id, self.cfg.address
+            )));
+        }
         if b.total != r.total {
             return Err(FsError::InvalidArgument(format!(
                 "pushed data {:x} changed its length",
@@ -117,10 +156,25 @@ impl Chunkserver {
         Some(b)
     }
 
-    /// The data of a mutation: inline, or pushed ahead under `data_id` (used up here).
-    pub(super) fn data_of(&mut self, data_id: u64, inline: Bytes) -> Result<Bytes, FsError> {
+    /// The data of a mutation: inline, or pushed ahead under `data_id` (used up here) by
+    /// `owner` (`owner_of` the mutation's capability): another's is neither used nor
+    /// dropped.
+    pub(super) fn data_of(
+        &mut self,
+        data_id: u64,
+        inline: Bytes,
+        owner: (String, ChunkHandle),
+    ) -> Result<Bytes, FsError> {
         if data_id == 0 {
             return Ok(inline);
+        }
+        if let Some(b) = self.pushed.get(&data_id)
+            && b.owner != owner
+        {
+            return Err(FsError::PermissionDenied(format!(
+                "pushed data {data_id:x} at {} belongs to another writer",
+                self.cfg.address
+            )));
         }
         match self.drop_pushed(data_id) {
             Some(b) if b.complete() => Ok(b.assemble()),
@@ -148,5 +202,14 @@ impl Chunkserver {
         for id in old {
             self.drop_pushed(id);
         }
+    }
+}
+
+/// Who data pushed, or a mutation sent, under `cap` belongs to: the capability's subject
+/// and chunk (`crate::capability`). Nobody, on an insecure cluster, which has none.
+pub(super) fn owner_of(cap: Option<&pb::Capability>, handle: ChunkHandle) -> (String, ChunkHandle) {
+    match cap {
+        Some(c) if !c.subject.is_empty() => (c.subject.clone(), handle),
+        _ => (String::new(), 0),
     }
 }

@@ -202,6 +202,7 @@ impl H {
 
     fn read(&mut self, h: u64, off: u64, len: u64) -> Result<Bytes, FsError> {
         match self.req(R::Read(pb::ReadChunkRequest {
+            capability: None,
             handle: h,
             version: 1,
             offset: off,
@@ -237,6 +238,7 @@ fn requests_waiting_on_chunks_are_bounded() {
                 arrived: h.now,
                 req: pb::ChunkRequest {
                     req: Some(R::Read(pb::ReadChunkRequest {
+                        capability: None,
                         handle,
                         version: 1,
                         offset: 0,
@@ -485,6 +487,7 @@ fn versions_are_checked() {
     // A read naming an older version is served (the replica is newer, not stale).
     assert!(h.read(9, 0, 1).is_ok());
     let r = h.req(R::Read(pb::ReadChunkRequest {
+        capability: None,
         handle: 9,
         version: 4,
         offset: 0,
@@ -495,6 +498,7 @@ fn versions_are_checked() {
     // its serial: its primary's lease ended before this version was granted, and its
     // writer may have been told it failed.
     let r = h.req(R::Apply(pb::ApplyMutationRequest {
+        capability: None,
         handle: 9,
         version: 2,
         serial: 1,
@@ -515,6 +519,7 @@ fn versions_are_checked() {
     }));
     assert!(r.error.is_some(), "version went backwards");
     let r = h.req(R::Read(pb::ReadChunkRequest {
+        capability: None,
         handle: 77,
         version: 1,
         offset: 0,
@@ -989,6 +994,7 @@ fn send_apply(
         arrived: h.now,
         req: pb::ChunkRequest {
             req: Some(R::Apply(pb::ApplyMutationRequest {
+                capability: None,
                 handle: 1,
                 version: 1,
                 serial,
@@ -1041,6 +1047,8 @@ fn the_primary_starts_the_next_mutation_while_the_last_is_out() {
     h.create(1);
     let write = |seq: u64, data: &'static [u8]| pb::ChunkRequest {
         req: Some(R::Write(pb::WriteChunkRequest {
+            capability: None,
+            secondary_capabilities: vec![],
             handle: 1,
             version: 1,
             offset: 0,
@@ -1097,6 +1105,7 @@ fn the_primary_starts_the_next_mutation_while_the_last_is_out() {
 
 fn apply(h: &mut H, serial: u64, off: u64, data: &'static [u8]) -> pb::ChunkResponse {
     h.req(R::Apply(pb::ApplyMutationRequest {
+        capability: None,
         handle: 1,
         version: 1,
         serial,
@@ -1132,6 +1141,7 @@ fn secondary_never_applies_an_overtaken_mutation() {
         ..Default::default()
     }));
     let r = h.req(R::Apply(pb::ApplyMutationRequest {
+        capability: None,
         handle: 1,
         version: 2,
         serial: 1,
@@ -1252,6 +1262,8 @@ fn a_late_attempt_never_lands_over_what_was_written_since() {
     // As the client library sends them: the data pushed ahead, the write naming it.
     let write = |client_id, client_seq, data_id| pb::ChunkRequest {
         req: Some(R::Write(pb::WriteChunkRequest {
+            capability: None,
+            secondary_capabilities: vec![],
             handle: 1,
             version: 1,
             offset: 0,
@@ -1325,6 +1337,8 @@ fn copies_of_a_write_waiting_for_its_answer_are_bounded() {
     h.create(1);
     let write = pb::ChunkRequest {
         req: Some(R::Write(pb::WriteChunkRequest {
+            capability: None,
+            secondary_capabilities: vec![],
             handle: 1,
             version: 1,
             offset: 0,
@@ -1374,6 +1388,8 @@ fn primary_answers_after_every_secondary_applied() {
     let id = 900;
     let req = pb::ChunkRequest {
         req: Some(R::Write(pb::WriteChunkRequest {
+            capability: None,
+            secondary_capabilities: vec![],
             handle: 1,
             version: 1,
             offset: 0,
@@ -1425,6 +1441,8 @@ fn primary_answers_after_every_secondary_applied() {
     // The chunk is free again: the next write gets the next serial.
     let req = pb::ChunkRequest {
         req: Some(R::Write(pb::WriteChunkRequest {
+            capability: None,
+            secondary_capabilities: vec![],
             handle: 1,
             version: 1,
             offset: 0,
@@ -1465,6 +1483,8 @@ fn write_to(secondaries: &[&str], seq: u64) -> Input {
         arrived: Time(1),
         req: pb::ChunkRequest {
             req: Some(R::Write(pb::WriteChunkRequest {
+                capability: None,
+                secondary_capabilities: vec![],
                 handle: 1,
                 version: 1,
                 offset: 0,
@@ -1635,6 +1655,8 @@ fn a_delete_order_spares_a_copy_that_moved_on() {
 
 fn append(h: &mut H, data: &[u8]) -> Result<pb::AppendChunkResponse, FsError> {
     match h.req(R::Append(pb::AppendChunkRequest {
+        capability: None,
+        secondary_capabilities: vec![],
         handle: 1,
         version: 1,
         data: Bytes::copy_from_slice(data),
@@ -1758,6 +1780,8 @@ fn padding_reaches_the_secondaries() {
     p.write(1, 0, &[3u8; 1000]);
     let req = pb::ChunkRequest {
         req: Some(R::Append(pb::AppendChunkRequest {
+            capability: None,
+            secondary_capabilities: vec![],
             handle: 1,
             version: 1,
             data: Bytes::from(vec![9u8; 262_144]),
@@ -1821,6 +1845,7 @@ fn scrubber_finds_corruption_in_an_idle_chunk_before_any_read() {
     assert!(!h.cs.corrupt.contains(&1) && !h.cs.corrupt.contains(&3));
     assert!(matches!(
         h.req(R::Read(pb::ReadChunkRequest {
+            capability: None,
             handle: 2,
             version: 1,
             offset: 0,
@@ -1855,6 +1880,8 @@ mod serial_order {
         for (i, op) in ops.iter().enumerate() {
             let req = match op {
                 Op::Write(o, d) => R::Write(pb::WriteChunkRequest {
+                    capability: None,
+                    secondary_capabilities: vec![],
                     handle: 1,
                     version: 1,
                     offset: *o,
@@ -1866,6 +1893,8 @@ mod serial_order {
                     write_seq: 0,
                 }),
                 Op::Append(d) => R::Append(pb::AppendChunkRequest {
+                    capability: None,
+                    secondary_capabilities: vec![],
                     handle: 1,
                     version: 1,
                     data: Bytes::from(d.clone()),
@@ -2039,6 +2068,8 @@ fn push(
         arrived: h.now,
         req: pb::ChunkRequest {
             req: Some(R::Push(pb::PushDataRequest {
+                capabilities: vec![],
+                handle: 0,
                 data_id: id,
                 offset: off,
                 total,
@@ -2561,7 +2592,7 @@ fn a_grant_delivered_twice_does_not_restart_its_lease() {
         ..Default::default()
     };
     h.now = Time(100);
-    assert!(h.req(R::SetVersion(grant)).error.is_none());
+    assert!(h.req(R::SetVersion(grant.clone())).error.is_none());
     assert!(h.cs.is_primary(4, Time(2_099)));
     h.now = Time(1_600);
     let again = h.req(R::SetVersion(grant));
@@ -2648,6 +2679,8 @@ fn answers_from_an_older_version_count_for_nothing() {
         arrived: h.now,
         req: pb::ChunkRequest {
             req: Some(R::Write(pb::WriteChunkRequest {
+                capability: None,
+                secondary_capabilities: vec![],
                 handle: 1,
                 version: 2,
                 offset: 0,
@@ -2878,6 +2911,8 @@ fn the_capacity_is_a_quota_the_server_keeps() {
         arrived: h.now,
         req: pb::ChunkRequest {
             req: Some(R::Write(pb::WriteChunkRequest {
+                capability: None,
+                secondary_capabilities: vec![],
                 handle: 1,
                 version: 1,
                 offset: 600,
@@ -3054,4 +3089,193 @@ fn orders_and_forwarded_mutations_are_refused_from_the_wrong_role() {
     );
     assert!(r.error.is_none(), "{r:?}");
     assert!(!h.cs.is_primary(9, h.now));
+}
+
+/// A capability check on every path a client's bytes take (`crate::capability`): the
+/// key arrives in a heartbeat reply and is reported in the next heartbeat; a read, a
+/// write, an append, a pushed piece and a forwarded mutation each go through under the
+/// capability the master signs for their sender, and are refused without one, under an
+/// expired one, another's, or one for other operations, changing nothing.
+#[test]
+fn reads_writes_pushes_and_mutations_need_a_capability_for_their_sender() {
+    use crate::auth::Caller;
+    use crate::capability::{APPEND, READ, ServerKeys, WRITE, Want};
+    let mut h = H::new();
+    h.create(9);
+    let secret = [4u8; 32];
+    let (call, hb) = next_heartbeat(&mut h);
+    assert!(hb.capability_keys.is_empty());
+    let mut keys = ServerKeys::from_heartbeat(h.now, &hb);
+    let key = keys.next_key(&secret, h.now).expect("a first key");
+    h.run(Input::CallResult {
+        id: call,
+        result: Ok(Reply::Master(pb::MasterResponse {
+            resp: Some(pb::master_response::Resp::Heartbeat(
+                pb::HeartbeatResponse {
+                    lease_duration_ms: 60_000,
+                    capability_key: Some(key),
+                    ..Default::default()
+                },
+            )),
+            ..Default::default()
+        })),
+    });
+    let (_, hb) = next_heartbeat(&mut h);
+    assert_eq!(hb.capability_keys.len(), 1, "the key taken is reported");
+    keys = ServerKeys::from_heartbeat(h.now, &hb);
+    let alice = Caller::Client {
+        user: "alice".into(),
+        groups: vec![],
+    };
+    let peer = Caller::Chunkserver { name: "cs2".into() };
+    let life = std::time::Duration::from_secs(30);
+    let t = h.now;
+    let cap = |ops: u32, who: &Caller| {
+        Some(keys.issue(
+            &secret,
+            t,
+            life,
+            Want {
+                handle: 9,
+                version: 1,
+                ops,
+            },
+            who,
+        ))
+    };
+    let (read_cap, write_cap, append_cap) =
+        (cap(READ, &alice), cap(WRITE, &alice), cap(APPEND, &alice));
+    let write = |c: Option<pb::Capability>, seq: u64| {
+        R::Write(pb::WriteChunkRequest {
+            handle: 9,
+            version: 1,
+            offset: 0,
+            data: Bytes::from_static(b"alice"),
+            client_id: 1,
+            client_seq: seq,
+            capability: c,
+            ..Default::default()
+        })
+    };
+    let read = |c: Option<pb::Capability>| {
+        R::Read(pb::ReadChunkRequest {
+            handle: 9,
+            version: 1,
+            offset: 0,
+            length: 5,
+            capability: c,
+        })
+    };
+    let push = |c: Option<pb::Capability>| {
+        R::Push(pb::PushDataRequest {
+            data_id: 5,
+            offset: 0,
+            total: 3,
+            piece: Bytes::from_static(b"abc"),
+            handle: 9,
+            capabilities: c.into_iter().collect(),
+            ..Default::default()
+        })
+    };
+    let apply = |c: Option<pb::Capability>| {
+        R::Apply(pb::ApplyMutationRequest {
+            handle: 9,
+            version: 1,
+            serial: 1,
+            offset: 0,
+            data: Bytes::from_static(b"mallory"),
+            capability: c,
+            ..Default::default()
+        })
+    };
+    let bob = Caller::Client {
+        user: "bob".into(),
+        groups: vec![],
+    };
+    let refused = [
+        (write(None, 1), alice.clone()),
+        (write(read_cap.clone(), 1), alice.clone()),
+        (write(write_cap.clone(), 1), bob.clone()),
+        (read(None), alice.clone()),
+        (read(write_cap.clone()), alice.clone()),
+        (read(read_cap.clone()), bob.clone()),
+        (push(None), alice.clone()),
+        (push(read_cap.clone()), alice.clone()),
+        (apply(None), peer.clone()),
+        (apply(read_cap.clone()), peer.clone()),
+        (
+            R::Append(pb::AppendChunkRequest {
+                handle: 9,
+                version: 1,
+                data: Bytes::from_static(b"rec"),
+                capability: write_cap.clone(),
+                ..Default::default()
+            }),
+            alice.clone(),
+        ),
+    ];
+    for (r, from) in &refused {
+        let e = h.req_from(r.clone(), from.clone()).error.expect("refused");
+        assert_eq!(
+            e.code,
+            pb::ErrorCode::PermissionDenied as i32,
+            "{r:?}: {e:?}"
+        );
+    }
+    assert_eq!(h.cs.refused(), refused.len() as u64);
+    assert_eq!(h.read(9, 0, 8).unwrap().len(), 0, "nothing was written");
+    // Under their own capabilities they go through.
+    let r = h.req_from(push(write_cap.clone()), alice.clone());
+    assert!(r.error.is_none(), "{r:?}");
+    // Another writer can neither add to alice's pushed data nor write with it.
+    let bob_cap = cap(WRITE, &bob);
+    let e = h
+        .req_from(push(bob_cap.clone()), bob.clone())
+        .error
+        .expect("refused");
+    assert!(e.message.contains("belongs to another writer"), "{e:?}");
+    let with_pushed = |c: Option<pb::Capability>, seq: u64| {
+        R::Write(pb::WriteChunkRequest {
+            handle: 9,
+            version: 1,
+            offset: 0,
+            client_id: 1,
+            client_seq: seq,
+            data_id: 5,
+            capability: c,
+            ..Default::default()
+        })
+    };
+    let e = h
+        .req_from(with_pushed(bob_cap, 2), bob.clone())
+        .error
+        .expect("refused");
+    assert!(e.message.contains("belongs to another writer"), "{e:?}");
+    let r = h.req_from(with_pushed(write_cap.clone(), 3), alice.clone());
+    assert!(r.error.is_none(), "{r:?}");
+    assert_eq!(&h.read(9, 0, 3).unwrap()[..], b"abc");
+    let r = h.req_from(write(write_cap.clone(), 4), alice.clone());
+    assert!(r.error.is_none(), "{r:?}");
+    let r = h.req_from(read(read_cap.clone()), alice.clone());
+    assert_eq!(r.error, None);
+    let r = h.req_from(
+        R::Append(pb::AppendChunkRequest {
+            handle: 9,
+            version: 1,
+            data: Bytes::from_static(b"rec"),
+            capability: append_cap,
+            ..Default::default()
+        }),
+        alice.clone(),
+    );
+    assert!(r.error.is_none(), "{r:?}");
+    // A chunkserver reading for a clone needs none.
+    assert!(h.req_from(read(None), peer.clone()).error.is_none());
+    // Past its life, a capability is refused.
+    h.now = h.now + life + std::time::Duration::from_millis(1);
+    let e = h
+        .req_from(read(read_cap), alice.clone())
+        .error
+        .expect("expired");
+    assert!(e.message.contains("expired"), "{e:?}");
 }

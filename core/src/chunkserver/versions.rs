@@ -67,6 +67,11 @@ impl Chunkserver {
                 until: arrived + Duration::from_millis(r.lease_ms),
                 epoch: r.epoch,
                 chunk_size: r.chunk_size,
+                secondaries: r.names_secondaries.then(|| {
+                    let mut s = r.secondaries.clone();
+                    s.sort();
+                    s
+                }),
             })
         } else {
             None
@@ -122,6 +127,8 @@ impl Chunkserver {
                 version,
                 offset: buf.len() as u64,
                 length: self.cfg.clone_piece,
+                // As for a mend's reads (`mend.rs`).
+                capability: None,
             })),
         };
         self.call(

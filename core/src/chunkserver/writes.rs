@@ -1,6 +1,7 @@
 //! Writes and record appends: the primary orders mutations and forwards them to the
 //! secondaries; each replica applies a mutation only when its data is durable.
 
+use super::push::owner_of;
 use super::*;
 
 impl Chunkserver {
@@ -63,7 +64,9 @@ impl Chunkserver {
                 });
             }
         }
-        let data = self.data_of(r.data_id, r.data)?;
+        self.lease_secondaries_are(h, &r.secondaries)?;
+        let owner = owner_of(r.capability.as_ref(), h);
+        let data = self.data_of(r.data_id, r.data, owner)?;
         let end = check_range(r.offset, data.len(), self.lease_chunk_size(h))?;
         // Before anything is forwarded or recorded: a write this server has no room for
         // goes nowhere.
@@ -74,6 +77,7 @@ impl Chunkserver {
             data,
             data_id: r.data_id,
             secondaries: r.secondaries,
+            capabilities: r.secondary_capabilities,
             reply: empty(),
             writer: Some((r.client_id, r.client_seq)),
         };
@@ -98,7 +102,9 @@ impl Chunkserver {
                 self.cfg.address
             )));
         }
-        let record = self.data_of(r.data_id, r.data)?;
+        self.lease_secondaries_are(h, &r.secondaries)?;
+        let owner = owner_of(r.capability.as_ref(), h);
+        let record = self.data_of(r.data_id, r.data, owner)?;
         // The size of this chunk's file, as the master said in the grant: the client
         // cannot be trusted to say it, and the master's default for new files may differ.
         let chunk_size = self.lease_chunk_size(h);
@@ -132,6 +138,7 @@ impl Chunkserver {
             data,
             data_id,
             secondaries: r.secondaries,
+            capabilities: r.secondary_capabilities,
             reply: ok(Resp::Append(pb::AppendChunkResponse {
                 offset: if full { 0 } else { offset },
                 chunk_full: full,
@@ -179,7 +186,9 @@ impl Chunkserver {
         if !f.secondaries.is_empty() {
             tracing::debug!(chunk = h, server = %self.cfg.address, serial, offset = f.offset, len = f.data.len(), to = ?f.secondaries, "forwarding mutation");
         }
+        let mut caps = f.capabilities.into_iter();
         for to in f.secondaries {
+            let capability = caps.next();
             let req = pb::ChunkRequest {
                 req: Some(Req::Apply(pb::ApplyMutationRequest {
                     handle: h,
@@ -192,6 +201,7 @@ impl Chunkserver {
                         Bytes::new()
                     },
                     data_id: f.data_id,
+                    capability,
                 })),
             };
             self.call(
@@ -254,7 +264,8 @@ impl Chunkserver {
             self.finish(h);
             return Ok(None);
         }
-        let data = self.data_of(r.data_id, r.data)?;
+        let owner = owner_of(r.capability.as_ref(), h);
+        let data = self.data_of(r.data_id, r.data, owner)?;
         // A secondary knows no chunk size (its primary checked the mutation against it).
         check_range(r.offset, data.len(), MAX_CHUNK_SIZE)?;
         self.chunks.get_mut(&h).expect("usable").serial = r.serial;
@@ -306,6 +317,28 @@ impl Chunkserver {
 
     /// The chunk size the lease on `h` was granted with; the caller has checked that
     /// this server holds the lease.
+    /// Whether a write or an append names the lease's secondaries (any order), where the
+    /// grant named them: a writer that leaves one out would have this server acknowledge
+    /// a mutation a replica never took, one that adds one, spread it where it does not
+    /// belong.
+    fn lease_secondaries_are(&self, h: ChunkHandle, named: &[String]) -> Result<(), FsError> {
+        let Some(lease) = self
+            .chunks
+            .get(&h)
+            .and_then(|c| c.lease_secondaries.as_ref())
+        else {
+            return Ok(());
+        };
+        let mut named = named.to_vec();
+        named.sort();
+        if named != *lease {
+            return Err(FsError::InvalidArgument(format!(
+                "chunk {h}: the mutation names secondaries {named:?}, the lease's are {lease:?}"
+            )));
+        }
+        Ok(())
+    }
+
     pub(super) fn lease_chunk_size(&self, h: ChunkHandle) -> u64 {
         let c = self.chunks.get(&h).expect("a leased chunk is held");
         assert!(

@@ -155,6 +155,7 @@ pub fn pieces_of(cp: pb::Checkpoint) -> impl Iterator<Item = pb::Checkpoint> {
         lease_holders,
         leases_settled_in,
         master_epoch,
+        capability_secret,
     } = cp;
     let scalars = pb::Checkpoint {
         through_seq,
@@ -162,6 +163,7 @@ pub fn pieces_of(cp: pb::Checkpoint) -> impl Iterator<Item = pb::Checkpoint> {
         cluster_id,
         leases_settled_in,
         master_epoch,
+        capability_secret,
         ..Default::default()
     };
     let one = pb::Checkpoint::default;

@@ -575,6 +575,15 @@ pub fn seeds() -> Vec<Vec<u8>> {
             version: 1,
             offset: 10,
             length: 50,
+            capability: Some(pb::Capability {
+                key_id: 1,
+                handle: 1,
+                version: 1,
+                ops: crate::capability::READ,
+                subject: "client:fuzz".into(),
+                expires_ms: 60_000,
+                mac: vec![7; 32].into(),
+            }),
         })),
         chunk(C::Push(pb::PushDataRequest {
             data_id: 4,
@@ -582,6 +591,8 @@ pub fn seeds() -> Vec<Vec<u8>> {
             total: 5,
             piece: b"hello".to_vec().into(),
             chain: vec!["cs1:1".into()],
+            handle: 1,
+            capabilities: vec![pb::Capability::default(); 2],
         })),
         chunk(C::Write(pb::WriteChunkRequest {
             handle: 1,
@@ -594,6 +605,8 @@ pub fn seeds() -> Vec<Vec<u8>> {
             ..Default::default()
         })),
         chunk(C::SetVersion(pb::SetVersionRequest {
+            secondaries: vec!["cs1:1".into()],
+            names_secondaries: true,
             epoch: 0,
             handle: 1,
             version: 2,
@@ -715,6 +728,10 @@ pub fn seeds() -> Vec<Vec<u8>> {
                 extended_leases: vec![1],
                 lease_duration_ms: 60_000,
                 cluster_id: CLUSTER_ID,
+                capability_key: Some(pb::CapabilityKey {
+                    id: 1,
+                    secret: vec![3; crate::capability::SECRET_BYTES].into(),
+                }),
             },
         )),
     };

@@ -86,10 +86,11 @@ pub fn dump(meta: &Meta) -> String {
         })
         .collect();
     format!(
-        "cluster {}\nnext handle {}\nnamespace {:?}\nchunks {:?}\nretired {:?}\n\
+        "cluster {} secret {:?}\nnext handle {}\nnamespace {:?}\nchunks {:?}\nretired {:?}\n\
          reserved {:?}\ncompleted {:?}\nfallbacks {:?}\nfiles {}\nlease holders {:?}\n\
          leases settled in {}\nepoch {}",
         meta.cluster_id,
+        meta.capability_secret,
         meta.next_handle,
         tree,
         // Where replicas are is learned from heartbeats, not logged.
@@ -242,13 +243,22 @@ pub fn run(data: &[u8]) -> usize {
             }
         }
     };
-    // A fresh log starts with the cluster's id, as a fresh master writes it.
+    // A fresh log starts with the cluster's id and secret, as a fresh master writes it.
     let first = pb::LogRecord {
         time_ms: 0,
         token: 0,
         op: Some(Op::ClusterId(pb::ClusterIdOp { cluster_id: 7 })),
     };
     assert!(append(&mut meta, first, &mut log));
+    // And its capability secret.
+    let secret = pb::LogRecord {
+        time_ms: 0,
+        token: 0,
+        op: Some(Op::CapabilitySecret(pb::CapabilitySecretOp {
+            secret: vec![1; crate::capability::SECRET_BYTES].into(),
+        })),
+    };
+    assert!(append(&mut meta, secret, &mut log));
     for (i, (step, token)) in input.steps.iter().enumerate() {
         let token = token.map_or(0, |t| u64::from(t) + 1);
         let time_ms = i as u64 + 1;

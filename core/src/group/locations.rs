@@ -33,6 +33,8 @@ struct Report {
     capacity: u64,
     used: u64,
     chunks: HashMap<ChunkHandle, Version>,
+    /// Its run and capability keys, for a shadow's capabilities (`crate::capability`).
+    keys: crate::capability::ServerKeys,
 }
 
 impl Locations {
@@ -66,9 +68,15 @@ impl Locations {
                 capacity: r.capacity_bytes,
                 used: r.used_bytes,
                 chunks: r.chunks.iter().map(|c| (c.handle, c.version)).collect(),
+                keys: crate::capability::ServerKeys::from_heartbeat(now, r),
             },
         );
         true
+    }
+
+    /// What the server at `addr` last reported of its capability keys.
+    pub fn keys(&self, addr: &str) -> Option<&crate::capability::ServerKeys> {
+        self.servers.get(addr).map(|s| &s.keys)
     }
 
     /// The servers, heard from within `timeout`, that hold chunk `h`'s newest copy: the

@@ -746,7 +746,7 @@ impl Replica {
 
     /// A read answered from the committed state this replica has applied, with how far
     /// behind the leader it may be.
-    fn answer_stale(&mut self, id: RequestId, req: &pb::MasterRequest) {
+    fn answer_stale(&mut self, id: RequestId, req: &pb::MasterRequest, from: &Caller) {
         use crate::master::reads;
         use crate::path::normalize;
         let (meta, now) = (&self.shadow.meta, self.now);
@@ -764,7 +764,21 @@ impl Replica {
                         self.locations.replicas(now, timeout, meta, h, c)
                     })
                 })
-                .map(Resp::GetChunks),
+                .map(|mut r| {
+                    // Signed as the leader signs (`crate::capability`): the keys derive
+                    // from the logged secret, and the servers' heartbeat copies say which
+                    // they hold.
+                    let locations = &self.locations;
+                    crate::capability::sign_locations(
+                        &mut r,
+                        &meta.capability_secret,
+                        now,
+                        self.mcfg.lease_duration,
+                        from,
+                        |a| locations.keys(a),
+                    );
+                    Resp::GetChunks(r)
+                }),
             Some(Req::Report(_)) => Ok(Resp::Report(self.locations.report(
                 now,
                 timeout,
@@ -801,7 +815,7 @@ impl Replica {
                 Some(Req::List(_) | Req::Stat(_) | Req::GetChunks(_) | Req::Report(_))
             );
         if shadow_read && (self.master.is_none() || self.now >= self.authority_until()) {
-            self.answer_stale(id, &req);
+            self.answer_stale(id, &req, &from);
             return;
         }
         if self.master.is_none() {

@@ -126,7 +126,7 @@ mod tests {
         let mut m = Master::recover(cfg.clone(), Time(0), None, Vec::new()).unwrap();
         let mut cp = Checkpointer::recover(cfg.chunk_size, None, &[]).unwrap();
         let (mut built, mut log) = (Vec::new(), Vec::new());
-        for i in 0..23 {
+        for i in 0..22 {
             let mut e = m.handle(Time(i), create(&format!("/f{i}")));
             let through = m.last_seq();
             let synced = m.handle(Time(i), Input::LogSynced { through });

@@ -59,6 +59,10 @@ pub struct MasterConfig {
     /// chunks; a write further past the end is refused (`InvalidArgument`) before
     /// anything is logged. 1024 chunks is 64 GiB at the default chunk size.
     pub max_new_chunks: u64,
+    /// The cluster's capability secret (`crate::capability`), should this master be the
+    /// first to lead a cluster without one: it then logs it, and every replica signs with
+    /// what was logged. The binary draws it from the OS; tests may leave it fixed.
+    pub capability_secret: [u8; crate::capability::SECRET_BYTES],
 }
 
 impl MasterConfig {
@@ -90,6 +94,7 @@ impl Default for MasterConfig {
             call_timeout: Duration::from_secs(10),
             late_delivery: Duration::from_secs(5),
             max_new_chunks: 1024,
+            capability_secret: [0x5e; crate::capability::SECRET_BYTES],
         }
     }
 }

@@ -109,6 +109,7 @@ impl Master {
         };
         // The term of the very server registered there; a reordered report lowers nothing.
         let s = self.servers.get_mut(idx);
+        s.keys = crate::capability::ServerKeys::from_heartbeat(self.now, r);
         if r.server_id == s.id {
             s.epoch = s.epoch.max(r.epoch);
             // A master alone's epoch reaches a server only in this master's answers: one
@@ -324,6 +325,15 @@ impl Master {
             extended_leases,
             lease_duration_ms: millis(self.cfg.lease_duration),
             cluster_id: self.meta.cluster_id,
+            // Only a server with an identity checks capabilities (`crate::capability`).
+            capability_key: match from {
+                Caller::Insecure => None,
+                _ => self
+                    .servers
+                    .get_mut(idx)
+                    .keys
+                    .next_key(&self.meta.capability_secret, self.now),
+            },
         }));
         // The reply names the cluster id, which the server stores for good: it waits until
         // the id is durable here too (at once, unless this master just made it), and so

@@ -463,6 +463,8 @@ impl Master {
             chunk_index: index,
             primary_rack: rack(primary),
             secondary_racks: others.iter().map(|&s| rack(s)).collect(),
+            // Signed as the reply leaves, for the caller (`Master::sign_replies`).
+            capabilities: Vec::new(),
         }))
     }
 
@@ -557,6 +559,15 @@ impl Master {
                     // The primary pads record appends to the file's chunk size.
                     chunk_size: if Some(s) == primary { chunk_size } else { 0 },
                     cluster_id: self.meta.cluster_id,
+                    secondaries: match primary {
+                        Some(p) if p == s => targets
+                            .iter()
+                            .filter(|&&t| t != p)
+                            .map(|&t| self.servers.get(t).addr.clone())
+                            .collect(),
+                        _ => Vec::new(),
+                    },
+                    names_secondaries: Some(s) == primary,
                 });
                 (s, req)
             })

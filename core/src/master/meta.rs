@@ -28,6 +28,10 @@ pub struct Meta {
     /// The cluster's id (0 until its record is applied). Set once, by the first record of
     /// a log, and never changed: chunkservers hold the master to it.
     pub cluster_id: u64,
+    /// The cluster's capability secret (`crate::capability`; empty until its record is
+    /// applied). Set once, and never changed: every key a chunkserver holds derives
+    /// from it.
+    pub capability_secret: bytes::Bytes,
     /// The latest requests completed with a token: asked again, they are answered as
     /// before (see `retries.rs`).
     pub retries: Retries,
@@ -97,6 +101,7 @@ impl Meta {
             retired: BTreeMap::new(),
             reserved: HashMap::default(),
             cluster_id: 0,
+            capability_secret: bytes::Bytes::new(),
             retries: Retries::default(),
             fallbacks: BTreeMap::new(),
             lease_holders: BTreeMap::new(),
@@ -282,6 +287,19 @@ impl Meta {
                 }
                 self.cluster_id = o.cluster_id;
             }
+            Some(Op::CapabilitySecret(o)) => {
+                // A second secret would void every capability signed with the first.
+                if !self.capability_secret.is_empty()
+                    || o.secret.len() != crate::capability::SECRET_BYTES
+                {
+                    return Err(FsError::Internal(format!(
+                        "a capability secret of {} bytes where the cluster has {}",
+                        o.secret.len(),
+                        self.capability_secret.len()
+                    )));
+                }
+                self.capability_secret = o.secret.clone();
+            }
             Some(Op::Fallback(o)) => {
                 if self.chunks.get(o.handle).is_none() {
                     return Err(FsError::ChunkNotFound(format!(
@@ -391,11 +409,16 @@ impl Meta {
                 lease_holders,
                 leases_settled_in: 0,
                 master_epoch: 0,
+                capability_secret,
             } = piece
             else {
                 panic!("a piece after the first sets a scalar");
             };
             assert!(group_members.is_empty() && group_retired.is_empty());
+            assert!(
+                capability_secret.is_empty(),
+                "a piece after the first sets a scalar"
+            );
             cp.entries.extend(entries);
             cp.chunks.extend(chunks);
             cp.retired.extend(retired);
@@ -423,6 +446,7 @@ impl Meta {
             next_handle: self.next_handle,
             leases_settled_in: self.leases_settled_in,
             master_epoch: self.master_epoch,
+            capability_secret: self.capability_secret.clone(),
             ..Default::default()
         };
         let entries = self.ns.walk().map(|e| pb::Checkpoint {
@@ -555,6 +579,15 @@ impl Meta {
         let mut meta = Meta::new(default_chunk_size);
         meta.next_handle = cp.next_handle.max(1);
         meta.cluster_id = cp.cluster_id;
+        if !cp.capability_secret.is_empty()
+            && cp.capability_secret.len() != crate::capability::SECRET_BYTES
+        {
+            return Err(bad(format!(
+                "a capability secret of {} bytes",
+                cp.capability_secret.len()
+            )));
+        }
+        meta.capability_secret = cp.capability_secret.clone();
         for c in &cp.chunks {
             if c.refcount == 0
                 || meta.chunks.get(c.handle).is_some()

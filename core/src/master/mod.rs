@@ -46,6 +46,7 @@ pub use namespace::{DELETED_PREFIX, FileMeta, Namespace, Node};
 pub use servers::{Registry, Server};
 
 use crate::auth::{self, Caller};
+use crate::capability;
 use crate::error::{FsError, RpcError};
 use crate::pb::{self, log_record::Op, master_request::Req, master_response::Resp};
 use crate::rng::Rng;
@@ -179,6 +180,9 @@ pub struct Master {
     /// the log it recovered). No heartbeat reply names the id before it is durable: a
     /// chunkserver stores it for good, and a master that crashed first would make another.
     cluster_id_seq: LogSeq,
+    /// Requests for locations or a write target not answered yet: who asked, and what
+    /// their capabilities are to allow (`sign_replies`).
+    signing: HashMap<RequestId, (Caller, u32)>,
     /// The token of the request being handled (0: none); the record that completes it
     /// names it ([`Master::log_for_request`]).
     request_token: u64,
@@ -260,6 +264,7 @@ impl Master {
             retired_at: HashMap::default(),
             deferred_targets: BTreeMap::new(),
             cluster_id_seq: 0,
+            signing: HashMap::default(),
             request_token: 0,
             refusals: Default::default(),
             authority: None,
@@ -289,6 +294,17 @@ impl Master {
                 .expect("a cluster without an id takes one");
             self.cluster_id_seq = seq;
             tracing::info!(cluster_id = %format_args!("{cluster_id:016x}"), "cluster id made");
+        }
+        if self.meta.capability_secret.is_empty() {
+            // Heartbeat replies hand out keys derived from it only once it is durable
+            // (they wait for `cluster_id_seq`): a secret lost with its record would leave
+            // servers holding keys no master can sign with.
+            let secret = self.cfg.capability_secret.to_vec().into();
+            let (seq, _) = self
+                .log(Op::CapabilitySecret(pb::CapabilitySecretOp { secret }))
+                .expect("a cluster without a capability secret takes one");
+            self.cluster_id_seq = seq;
+            tracing::info!("capability secret made");
         }
         self
     }
@@ -483,6 +499,17 @@ impl Master {
         self.now = self.now.max(now);
         match input {
             Input::Request { id, req, from } => {
+                // Locations and write targets go out with capabilities for their caller,
+                // signed as the reply leaves (`sign_replies`).
+                let ops = match &req.req {
+                    Some(Req::GetChunks(_)) => capability::READ,
+                    Some(Req::GetWriteTarget(t)) if t.append => capability::APPEND,
+                    Some(Req::GetWriteTarget(_)) => capability::WRITE,
+                    _ => 0,
+                };
+                if ops != 0 && from != Caller::Insecure {
+                    self.signing.insert(id, (from.clone(), ops));
+                }
                 if let Err(e) = self.authorize(&from, &req) {
                     self.refused += 1;
                     self.reply_err(id, e);
@@ -509,6 +536,7 @@ impl Master {
             ),
         }
         self.maybe_checkpoint();
+        self.sign_replies();
         // Cheap promises, checked where the master runs (the rest: `check_invariants`).
         assert!(self.synced_seq <= self.last_seq, "log synced past its end");
         assert!(
@@ -516,6 +544,35 @@ impl Master {
             "a reply held for a record already durable"
         );
         std::mem::take(&mut self.out)
+    }
+
+    /// Signs the capabilities of the locations and write targets about to go out, for
+    /// the callers that asked (`crate::capability`).
+    fn sign_replies(&mut self) {
+        if self.signing.is_empty() {
+            return;
+        }
+        let (secret, now, life) = (
+            &self.meta.capability_secret,
+            self.now,
+            self.cfg.lease_duration,
+        );
+        let servers = &self.servers;
+        let keys = |a: &str| servers.find(a).map(|i| &servers.get(i).keys);
+        for (id, resp) in &mut self.out.replies {
+            let Some((caller, ops)) = self.signing.remove(id) else {
+                continue;
+            };
+            match &mut resp.resp {
+                Some(Resp::GetChunks(r)) => {
+                    capability::sign_locations(r, secret, now, life, &caller, keys)
+                }
+                Some(Resp::WriteTarget(t)) => {
+                    capability::sign_target(t, secret, now, life, ops, &caller, keys)
+                }
+                _ => {}
+            }
+        }
     }
 
     // ---- logging and holding replies -------------------------------------------------

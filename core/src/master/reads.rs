@@ -75,6 +75,7 @@ pub fn chunk_locations(
             version: c.version,
             replicas: replicas(handle, c),
             corrupt_copies: 0,
+            capabilities: Vec::new(),
         });
     }
     Ok(pb::GetChunksResponse {

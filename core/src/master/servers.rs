@@ -34,6 +34,9 @@ pub struct Server {
     /// insecure cluster): the server id is bound to it, so no other certificate can
     /// speak for this server.
     pub cert: String,
+    /// Its run and the capability keys it holds, as its last heartbeat reported them
+    /// (`crate::capability`): what the master signs its capabilities with.
+    pub keys: crate::capability::ServerKeys,
 }
 
 impl Server {
@@ -160,6 +163,7 @@ impl Registry {
                     epoch: 0,
                     answered: false,
                     cert: String::new(),
+                    keys: Default::default(),
                 });
                 self.by_addr.insert(addr.to_string(), i);
                 i

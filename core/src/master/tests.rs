@@ -171,6 +171,8 @@ impl H {
         changing: &[u64],
     ) -> pb::MasterResponse {
         self.call(MReq::Heartbeat(pb::HeartbeatRequest {
+            boot: 0,
+            capability_keys: vec![],
             copy: false,
             address: addr.into(),
             rack: rack.into(),
@@ -902,7 +904,7 @@ fn lease_grant_bumps_version_on_replicas_before_reply() {
         .calls
         .iter()
         .filter_map(|c| match &c.req.req {
-            Some(CReq::SetVersion(s)) => Some((c.to.clone(), *s)),
+            Some(CReq::SetVersion(s)) => Some((c.to.clone(), s.clone())),
             _ => None,
         })
         .collect();

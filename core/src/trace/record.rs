@@ -92,6 +92,7 @@ pub fn master_settings(c: &MasterConfig) -> pb::MasterSettings {
         call_timeout_ns: ns(c.call_timeout),
         late_delivery_ns: ns(c.late_delivery),
         max_new_chunks: c.max_new_chunks,
+        capability_secret: bytes::Bytes::copy_from_slice(&c.capability_secret),
     }
 }
 
@@ -121,6 +122,13 @@ pub fn master_config(s: &pb::MasterSettings) -> Result<MasterConfig, String> {
         // Older traces were made under a model of no late delivery.
         late_delivery: dur(s.late_delivery_ns),
         // Older traces had no bound.
+        // Older traces were made before capabilities: any secret replays them.
+        capability_secret: match s.capability_secret.len() {
+            0 => MasterConfig::default().capability_secret,
+            _ => s.capability_secret.as_ref().try_into().map_err(|_| {
+                format!("a capability secret of {} bytes", s.capability_secret.len())
+            })?,
+        },
         max_new_chunks: match s.max_new_chunks {
             0 => u64::MAX,
             n => n,
@@ -142,6 +150,7 @@ pub fn chunkserver_settings(c: &ChunkserverConfig) -> pb::ChunkserverSettings {
         read_cache_bytes: c.read_cache_bytes,
         max_queued_per_chunk: c.max_queued_per_chunk as u64,
         max_queued: c.max_queued as u64,
+        boot: c.boot,
     }
 }
 

@@ -184,6 +184,11 @@ impl World {
             offset: 0,
             total: data.len() as u64,
             piece: data,
+            handle: t.handle,
+            capabilities: std::iter::once(&first)
+                .chain(&chain)
+                .map(|a| capability_at(t, a))
+                .collect(),
             chain,
         });
         self.send_chunk(op, &first, req);
@@ -216,6 +221,12 @@ impl World {
                 client_seq: u64::from(c.attempts) + 1,
                 data_id,
                 write_seq: 1,
+                capability: Some(capability_at(&t, &t.primary)),
+                secondary_capabilities: t
+                    .secondaries
+                    .iter()
+                    .map(|a| capability_at(&t, a))
+                    .collect(),
             }),
             OpKind::Append { .. } => CReq::Append(pb::AppendChunkRequest {
                 handle: t.handle,
@@ -223,6 +234,12 @@ impl World {
                 data: Bytes::new(),
                 secondaries: t.secondaries.clone(),
                 data_id,
+                capability: Some(capability_at(&t, &t.primary)),
+                secondary_capabilities: t
+                    .secondaries
+                    .iter()
+                    .map(|a| capability_at(&t, a))
+                    .collect(),
             }),
         };
         self.send_chunk(op, &t.primary, req);
@@ -355,4 +372,14 @@ impl World {
             _ => {}
         }
     }
+}
+
+/// The capability `t` carries for the replica at `addr` (its primary, then its
+/// secondaries, in order), or none.
+fn capability_at(t: &pb::WriteTarget, addr: &str) -> pb::Capability {
+    std::iter::once(&t.primary)
+        .chain(&t.secondaries)
+        .position(|a| a == addr)
+        .and_then(|i| t.capabilities.get(i).cloned())
+        .unwrap_or_default()
 }
