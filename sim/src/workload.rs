@@ -2426,13 +2426,21 @@ pub async fn verify_replicas(
         let mut copies: Vec<(String, Bytes)> = Vec::new();
         for (i, r) in c.replicas.iter().enumerate() {
             let mut tries = 0;
-            let cap = c.capabilities.get(i).cloned();
+            let mut cap = c.capabilities.get(i).cloned();
             let mut d = loop {
                 match read_replica(client, r, c.handle, c.version, cs, cap.clone()).await {
                     Ok(d) => break Some(d.to_vec()),
                     Err(_) if tries < 5 => {
                         tries += 1;
                         madsim::time::sleep(Duration::from_secs(2)).await;
+                        // A fresh capability: the last may have expired meanwhile, or the
+                        // server (restarted) may not hold the key that signed it.
+                        if let Ok(i) = get_chunks(client, path).await
+                            && let Some(x) = i.chunks.iter().find(|x| x.handle == c.handle)
+                            && let Some(at) = x.replicas.iter().position(|a| a == r)
+                        {
+                            cap = x.capabilities.get(at).cloned();
+                        }
                     }
                     Err(e) => {
                         // Listed still? Then it must serve what it holds.
