@@ -935,17 +935,7 @@ impl Cluster {
             };
             (self.servers[other].addr.clone(), req.encode_to_vec())
         };
-        let rt = SimRuntime::new(self.start, Clock::default());
-        // The rogue holds a valid client certificate: what it forges beyond what a
-        // client may send must be refused for its role, not merely for its content.
-        let net = SimNet::new(
-            rt.clone(),
-            self.net.clone(),
-            Caller::Client {
-                user: "rogue".into(),
-                groups: vec![],
-            },
-        );
+        let (rt, net) = self.rogue_net();
         let checks = self.checks.clone();
         // Above every forged grant's version: a server not yet in a cluster (a wiped
         // one, back) takes a forged grant, and holds that version until told otherwise.
@@ -1010,6 +1000,22 @@ impl Cluster {
         });
     }
 
+    /// The rogue's clock and network. It holds a valid client certificate: what it
+    /// forges beyond what a client may send must be refused for its role, not merely
+    /// for its content.
+    fn rogue_net(&self) -> (SimRuntime, SimNet) {
+        let rt = SimRuntime::new(self.start, Clock::default());
+        let net = SimNet::new(
+            rt.clone(),
+            self.net.clone(),
+            Caller::Client {
+                user: "rogue".into(),
+                groups: vec![],
+            },
+        );
+        (rt, net)
+    }
+
     /// The rogue as a client that learns what any client may (it lists the namespace
     /// and asks for a file's chunk locations, which come with capabilities signed for
     /// it, to read) and then tries, on one copy of one chunk at its current version,
@@ -1023,15 +1029,7 @@ impl Cluster {
         use prost::Message;
         use tessera_core::pb::{self, chunk_request::Req as CReq};
         use tessera_core::runtime::{Runtime, Transport};
-        let rt = SimRuntime::new(self.start, Clock::default());
-        let net = SimNet::new(
-            rt.clone(),
-            self.net.clone(),
-            Caller::Client {
-                user: "rogue".into(),
-                groups: vec![],
-            },
-        );
+        let (rt, net) = self.rogue_net();
         let mut cfg = ClientConfig::new(self.master_addr.clone());
         cfg.rpc_timeout = self.knobs.rpc_timeout;
         cfg.retry_for = Duration::from_secs(3);
