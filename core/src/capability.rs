@@ -72,6 +72,11 @@ fn mac_of(key: &[u8], cap: &pb::Capability) -> HmacSha256 {
     m.update(&(cap.subject.len() as u64).to_le_bytes());
     m.update(cap.subject.as_bytes());
     m.update(&cap.expires_ms.to_le_bytes());
+    m.update(&(cap.secondaries.len() as u64).to_le_bytes());
+    for s in &cap.secondaries {
+        m.update(&(s.len() as u64).to_le_bytes());
+        m.update(s.as_bytes());
+    }
     m
 }
 
@@ -313,6 +318,21 @@ impl ServerKeys {
         want: Want,
         subject: &Caller,
     ) -> pb::Capability {
+        self.issue_to_primary(secret, now, life, want, subject, Vec::new())
+    }
+
+    /// As [`ServerKeys::issue`], for a lease's primary: the capability names the lease's
+    /// `secondaries`, which a write or append there must name exactly.
+    pub fn issue_to_primary(
+        &self,
+        secret: &[u8],
+        now: Time,
+        life: Duration,
+        want: Want,
+        subject: &Caller,
+        mut secondaries: Vec<String>,
+    ) -> pb::Capability {
+        secondaries.sort();
         let Want {
             handle,
             version,
@@ -326,6 +346,7 @@ impl ServerKeys {
             subject: subject.label(),
             expires_ms: 0,
             mac: bytes::Bytes::new(),
+            secondaries,
         };
         let lifetime = KEY_LIFETIME.as_millis() as u64;
         match self.newest(now) {
@@ -393,21 +414,25 @@ pub fn sign_target<'a>(
     }
     let none = ServerKeys::default();
     let life = life.min(Duration::from_millis(t.lease_expires_in_ms));
-    t.capabilities = std::iter::once(&t.primary)
-        .chain(&t.secondaries)
-        .map(|a| {
-            keys(a).unwrap_or(&none).issue(
-                secret,
-                now,
-                life,
-                Want {
-                    handle: t.handle,
-                    version: t.version,
-                    ops,
-                },
-                subject,
-            )
-        })
+    let want = Want {
+        handle: t.handle,
+        version: t.version,
+        ops,
+    };
+    let primary = keys(&t.primary).unwrap_or(&none).issue_to_primary(
+        secret,
+        now,
+        life,
+        want,
+        subject,
+        t.secondaries.clone(),
+    );
+    t.capabilities = std::iter::once(primary)
+        .chain(t.secondaries.iter().map(|a| {
+            keys(a)
+                .unwrap_or(&none)
+                .issue(secret, now, life, want, subject)
+        }))
         .collect();
 }
 

@@ -228,8 +228,9 @@ struct Chunk {
     /// padded to and bounded by, and the end of the chunk for writes. Meaningful while
     /// `lease_until` is set; only in memory, as the lease is (a restart ends both).
     lease_chunk_size: u64,
-    /// The lease's secondaries, sorted, as the grant named them (None: not named, by a
-    /// master from before): a write or an append must name exactly these.
+    /// The secondaries the lease's grant went to, sorted (None: not named, by a master
+    /// from before): a write or an append names some of these, and exactly the ones its
+    /// capability names (those that took the version).
     lease_secondaries: Option<Vec<String>>,
     last_write: Time,
     /// The last mutation serial assigned (as primary) or applied (as secondary) at this
@@ -661,7 +662,26 @@ impl Chunkserver {
                 ops,
             },
             from,
-        )
+        )?;
+        // A writer names the secondaries the master signed for, all of them: the grant
+        // says whom the version went to, not which of them took it.
+        let named = match r {
+            Req::Write(w) => &w.secondaries,
+            Req::Append(a) => &a.secondaries,
+            _ => return Ok(()),
+        };
+        let (Some(cap), false) = (cap, *from == Caller::Insecure) else {
+            return Ok(());
+        };
+        let mut named = named.clone();
+        named.sort();
+        if named != cap.secondaries {
+            return Err(FsError::PermissionDenied(format!(
+                "chunk {handle}: the write names secondaries {named:?}, its capability {:?}",
+                cap.secondaries
+            )));
+        }
+        Ok(())
     }
 
     pub fn server_id(&self) -> u64 {

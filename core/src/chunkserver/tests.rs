@@ -3091,22 +3091,14 @@ fn orders_and_forwarded_mutations_are_refused_from_the_wrong_role() {
     assert!(!h.cs.is_primary(9, h.now));
 }
 
-/// A capability check on every path a client's bytes take (`crate::capability`): the
-/// key arrives in a heartbeat reply and is reported in the next heartbeat; a read, a
-/// write, an append, a pushed piece and a forwarded mutation each go through under the
-/// capability the master signs for their sender, and are refused without one, under an
-/// expired one, another's, or one for other operations, changing nothing.
-#[test]
-fn reads_writes_pushes_and_mutations_need_a_capability_for_their_sender() {
-    use crate::auth::Caller;
-    use crate::capability::{APPEND, READ, ServerKeys, WRITE, Want};
-    let mut h = H::new();
-    h.create(9);
-    let secret = [4u8; 32];
-    let (call, hb) = next_heartbeat(&mut h);
+/// Gives `h` a capability key signed from `secret`, as a master's heartbeat reply does,
+/// and returns what the master knows of the server's keys after its next heartbeat.
+fn give_a_key(h: &mut H, secret: &[u8]) -> crate::capability::ServerKeys {
+    use crate::capability::ServerKeys;
+    let (call, hb) = next_heartbeat(h);
     assert!(hb.capability_keys.is_empty());
     let mut keys = ServerKeys::from_heartbeat(h.now, &hb);
-    let key = keys.next_key(&secret, h.now).expect("a first key");
+    let key = keys.next_key(secret, h.now).expect("a first key");
     h.run(Input::CallResult {
         id: call,
         result: Ok(Reply::Master(pb::MasterResponse {
@@ -3120,9 +3112,119 @@ fn reads_writes_pushes_and_mutations_need_a_capability_for_their_sender() {
             ..Default::default()
         })),
     });
-    let (_, hb) = next_heartbeat(&mut h);
+    let (_, hb) = next_heartbeat(h);
     assert_eq!(hb.capability_keys.len(), 1, "the key taken is reported");
-    keys = ServerKeys::from_heartbeat(h.now, &hb);
+    ServerKeys::from_heartbeat(h.now, &hb)
+}
+
+/// A grant goes to the primary and two secondaries, and one secondary never takes it: the
+/// master's capability for the primary names the one that did. A write naming exactly
+/// that one goes through; one that leaves it out (the primary alone: the secondary would
+/// miss an acknowledged write at its current version), adds the one that did not take the
+/// version, or names a server outside the grant is refused, and nothing is forwarded.
+#[test]
+fn a_write_names_exactly_the_secondaries_its_capability_does() {
+    use crate::auth::Caller;
+    use crate::capability::{APPEND, WRITE, Want};
+    let mut h = H::new();
+    let r = h.req(R::SetVersion(pb::SetVersionRequest {
+        handle: 9,
+        version: 1,
+        create: true,
+        lease_ms: 60_000,
+        chunk_size: CHUNK,
+        secondaries: vec!["cs1".into(), "cs2".into()],
+        names_secondaries: true,
+        ..Default::default()
+    }));
+    assert!(r.error.is_none(), "{r:?}");
+    let secret = [4u8; 32];
+    let keys = give_a_key(&mut h, &secret);
+    let alice = Caller::Client {
+        user: "alice".into(),
+        groups: vec![],
+    };
+    let cap = |ops: u32| {
+        keys.issue_to_primary(
+            &secret,
+            h.now,
+            std::time::Duration::from_secs(30),
+            Want {
+                handle: 9,
+                version: 1,
+                ops,
+            },
+            &alice,
+            vec!["cs1".into()],
+        )
+    };
+    let (write_cap, append_cap) = (cap(WRITE), cap(APPEND));
+    let write = |named: &[&str], seq: u64| {
+        R::Write(pb::WriteChunkRequest {
+            handle: 9,
+            version: 1,
+            offset: 0,
+            data: Bytes::from_static(b"alice"),
+            client_id: 1,
+            client_seq: seq,
+            secondaries: named.iter().map(|s| s.to_string()).collect(),
+            capability: Some(write_cap.clone()),
+            ..Default::default()
+        })
+    };
+    let append = |named: &[&str]| {
+        R::Append(pb::AppendChunkRequest {
+            handle: 9,
+            version: 1,
+            data: Bytes::from_static(b"rec"),
+            secondaries: named.iter().map(|s| s.to_string()).collect(),
+            capability: Some(append_cap.clone()),
+            ..Default::default()
+        })
+    };
+    let refused = [
+        (write(&[], 1), pb::ErrorCode::PermissionDenied),
+        (write(&["cs1", "cs2"], 2), pb::ErrorCode::PermissionDenied),
+        (write(&["cs2"], 3), pb::ErrorCode::PermissionDenied),
+        (write(&["cs1", "cs9"], 4), pb::ErrorCode::PermissionDenied),
+        (append(&[]), pb::ErrorCode::PermissionDenied),
+        (append(&["cs2", "cs1"]), pb::ErrorCode::PermissionDenied),
+    ];
+    for (r, code) in &refused {
+        let e = h.req_from(r.clone(), alice.clone()).error.expect("refused");
+        assert_eq!(e.code, *code as i32, "{r:?}: {e:?}");
+        assert!(e.message.contains("names secondaries"), "{e:?}");
+    }
+    assert!(h.calls.is_empty(), "nothing forwarded: {:?}", h.calls);
+    assert_eq!(h.read(9, 0, 8).unwrap().len(), 0, "nothing was written");
+    // The one that took the version gets the write.
+    let id = h.next;
+    h.next += 1;
+    let replies = h.run(Input::Request {
+        id,
+        arrived: h.now,
+        req: pb::ChunkRequest {
+            req: Some(write(&["cs1"], 5)),
+        },
+        from: alice.clone(),
+    });
+    assert!(replies.is_empty(), "waits for cs1: {replies:?}");
+    assert_eq!(h.calls.len(), 1, "forwarded to cs1 alone: {:?}", h.calls);
+}
+
+/// A capability check on every path a client's bytes take (`crate::capability`): the
+/// key arrives in a heartbeat reply and is reported in the next heartbeat; a read, a
+/// write, an append, a pushed piece and a forwarded mutation each go through under the
+/// capability the master signs for their sender, and are refused without one, under an
+/// expired one, another's, or one for other operations, changing nothing.
+#[test]
+fn reads_writes_pushes_and_mutations_need_a_capability_for_their_sender() {
+    use crate::auth::Caller;
+    use crate::capability::{APPEND, READ, WRITE, Want};
+    let mut h = H::new();
+    h.create(9);
+    let secret = [4u8; 32];
+    let keys = give_a_key(&mut h, &secret);
     let alice = Caller::Client {
         user: "alice".into(),
         groups: vec![],

@@ -317,10 +317,9 @@ impl Chunkserver {
 
     /// The chunk size the lease on `h` was granted with; the caller has checked that
     /// this server holds the lease.
-    /// Whether a write or an append names the lease's secondaries (any order), where the
-    /// grant named them: a writer that leaves one out would have this server acknowledge
-    /// a mutation a replica never took, one that adds one, spread it where it does not
-    /// belong.
+    /// Every secondary a write or an append names must be one the grant went to (the
+    /// capability, checked before, says which of them took it): a writer that adds one
+    /// would spread the mutation where it does not belong.
     fn lease_secondaries_are(&self, h: ChunkHandle, named: &[String]) -> Result<(), FsError> {
         let Some(lease) = self
             .chunks
@@ -329,11 +328,9 @@ impl Chunkserver {
         else {
             return Ok(());
         };
-        let mut named = named.to_vec();
-        named.sort();
-        if named != *lease {
+        if let Some(s) = named.iter().find(|s| !lease.contains(s)) {
             return Err(FsError::InvalidArgument(format!(
-                "chunk {h}: the mutation names secondaries {named:?}, the lease's are {lease:?}"
+                "chunk {h}: the mutation names secondary {s}, not one of the lease's {lease:?}"
             )));
         }
         Ok(())

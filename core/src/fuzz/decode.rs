@@ -583,6 +583,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
                 subject: "client:fuzz".into(),
                 expires_ms: 60_000,
                 mac: vec![7; 32].into(),
+                secondaries: vec!["10.0.0.2:7001".into()],
             }),
         })),
         chunk(C::Push(pb::PushDataRequest {
