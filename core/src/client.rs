@@ -636,6 +636,14 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         self.locations_from(path, true, false).await
     }
 
+    /// The lease holder of chunk `index` of `path`, with this client's capabilities to
+    /// write there (a lease is granted first if none is held): for tools that speak to
+    /// chunkservers themselves.
+    pub async fn lease_holder(&self, path: &str, index: u64) -> Result<pb::WriteTarget, FsError> {
+        let path = crate::path::normalize(path)?;
+        self.write_target(&path, index, false).await
+    }
+
     /// Where the chunks of `path` are, for a read: a shadow may answer once the leader
     /// could not be reached (its view is used for the read, not kept).
     async fn locations(&self, path: &str, fresh: bool) -> Result<pb::GetChunksResponse, FsError> {

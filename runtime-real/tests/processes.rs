@@ -2707,6 +2707,43 @@ fn a_secured_cluster_refuses_every_request_its_sender_may_not_make() {
         assert_eq!(r, Ok(Some(denied)), "{what} at {at}");
         tried += 1;
     }
+    // Under her own capability to write, alice may not leave a secondary out (the
+    // primary alone would acknowledge a write its copies never took) or add a server.
+    let t = rt.block_on(alice_lib.lease_holder("/d/f", 0)).unwrap();
+    assert_eq!(t.secondaries.len(), 2, "{t:?}");
+    let write_naming = |secondaries: Vec<String>| {
+        chunk(CR::Write(pb::WriteChunkRequest {
+            handle: t.handle,
+            version: t.version,
+            offset: 0,
+            data: Bytes::from(vec![0xAA; 4096]),
+            capability: t.capabilities.first().cloned(),
+            secondaries,
+            client_id: 7,
+            client_seq: 1,
+            ..Default::default()
+        }))
+    };
+    let extra = servers
+        .iter()
+        .map(|s| s.address.clone())
+        .find(|a| *a != t.primary && !t.secondaries.contains(a))
+        .unwrap_or_else(|| "10.9.9.9:1".into());
+    for (what, named) in [
+        ("a write to the primary alone", vec![]),
+        (
+            "a write leaving one secondary out",
+            t.secondaries[..1].to_vec(),
+        ),
+        (
+            "a write naming a server outside the lease",
+            [t.secondaries.clone(), vec![extra.clone()]].concat(),
+        ),
+    ] {
+        let r = forge(&rt, &alice, &t.primary, write_naming(named), false);
+        assert_eq!(r, Ok(Some(denied)), "{what} at {}", t.primary);
+        tried += 1;
+    }
     // A chunkserver's certificate speaks for its own server only: host0's heartbeat
     // for another server's id is refused.
     let host0 = GrpcTransport::secured(Default::default(), &load("cs0")).unwrap();
