@@ -851,6 +851,11 @@ impl<R: Runtime, T: Transport> Client<R, T> {
             );
             pos = piece_end;
         }
+        if handles.is_empty() {
+            // Nothing written: the file keeps its length, as an empty write at any
+            // offset leaves a POSIX file's.
+            return Ok(());
+        }
         self.forget(path);
         self.master_empty(Req::ExtendFile(pb::ExtendFileRequest {
             path: path.into(),

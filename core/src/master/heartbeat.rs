@@ -46,12 +46,30 @@ impl PendingDeletes {
     }
 }
 
+/// The longest address or rack name a heartbeat may give (a host name is at most 253
+/// bytes, a port 6 more).
+pub const MAX_ADDRESS_BYTES: usize = 260;
+
 impl Master {
     pub(super) fn on_heartbeat(&mut self, id: RequestId, r: &pb::HeartbeatRequest, from: &Caller) {
         if r.address.is_empty() {
             self.reply_err(
                 id,
                 crate::error::FsError::InvalidArgument("heartbeat without an address".into()),
+            );
+            return;
+        }
+        // Kept for as long as the server is known, and sent to every client that reads
+        // from it: a peer's word is bounded before it is stored.
+        if r.address.len() > MAX_ADDRESS_BYTES || r.rack.len() > MAX_ADDRESS_BYTES {
+            self.reply_err(
+                id,
+                FsError::InvalidArgument(format!(
+                    "heartbeat with an address of {} bytes and a rack name of {}: at most \
+                     {MAX_ADDRESS_BYTES} each",
+                    r.address.len(),
+                    r.rack.len()
+                )),
             );
             return;
         }

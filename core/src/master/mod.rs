@@ -984,6 +984,22 @@ impl Master {
                     )));
                 }
             }
+            // No longer than the chunks written reach (than the file's chunks, if none
+            // is named): a length past them would read as zeros for ever, and a length
+            // never shrinks.
+            let chunk_size = u64::from(f.chunk_size);
+            let reach = if r.handles.is_empty() {
+                f.chunks.len() as u64
+            } else {
+                r.first_index.saturating_add(r.handles.len() as u64)
+            }
+            .saturating_mul(chunk_size);
+            if r.length > reach {
+                return Err(FsError::InvalidArgument(format!(
+                    "{path}: length {} is past the end of the chunks written ({reach})",
+                    r.length
+                )));
+            }
             Ok(f)
         });
         match file {

@@ -1,7 +1,7 @@
 //! Tests of the master state machine through its public input/effect interface.
 
 use crate::auth::Caller;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -1730,9 +1730,10 @@ fn op_strategy() -> impl Strategy<Value = NsOp> {
     ]
 }
 
-/// The reference model: a map from full path to (is_dir, length).
+/// The reference model: a map from full path to (is_dir, length), and the files that
+/// have a chunk (a file is extended no further than its chunks reach).
 #[derive(Default, Debug)]
-struct Model(BTreeMap<String, (bool, u64)>);
+struct Model(BTreeMap<String, (bool, u64)>, BTreeSet<String>);
 
 impl Model {
     fn parent_ok(&self, p: &str) -> bool {
@@ -1757,6 +1758,7 @@ impl Model {
                     return false;
                 }
                 self.0.retain(|k, _| !crate::path::is_within(k, p));
+                self.1.retain(|k| !crate::path::is_within(k, p));
                 true
             }
             NsOp::Rename(a, b) => {
@@ -1776,13 +1778,23 @@ impl Model {
                     .collect();
                 for (k, v) in moved {
                     self.0.remove(&k);
-                    self.0.insert(format!("{b}{}", &k[a.len()..]), v);
+                    let to = format!("{b}{}", &k[a.len()..]);
+                    if self.1.remove(&k) {
+                        self.1.insert(to.clone());
+                    }
+                    self.0.insert(to, v);
                 }
                 true
             }
-            NsOp::AddChunk(i) => self.0.get(PATHS[i]).is_some_and(|e| !e.0),
+            NsOp::AddChunk(i) => {
+                let file = self.0.get(PATHS[i]).is_some_and(|e| !e.0);
+                if file {
+                    self.1.insert(PATHS[i].into());
+                }
+                file
+            }
             NsOp::Extend(i, l) => match self.0.get_mut(PATHS[i]) {
-                Some(e) if !e.0 => {
+                Some(e) if !e.0 && l <= u64::from(self.1.contains(PATHS[i])) * cfg().chunk_size => {
                     e.1 = e.1.max(l);
                     true
                 }
@@ -3307,6 +3319,76 @@ fn a_write_whose_file_was_replaced_meanwhile_extends_nothing() {
     }));
     assert!(matches!(err_of(&r), Some(FsError::NotFound(_))));
     assert_eq!(length_of(&mut h, "/log"), 16);
+}
+
+/// A heartbeat naming an address or a rack longer than any host's is refused, and the
+/// server is not registered: the master keeps both for as long as it knows the server.
+#[test]
+fn a_heartbeat_with_an_overlong_address_or_rack_is_refused() {
+    let mut h = H::new();
+    let cluster = h.m.cluster_id();
+    let long = format!("{}:7000", "h".repeat(super::heartbeat::MAX_ADDRESS_BYTES));
+    let r = h.heartbeat_as(&long, 77, cluster, "r", &[]);
+    assert!(
+        matches!(err_of(&r), Some(FsError::InvalidArgument(_))),
+        "{r:?}"
+    );
+    let r = h.heartbeat_as("cs1:7000", 78, cluster, &"r".repeat(1 << 20), &[]);
+    assert!(
+        matches!(err_of(&r), Some(FsError::InvalidArgument(_))),
+        "{r:?}"
+    );
+    let servers = report(&mut h).servers;
+    assert!(servers.is_empty(), "{servers:?}");
+    // At the bound, it is taken.
+    let most = "h".repeat(super::heartbeat::MAX_ADDRESS_BYTES);
+    assert!(is_ok(&h.heartbeat_as(&most, 79, cluster, "r", &[])));
+}
+
+/// A length past what a file's chunks can hold is refused, however the request names
+/// them: a forged extension to 2^64 - 1 would have the file read as zeros for ever,
+/// appends refused, and the length never shrinks.
+#[test]
+fn a_file_is_extended_no_further_than_its_chunks_reach() {
+    let mut h = H::new();
+    cluster(&mut h, 3, 3);
+    let size = cfg().chunk_size;
+    assert!(is_ok(&h.call(create("/f"))));
+    let extend = |length: u64, first_index: u64, handles: Vec<u64>| {
+        MReq::ExtendFile(pb::ExtendFileRequest {
+            path: "/f".into(),
+            length,
+            first_index,
+            handles,
+        })
+    };
+    // No chunk yet: nothing to extend over.
+    let r = h.call(extend(1, 0, vec![]));
+    assert!(
+        matches!(err_of(&r), Some(FsError::InvalidArgument(_))),
+        "{r:?}"
+    );
+    let c0 = h.write_target("/f", 0).expect("a target").handle;
+    let c1 = h.write_target("/f", 1).expect("a target").handle;
+    for (length, first, handles) in [
+        (u64::MAX, 0, vec![]),
+        (u64::MAX, 0, vec![c0, c1]),
+        (2 * size + 1, 0, vec![c0, c1]),
+        (size + 1, 0, vec![c0]),
+        (2 * size + 1, 1, vec![c1]),
+    ] {
+        let r = h.call(extend(length, first, handles.clone()));
+        assert!(
+            matches!(err_of(&r), Some(FsError::InvalidArgument(_))),
+            "{length} over {handles:?}: {r:?}"
+        );
+        assert_eq!(length_of(&mut h, "/f"), 0);
+    }
+    assert!(is_ok(&h.call(extend(size, 0, vec![c0]))));
+    assert_eq!(length_of(&mut h, "/f"), size);
+    assert!(is_ok(&h.call(extend(2 * size, 1, vec![c1]))));
+    assert!(is_ok(&h.call(extend(2 * size, 0, vec![]))));
+    assert_eq!(length_of(&mut h, "/f"), 2 * size);
 }
 
 /// A grant whose `SetVersion` reached only one copy in time made the other two stale,

@@ -43,6 +43,10 @@ impl FileModel {
     }
 
     pub fn write_ok(&mut self, off: u64, data: &[u8]) {
+        if data.is_empty() {
+            // Nothing written: the length stays (the client asks no extension).
+            return;
+        }
         let (off, end) = (off as usize, off as usize + data.len());
         self.grow(end);
         self.values[off..end].copy_from_slice(data);
