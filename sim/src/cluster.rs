@@ -1022,8 +1022,8 @@ impl Cluster {
     /// what those capabilities do not allow: a read with no capability, with the one
     /// signed for another server, with one whose subject it altered to another client's,
     /// with one it was given long ago (expired: replayed from `rogue_seen`), a write and
-    /// a pushed piece under a capability to read. Each must be refused: an Ok answer is a
-    /// violation. Counted per kind (`rogue_cap_*`) when answered, so a sweep shows each
+    /// a pushed piece under a capability to read; and it asks the master to extend the
+    /// file past its chunks. Each must be refused: an Ok answer is a violation. Counted per kind (`rogue_cap_*`) when answered, so a sweep shows each
     /// was tried.
     fn rogue_capabilities(&self) -> impl std::future::Future<Output = ()> + 'static {
         use prost::Message;
@@ -1037,6 +1037,7 @@ impl Cluster {
         cfg.shadow_reads = false;
         let client = Client::new(rt.clone(), net.clone(), cfg);
         let (checks, seen) = (self.checks.clone(), self.rogue_seen.clone());
+        let master = self.master_addr.clone();
         // Well past any capability's life (a lease) on any server's clock.
         let expired_after =
             (3 * self.knobs.lease + 2 * self.knobs.max_clock_skew).as_millis() as i64;
@@ -1062,6 +1063,42 @@ impl Cluster {
             let Ok(info) = client.chunk_locations(&path).await else {
                 return;
             };
+            // A length past every chunk the file has, over all of them: a file read as
+            // zeros for ever, if taken.
+            let reach = (info.chunks.len() as u64).saturating_mul(info.chunk_size);
+            let length = if r(2) == 0 {
+                u64::MAX
+            } else {
+                reach + 1 + r(info.chunk_size.max(1) as usize) as u64
+            };
+            let extend = pb::MasterRequest {
+                req: Some(pb::master_request::Req::ExtendFile(pb::ExtendFileRequest {
+                    path: path.clone(),
+                    length,
+                    first_index: 0,
+                    handles: info.chunks.iter().map(|c| c.handle).collect(),
+                })),
+                ..Default::default()
+            };
+            let deadline = rt.now() + Duration::from_secs(5);
+            if let Ok(answer) = net
+                .call(&master, extend.encode_to_vec().into(), deadline)
+                .await
+            {
+                let mut c = checks.lock().expect("checks");
+                c.fault("rogue_extend", 1);
+                if let Ok(resp) = pb::MasterResponse::decode(answer)
+                    && resp.error.is_none()
+                {
+                    c.violation(
+                        rt.true_ms(),
+                        format!(
+                            "the master answered Ok to extending {path} to {length}, past \
+                             its chunks' {reach} bytes"
+                        ),
+                    );
+                }
+            }
             let usable: Vec<&pb::ChunkLocation> = info
                 .chunks
                 .iter()

@@ -88,7 +88,7 @@ impl FaultMix {
     /// The fault kinds (as counted in `faults=`) each kind of fault in the mix shows up
     /// as: a sweep in which one of them never happened did not test what it claims.
     pub fn kinds(&self) -> Vec<(&'static str, &'static [&'static str])> {
-        let all: [(bool, &'static str, &'static [&'static str]); 29] = [
+        let all: [(bool, &'static str, &'static [&'static str]); 36] = [
             (
                 self.minority_faults,
                 "two replicas impaired at once",
@@ -136,6 +136,33 @@ impl FaultMix {
             (self.power_cuts, "power_cuts", &["power_cut"]),
             (self.rogue, "rogue", &["rogue"]),
             (self.rogue, "forged chunk requests", &["rogue_chunk"]),
+            (
+                self.rogue,
+                "reads without a capability",
+                &["rogue_cap_none"],
+            ),
+            (self.rogue, "altered capabilities", &["rogue_cap_altered"]),
+            (
+                self.rogue,
+                "writes under a capability to read",
+                &["rogue_cap_read_as_write"],
+            ),
+            (
+                self.rogue,
+                "pushes under a capability to read",
+                &["rogue_cap_push"],
+            ),
+            (
+                self.rogue,
+                "another server's capabilities",
+                &["rogue_cap_other_server"],
+            ),
+            (self.rogue, "expired capabilities", &["rogue_cap_expired"]),
+            (
+                self.rogue,
+                "extensions past a file's chunks",
+                &["rogue_extend"],
+            ),
             (
                 self.net_trouble,
                 "net_trouble",
