@@ -45,11 +45,14 @@ struct Args {
     rest: Duration,
     /// Also measure the cost of tracing (`--trace-cost 1`).
     trace_cost: bool,
+    /// Measure the cost of authentication: secured clusters (mutual TLS, chunk
+    /// capabilities) beside insecure ones (`--security-cost 0` leaves it out).
+    security_cost: bool,
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: cluster --tessera PATH [--size-mib N (1024)] [--dir DIR (./target/bench-cluster)] [--rounds N (1)] [--rest-secs S (0)] [--trace-cost 1]"
+        "usage: cluster --tessera PATH [--size-mib N (1024)] [--dir DIR (./target/bench-cluster)] [--rounds N (1)] [--rest-secs S (0)] [--trace-cost 1] [--security-cost 0|1 (1)]"
     );
     std::process::exit(2)
 }
@@ -62,6 +65,7 @@ fn parse_args() -> Args {
         rounds: 1,
         rest: Duration::ZERO,
         trace_cost: false,
+        security_cost: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -73,6 +77,7 @@ fn parse_args() -> Args {
             "--rounds" => a.rounds = v.parse().unwrap_or_else(|_| usage()),
             "--rest-secs" => a.rest = Duration::from_secs(v.parse().unwrap_or_else(|_| usage())),
             "--trace-cost" => a.trace_cost = v == "1",
+            "--security-cost" => a.security_cost = v == "1",
             _ => usage(),
         }
     }
@@ -166,6 +171,8 @@ struct Cluster {
     master: String,
     /// Each chunkserver's command line, to start it again.
     servers: Vec<(Command, String)>,
+    /// The credentials directories of a secured cluster (`make_pki`); None: insecure.
+    pki: Option<PathBuf>,
 }
 
 impl Drop for Cluster {
@@ -178,11 +185,72 @@ impl Drop for Cluster {
 }
 
 fn start_cluster(bin: &Path, dir: &Path) -> Cluster {
-    start_cluster_traced(bin, dir, None)
+    start_cluster_with(bin, dir, None, None)
 }
 
-/// A cluster whose servers record traces into `trace` when given (`--trace-dir`).
-fn start_cluster_traced(bin: &Path, dir: &Path, trace: Option<&Path>) -> Cluster {
+/// The binary run as the holder of credentials `who` of `pki` (a secured cluster's
+/// node or user), or as an insecure cluster's.
+fn as_holder(bin: &Path, pki: Option<&Path>, who: &str) -> Command {
+    let mut cmd = Command::new(bin);
+    match pki {
+        Some(p) => {
+            cmd.env("TESSERA_CERTS", p.join(who))
+                .env_remove("TESSERA_INSECURE");
+        }
+        None => {
+            cmd.env("TESSERA_INSECURE", "true")
+                .env_remove("TESSERA_CERTS");
+        }
+    }
+    cmd
+}
+
+/// A certificate authority in `dir` and credentials from it for a master, three
+/// chunkservers, an admin (who waits for the cluster) and a user (who puts and gets).
+fn make_pki(bin: &Path, dir: &Path) -> PathBuf {
+    let pki = dir.join("pki");
+    let ca = pki.join("ca");
+    let run = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new(bin).args(args).output().expect("run tessera");
+        assert!(out.status.success(), "tessera {args:?}: {out:?}");
+    };
+    run(&[
+        "admin".as_ref(),
+        "certs".as_ref(),
+        "init".as_ref(),
+        "--ca".as_ref(),
+        ca.as_os_str(),
+    ]);
+    let mut holders = vec![
+        ("master", "1".to_string(), "master".to_string()),
+        ("admin", "root".into(), "admin".into()),
+        ("client", "bench".into(), "client".into()),
+    ];
+    for i in 0..3 {
+        holders.push(("chunkserver", format!("host{i}"), format!("cs{i}")));
+    }
+    for (role, name, out) in holders {
+        let out = pki.join(out);
+        run(&[
+            "admin".as_ref(),
+            "certs".as_ref(),
+            "issue".as_ref(),
+            "--ca".as_ref(),
+            ca.as_os_str(),
+            "--role".as_ref(),
+            role.as_ref(),
+            "--name".as_ref(),
+            name.as_ref(),
+            "--out".as_ref(),
+            out.as_os_str(),
+        ]);
+    }
+    pki
+}
+
+/// A cluster whose servers record traces into `trace` when given (`--trace-dir`), and
+/// run secured with the credentials of `pki` when given (`make_pki`).
+fn start_cluster_with(bin: &Path, dir: &Path, trace: Option<&Path>, pki: Option<&Path>) -> Cluster {
     let trace_args: Vec<std::ffi::OsString> = match trace {
         Some(t) => vec!["--trace-dir".into(), t.into()],
         None => Vec::new(),
@@ -192,7 +260,7 @@ fn start_cluster_traced(bin: &Path, dir: &Path, trace: Option<&Path>) -> Cluster
         Stdio::from(std::fs::File::create(dir.join(format!("{name}.log"))).expect("log"))
     };
     let mut procs = vec![
-        Command::new(bin)
+        as_holder(bin, pki, "master")
             .args(["master", "--data-dir"])
             .arg(dir.join("master"))
             .args(["--listen", &master])
@@ -204,7 +272,7 @@ fn start_cluster_traced(bin: &Path, dir: &Path, trace: Option<&Path>) -> Cluster
     let mut servers = Vec::new();
     for i in 0..3 {
         let addr = format!("127.0.0.1:{}", free_port());
-        let mut cmd = Command::new(bin);
+        let mut cmd = as_holder(bin, pki, &format!("cs{i}"));
         cmd.args(["chunkserver", "--master", &master, "--data-dir"])
             .arg(dir.join(format!("cs{i}")))
             .args(["--listen", &addr, "--rack", &format!("rack{i}")])
@@ -217,11 +285,12 @@ fn start_cluster_traced(bin: &Path, dir: &Path, trace: Option<&Path>) -> Cluster
         procs,
         master,
         servers,
+        pki: pki.map(Path::to_path_buf),
     };
     // Wait until the master knows all three servers.
     let until = Instant::now() + Duration::from_secs(30);
     loop {
-        let out = tessera(bin, &c.master, &["admin", "report"]);
+        let out = tessera(bin, &c, "admin", &["admin", "report"]);
         let text = String::from_utf8_lossy(&out.stdout);
         if text.contains("live chunkservers: 3") {
             return c;
@@ -253,20 +322,21 @@ impl Cluster {
     }
 }
 
-fn tessera(bin: &Path, master: &str, args: &[&str]) -> std::process::Output {
-    Command::new(bin)
+fn tessera(bin: &Path, c: &Cluster, who: &str, args: &[&str]) -> std::process::Output {
+    as_holder(bin, c.pki.as_deref(), who)
         .args(args)
-        .env("TESSERA_MASTER", master)
+        .env("TESSERA_MASTER", &c.master)
         .output()
         .expect("run tessera")
 }
 
-/// Runs a command to completion, its stdout thrown away (`/dev/null`), and times it.
-fn timed(bin: &Path, master: &str, args: &[&str]) -> Duration {
+/// Runs a command as the cluster's user to completion, its stdout thrown away
+/// (`/dev/null`), and times it.
+fn timed(bin: &Path, c: &Cluster, args: &[&str]) -> Duration {
     let start = Instant::now();
-    let out = Command::new(bin)
+    let out = as_holder(bin, c.pki.as_deref(), "client")
         .args(args)
-        .env("TESSERA_MASTER", master)
+        .env("TESSERA_MASTER", &c.master)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .output()
@@ -344,7 +414,7 @@ fn main() {
     // A get to stdout, timed between two TCP streams, and the streams' mean.
     let get_beside_tcp = |c: &Cluster, path: &str| {
         let before = tcp_baseline(bytes);
-        let get = timed(&a.tessera, &c.master, &["get", path, "-"]);
+        let get = timed(&a.tessera, &c, &["get", path, "-"]);
         (get, (before + tcp_baseline(bytes)) / 2.0)
     };
     for round in 1..=a.rounds {
@@ -359,7 +429,7 @@ fn main() {
         sync();
         let first = timed(
             &a.tessera,
-            &c.master,
+            &c,
             &["put", warm_input.to_str().expect("utf-8 path"), "/warm-up"],
         );
         // The disk just before the put and just after it, each step starting from a
@@ -369,7 +439,7 @@ fn main() {
         rest();
         let put = timed(
             &a.tessera,
-            &c.master,
+            &c,
             &["put", input.to_str().expect("utf-8 path"), &path],
         );
         rest();
@@ -380,7 +450,7 @@ fn main() {
         // And into a local file (its page cache writes cost as much as the read here).
         let get_file = timed(
             &a.tessera,
-            &c.master,
+            &c,
             &["get", &path, output.to_str().expect("utf-8 path")],
         );
         let same = std::fs::read(&input).ok() == std::fs::read(&output).ok();
@@ -411,9 +481,62 @@ fn main() {
     if a.trace_cost {
         trace_cost(&a, bytes, &input, &warm_input);
     }
+    if a.security_cost {
+        security_cost(&a, bytes, &input, &warm_input);
+    }
     let _ = std::fs::remove_file(&input);
     let _ = std::fs::remove_file(&warm_input);
     let _ = std::fs::remove_file(&output);
+}
+
+/// The cost of authentication: put and get (to stdout) on fresh clusters, insecure,
+/// secured (mutual TLS on every connection, a capability checked on every chunk
+/// request), insecure, secured, insecure: each secured figure against the mean of the
+/// insecure ones either side of it (this machine's disk and loopback swing from minute
+/// to minute).
+fn security_cost(a: &Args, bytes: u64, input: &Path, warm_input: &Path) {
+    let pki = make_pki(&a.tessera, &a.dir);
+    let mut runs = Vec::new();
+    for (i, secured) in [false, true, false, true, false].into_iter().enumerate() {
+        let data = a.dir.join(format!("security-cost{i}"));
+        let _ = std::fs::remove_dir_all(&data);
+        std::fs::create_dir_all(&data).expect("cluster dir");
+        let c = start_cluster_with(&a.tessera, &data, None, secured.then_some(pki.as_path()));
+        timed(
+            &a.tessera,
+            &c,
+            &["put", warm_input.to_str().expect("utf-8 path"), "/warm-up"],
+        );
+        sync();
+        std::thread::sleep(a.rest);
+        let put = timed(
+            &a.tessera,
+            &c,
+            &["put", input.to_str().expect("utf-8 path"), "/f"],
+        );
+        let get = timed(&a.tessera, &c, &["get", "/f", "-"]);
+        drop(c);
+        let _ = std::fs::remove_dir_all(&data);
+        runs.push((mb_per_s(bytes, put), mb_per_s(bytes, get)));
+    }
+    let _ = std::fs::remove_dir_all(&pki);
+    for k in [1, 3] {
+        let (off_put, off_get) = (
+            (runs[k - 1].0 + runs[k + 1].0) / 2.0,
+            (runs[k - 1].1 + runs[k + 1].1) / 2.0,
+        );
+        println!(
+            "security cost: put MB/s insecure {:.0} and {:.0}, secured {:.0} ({:.3} of their mean); get MB/s insecure {:.0} and {:.0}, secured {:.0} ({:.3}) (goals: >= 0.95 of insecure)",
+            runs[k - 1].0,
+            runs[k + 1].0,
+            runs[k].0,
+            runs[k].0 / off_put,
+            runs[k - 1].1,
+            runs[k + 1].1,
+            runs[k].1,
+            runs[k].1 / off_get
+        );
+    }
 }
 
 /// Bytes in the files under `dir`.
@@ -446,20 +569,20 @@ fn trace_cost(a: &Args, bytes: u64, input: &Path, warm_input: &Path) {
         let _ = std::fs::remove_dir_all(&data);
         std::fs::create_dir_all(&data).expect("cluster dir");
         let trace = data.join("traces");
-        let c = start_cluster_traced(&a.tessera, &data, traced.then_some(trace.as_path()));
+        let c = start_cluster_with(&a.tessera, &data, traced.then_some(trace.as_path()), None);
         timed(
             &a.tessera,
-            &c.master,
+            &c,
             &["put", warm_input.to_str().expect("utf-8 path"), "/warm-up"],
         );
         sync();
         std::thread::sleep(a.rest);
         let put = timed(
             &a.tessera,
-            &c.master,
+            &c,
             &["put", input.to_str().expect("utf-8 path"), "/f"],
         );
-        let get = timed(&a.tessera, &c.master, &["get", "/f", "-"]);
+        let get = timed(&a.tessera, &c, &["get", "/f", "-"]);
         // Ticks flush the trace files; the servers are killed after the next one.
         std::thread::sleep(Duration::from_secs(2));
         drop(c);
