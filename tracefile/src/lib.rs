@@ -162,7 +162,13 @@ impl FileSink {
         }
         self.index += 1;
         let path = self.dir.join(file_name(self.index));
-        let mut file = BufWriter::with_capacity(256 << 10, File::create(&path)?);
+        // Readable by the node's own user only: a master's trace holds its settings, the
+        // cluster's capability secret among them, and chunkservers' its keys.
+        let mut open = std::fs::OpenOptions::new();
+        open.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
+        let mut file = BufWriter::with_capacity(256 << 10, open.open(&path)?);
         let mut head = MAGIC.to_vec();
         trace::frame(
             &trace::header(TRACE_FORMAT, &self.node, &self.role, self.index, first_seq),
@@ -497,6 +503,13 @@ mod tests {
         assert_eq!(files.len(), 3, "{files:?}");
         let last = read_node(&dir).unwrap().pop().unwrap().1;
         assert_eq!((last.header.first_seq, last.records.len()), (1, 1));
+        // Every file is the node's user's alone: a master's holds the cluster's secret.
+        #[cfg(unix)]
+        for (_, path) in &files {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{}", path.display());
+        }
         let _ = std::fs::remove_dir_all(&root);
     }
 

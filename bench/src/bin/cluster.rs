@@ -414,7 +414,7 @@ fn main() {
     // A get to stdout, timed between two TCP streams, and the streams' mean.
     let get_beside_tcp = |c: &Cluster, path: &str| {
         let before = tcp_baseline(bytes);
-        let get = timed(&a.tessera, &c, &["get", path, "-"]);
+        let get = timed(&a.tessera, c, &["get", path, "-"]);
         (get, (before + tcp_baseline(bytes)) / 2.0)
     };
     for round in 1..=a.rounds {
