@@ -728,6 +728,15 @@ impl<R: Runtime, T: Transport> Client<R, T> {
     pub async fn read(&self, path: &str, offset: u64, len: u64) -> Result<Bytes, FsError> {
         let mut info = self.locations(path, false).await?;
         let end = offset.saturating_add(len).min(info.file_length);
+        // One buffer holds the read: a length no buffer can (a master's answer is not
+        // trusted that far) is an error, not a panic.
+        if end.saturating_sub(offset) > isize::MAX as u64 {
+            return Err(FsError::InvalidArgument(format!(
+                "{path}: a read of {} bytes at {offset} is more than one buffer holds; \
+                 read it in pieces",
+                end - offset
+            )));
+        }
         let mut out = BytesMut::new();
         let mut pos = offset;
         let mut retry = self.retry();
