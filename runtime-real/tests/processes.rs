@@ -2711,6 +2711,10 @@ fn a_secured_cluster_refuses_every_request_its_sender_may_not_make() {
     // primary alone would acknowledge a write its copies never took) or add a server.
     let t = rt.block_on(alice_lib.lease_holder("/d/f", 0)).unwrap();
     assert_eq!(t.secondaries.len(), 2, "{t:?}");
+    // The put's lease, or one granted for her now at a new version: what follows must
+    // leave that version as it is.
+    assert!(t.version >= v, "{t:?}");
+    let v = t.version;
     let write_naming = |secondaries: Vec<String>| {
         chunk(CR::Write(pb::WriteChunkRequest {
             handle: t.handle,
