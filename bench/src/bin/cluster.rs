@@ -489,6 +489,24 @@ fn main() {
     let _ = std::fs::remove_file(&output);
 }
 
+/// On cluster `c` just started: a warm-up put, then (synced, rested) a timed put of
+/// `input` and a timed get of it to stdout.
+fn put_then_get(a: &Args, c: &Cluster, input: &Path, warm_input: &Path) -> (Duration, Duration) {
+    timed(
+        &a.tessera,
+        c,
+        &["put", warm_input.to_str().expect("utf-8 path"), "/warm-up"],
+    );
+    sync();
+    std::thread::sleep(a.rest);
+    let put = timed(
+        &a.tessera,
+        c,
+        &["put", input.to_str().expect("utf-8 path"), "/f"],
+    );
+    (put, timed(&a.tessera, c, &["get", "/f", "-"]))
+}
+
 /// The cost of authentication: put and get (to stdout) on fresh clusters, insecure,
 /// secured (mutual TLS on every connection, a capability checked on every chunk
 /// request), insecure, secured, insecure: each secured figure against the mean of the
@@ -502,19 +520,7 @@ fn security_cost(a: &Args, bytes: u64, input: &Path, warm_input: &Path) {
         let _ = std::fs::remove_dir_all(&data);
         std::fs::create_dir_all(&data).expect("cluster dir");
         let c = start_cluster_with(&a.tessera, &data, None, secured.then_some(pki.as_path()));
-        timed(
-            &a.tessera,
-            &c,
-            &["put", warm_input.to_str().expect("utf-8 path"), "/warm-up"],
-        );
-        sync();
-        std::thread::sleep(a.rest);
-        let put = timed(
-            &a.tessera,
-            &c,
-            &["put", input.to_str().expect("utf-8 path"), "/f"],
-        );
-        let get = timed(&a.tessera, &c, &["get", "/f", "-"]);
+        let (put, get) = put_then_get(a, &c, input, warm_input);
         drop(c);
         let _ = std::fs::remove_dir_all(&data);
         runs.push((mb_per_s(bytes, put), mb_per_s(bytes, get)));
@@ -570,19 +576,7 @@ fn trace_cost(a: &Args, bytes: u64, input: &Path, warm_input: &Path) {
         std::fs::create_dir_all(&data).expect("cluster dir");
         let trace = data.join("traces");
         let c = start_cluster_with(&a.tessera, &data, traced.then_some(trace.as_path()), None);
-        timed(
-            &a.tessera,
-            &c,
-            &["put", warm_input.to_str().expect("utf-8 path"), "/warm-up"],
-        );
-        sync();
-        std::thread::sleep(a.rest);
-        let put = timed(
-            &a.tessera,
-            &c,
-            &["put", input.to_str().expect("utf-8 path"), "/f"],
-        );
-        let get = timed(&a.tessera, &c, &["get", "/f", "-"]);
+        let (put, get) = put_then_get(a, &c, input, warm_input);
         // Ticks flush the trace files; the servers are killed after the next one.
         std::thread::sleep(Duration::from_secs(2));
         drop(c);
