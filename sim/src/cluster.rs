@@ -1064,12 +1064,19 @@ impl Cluster {
                 return;
             };
             // A length past every chunk the file has, over all of them: a file read as
-            // zeros for ever, if taken.
+            // zeros for ever, if taken. Named, the chunks bound it however the file grows
+            // meanwhile; with none to name (the file may gain some before the master
+            // answers), only a length no file can reach is a forgery.
             let reach = (info.chunks.len() as u64).saturating_mul(info.chunk_size);
             let length = if r(2) == 0 {
                 u64::MAX
             } else {
-                reach + 1 + r(info.chunk_size.max(1) as usize) as u64
+                let past = reach + 1 + r(info.chunk_size.max(1) as usize) as u64;
+                if info.chunks.is_empty() {
+                    u64::MAX
+                } else {
+                    past
+                }
             };
             let extend = pb::MasterRequest {
                 req: Some(pb::master_request::Req::ExtendFile(pb::ExtendFileRequest {
