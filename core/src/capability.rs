@@ -576,32 +576,12 @@ mod tests {
                 ..keys.clone()
             },
         ] {
-            let cap = other.issue(
-                &SECRET,
-                t0,
-                life,
-                Want {
-                    handle: 5,
-                    version: 3,
-                    ops: READ,
-                },
-                &alice(),
-            );
+            let cap = other.issue(&SECRET, t0, life, WANT, &alice());
             assert!(
                 matches!(ring.check(t0, Some(&cap), WANT, &alice()), Err(FsError::PermissionDenied(m)) if m.contains("signature"))
             );
         }
-        let cap = keys.issue(
-            &[8; 32],
-            t0,
-            life,
-            Want {
-                handle: 5,
-                version: 3,
-                ops: READ,
-            },
-            &alice(),
-        );
+        let cap = keys.issue(&[8; 32], t0, life, WANT, &alice());
         assert!(ring.check(t0, Some(&cap), WANT, &alice()).is_err());
     }
 
@@ -617,17 +597,7 @@ mod tests {
         assert_eq!(k2.id, 2);
         // The key just sent signs at once: a server that has not taken it refuses (the
         // client asks again), one that has, accepts.
-        let cap = keys.issue(
-            &SECRET,
-            t1,
-            KEY_LIFETIME,
-            Want {
-                handle: 5,
-                version: 3,
-                ops: READ,
-            },
-            &alice(),
-        );
+        let cap = keys.issue(&SECRET, t1, KEY_LIFETIME, WANT, &alice());
         assert_eq!(
             (cap.key_id, cap.expires_ms),
             (2, KEY_LIFETIME.as_millis() as u64)
@@ -641,17 +611,7 @@ mod tests {
             keys.held,
             vec![(1, KEY_ROTATION.as_millis() as u64), (2, 0)]
         );
-        let cap = keys.issue(
-            &SECRET,
-            t1,
-            Duration::from_secs(60),
-            Want {
-                handle: 5,
-                version: 3,
-                ops: READ,
-            },
-            &alice(),
-        );
+        let cap = keys.issue(&SECRET, t1, Duration::from_secs(60), WANT, &alice());
         assert_eq!((cap.key_id, cap.expires_ms), (2, 60_000));
         assert_eq!(ring.check(t1, Some(&cap), WANT, &alice()), Ok(()));
         // Past its lifetime a key is gone, and so is every capability it signed.
@@ -661,17 +621,7 @@ mod tests {
             sent: None,
             ..keys.clone()
         }
-        .issue(
-            &SECRET,
-            t0,
-            KEY_LIFETIME,
-            Want {
-                handle: 5,
-                version: 3,
-                ops: READ,
-            },
-            &alice(),
-        );
+        .issue(&SECRET, t0, KEY_LIFETIME, WANT, &alice());
         let t2 = t0 + KEY_LIFETIME + Duration::from_millis(1);
         assert!(ring.check(t2, Some(&old), WANT, &alice()).is_err());
         assert_eq!(
@@ -704,17 +654,7 @@ mod tests {
     fn a_capability_without_a_key_is_unsigned_and_refused() {
         let t0 = Time::from_millis(1_000);
         let mut keys = ServerKeys::default();
-        let cap = keys.issue(
-            &SECRET,
-            t0,
-            Duration::from_secs(60),
-            Want {
-                handle: 5,
-                version: 3,
-                ops: READ,
-            },
-            &alice(),
-        );
+        let cap = keys.issue(&SECRET, t0, Duration::from_secs(60), WANT, &alice());
         assert!(cap.mac.is_empty());
         let (ring, _) = ring_with_key(t0);
         assert!(ring.check(t0, Some(&cap), WANT, &alice()).is_err());

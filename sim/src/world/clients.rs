@@ -209,6 +209,9 @@ impl World {
         c.stage = Stage::Mutate;
         let t = c.target.clone().expect("a target");
         let data_id = (op as u64 + 1) << 8 | u64::from(c.attempts);
+        let capability = Some(capability_at(&t, &t.primary));
+        let secondary_capabilities: Vec<_> =
+            t.secondaries.iter().map(|a| capability_at(&t, a)).collect();
         let req = match &c.kind {
             OpKind::Write { off, .. } => CReq::Write(pb::WriteChunkRequest {
                 handle: t.handle,
@@ -221,12 +224,8 @@ impl World {
                 client_seq: u64::from(c.attempts) + 1,
                 data_id,
                 write_seq: 1,
-                capability: Some(capability_at(&t, &t.primary)),
-                secondary_capabilities: t
-                    .secondaries
-                    .iter()
-                    .map(|a| capability_at(&t, a))
-                    .collect(),
+                capability,
+                secondary_capabilities,
             }),
             OpKind::Append { .. } => CReq::Append(pb::AppendChunkRequest {
                 handle: t.handle,
@@ -234,12 +233,8 @@ impl World {
                 data: Bytes::new(),
                 secondaries: t.secondaries.clone(),
                 data_id,
-                capability: Some(capability_at(&t, &t.primary)),
-                secondary_capabilities: t
-                    .secondaries
-                    .iter()
-                    .map(|a| capability_at(&t, a))
-                    .collect(),
+                capability,
+                secondary_capabilities,
             }),
         };
         self.send_chunk(op, &t.primary, req);
