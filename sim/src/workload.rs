@@ -154,9 +154,9 @@ fn writer(client: &C) -> C {
 }
 
 /// A write of some kind (`what`) to a file its client knows is there gave `result`: it
-/// may fail for many reasons, but not with "not found". A master, or a shadow standing
-/// in for it, that has not applied the file's create must not be the one a write asks
-/// (a put creates its file and writes it at once).
+/// may fail for many reasons, but not with "not found" (a master, or a shadow standing
+/// in for it, that has not applied the file's create must not be the one a write asks:
+/// a put creates its file and writes it at once), nor as an invalid request.
 fn known_file<T>(
     checks: &Shared,
     start: madsim::time::Instant,
@@ -164,12 +164,21 @@ fn known_file<T>(
     result: &Result<T, FsError>,
 ) {
     checks.lock().expect("checks").known_writes_checked += 1;
-    if let Err(e @ FsError::NotFound(_)) = result {
-        violation(
+    match result {
+        Err(e @ FsError::NotFound(_)) => violation(
             checks,
             start,
             format!("{what} failed \"{e}\", though its client knows the file is there"),
-        );
+        ),
+        // The workload asks only what the protocol allows (sizes, offsets, lengths
+        // within bounds): a refusal as invalid is a server or client refusing a
+        // well-formed request, which faults never cause.
+        Err(e @ FsError::InvalidArgument(_)) => violation(
+            checks,
+            start,
+            format!("{what} was refused \"{e}\", though the request was well-formed"),
+        ),
+        _ => {}
     }
 }
 
