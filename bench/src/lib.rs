@@ -109,6 +109,7 @@ impl MasterHarness {
 
     pub fn mkdir(&mut self, path: &str) {
         let r = self.request(Req::Mkdir(pb::MkdirRequest {
+            mode: None,
             path: path.into(),
             parents: true,
         }));
@@ -117,6 +118,7 @@ impl MasterHarness {
 
     pub fn create(&mut self, path: &str) {
         let r = self.request(Req::Create(pb::CreateRequest {
+            mode: None,
             path: path.into(),
             replication: 3,
         }));

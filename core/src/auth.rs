@@ -212,6 +212,8 @@ pub fn master_request(caller: &Caller, req: &master_request::Req) -> Result<(), 
         Req::GetWriteTarget(_) => allow(caller, USERS, "get_write_target"),
         Req::ExtendFile(_) => allow(caller, USERS, "extend_file"),
         Req::ReserveAppend(_) => allow(caller, USERS, "reserve_append"),
+        // Which of a user's may change is the namespace's to say (`master::perms`).
+        Req::SetPermissions(_) => allow(caller, USERS, "set_permissions"),
         Req::Heartbeat(_) => allow(caller, &[Role::Chunkserver], "heartbeats"),
         Req::ReportCorrupt(_) => allow(caller, &[Role::Chunkserver], "corruption reports"),
         Req::Report(_) => allow(caller, &[Role::Admin], "report (tessera admin report)"),

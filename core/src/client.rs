@@ -54,6 +54,9 @@ pub struct ClientConfig {
     /// leader's (`Client::last_shadow_answer` says how far). The first attempt always
     /// asks the leader: without failures, reads see every acknowledged mutation.
     pub shadow_reads: bool,
+    /// Permission bits new files (from 0666) and directories (from 0777) do not get,
+    /// as a POSIX umask (`crate::master::perms`).
+    pub umask: u32,
 }
 
 impl ClientConfig {
@@ -69,6 +72,7 @@ impl ClientConfig {
             push_window: 4,
             page: 0,
             shadow_reads: true,
+            umask: 0o022,
         }
     }
 }
@@ -421,6 +425,7 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         self.master_empty(Req::Mkdir(pb::MkdirRequest {
             path: path.into(),
             parents,
+            mode: Some(0o777 & !self.cfg.umask),
         }))
         .await
     }
@@ -429,6 +434,26 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         self.master_empty(Req::Create(pb::CreateRequest {
             path: path.into(),
             replication,
+            mode: Some(0o666 & !self.cfg.umask),
+        }))
+        .await
+    }
+
+    /// Gives the entry at `path` another owner (only an admin may), another group (its
+    /// owner may, for a group it is in) or other permission bits (its owner may); each
+    /// left None is kept.
+    pub async fn set_permissions(
+        &self,
+        path: &str,
+        owner: Option<&str>,
+        group: Option<&str>,
+        mode: Option<u32>,
+    ) -> Result<(), FsError> {
+        self.master_empty(Req::SetPermissions(pb::SetPermissionsRequest {
+            path: path.into(),
+            owner: owner.unwrap_or_default().into(),
+            group: group.unwrap_or_default().into(),
+            mode,
         }))
         .await
     }

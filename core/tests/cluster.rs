@@ -815,12 +815,18 @@ fn a_record_a_checkpoint_covers_is_deleted_at_start_up() {
         meta.write_synced(vec![
             (
                 log_key(1),
-                Some(seal(&rec(Op::ClusterId(pb::ClusterIdOp { cluster_id: 7 })))),
+                Some(seal(&rec(Op::ClusterId(pb::ClusterIdOp {
+                    root: None,
+                    cluster_id: 7,
+                })))),
             ),
             (b"checkpoint".to_vec(), Some(seal(&cp))),
             (
                 log_key(6),
-                Some(seal(&rec(Op::Mkdir(pb::MkdirOp { path: "/a".into() })))),
+                Some(seal(&rec(Op::Mkdir(pb::MkdirOp {
+                    perms: None,
+                    path: "/a".into(),
+                })))),
             ),
         ])
         .await

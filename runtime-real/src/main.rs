@@ -61,8 +61,25 @@ struct MasterAddr {
     /// 60 s lease), so the default leaves room for both (0s tries once).
     #[arg(long, env = "TESSERA_RETRY_FOR", default_value = "120s", value_parser = humantime::parse_duration, global = true)]
     retry_for: Duration,
+    /// Permission bits new files (from 666) and directories (from 777) do not get, in
+    /// octal, as a shell's umask.
+    #[arg(long, env = "TESSERA_UMASK", default_value = "022", value_parser = parse_umask, global = true)]
+    umask: u32,
     #[command(flatten)]
     security: Security,
+}
+
+fn parse_umask(s: &str) -> Result<u32, String> {
+    match u32::from_str_radix(s, 8) {
+        Ok(m) if m <= 0o777 && !s.is_empty() && s.len() <= 4 => Ok(m),
+        _ => Err(format!(
+            "{s:?}: a umask is up to three octal digits, at most 777"
+        )),
+    }
+}
+
+fn parse_mode(s: &str) -> Result<u32, String> {
+    tessera_core::master::perms::parse_mode(s)
 }
 
 #[derive(Subcommand)]
@@ -161,6 +178,45 @@ enum Cmd {
         /// Include deleted entries still recoverable.
         #[arg(long)]
         deleted: bool,
+        /// Long form: permission bits, owner and group too, and when each entry last
+        /// changed.
+        #[arg(short, long)]
+        long: bool,
+        #[command(flatten)]
+        m: MasterAddr,
+    },
+    /// Give files or directories other permission bits, in octal (`640`, `1777` for a
+    /// sticky directory anyone may add to): the owner of each may, and an admin.
+    Chmod {
+        #[arg(value_parser = parse_mode)]
+        mode: u32,
+        #[arg(required = true)]
+        paths: Vec<String>,
+        /// Each directory's entries too, all the way down.
+        #[arg(short = 'R', long)]
+        recursive: bool,
+        #[command(flatten)]
+        m: MasterAddr,
+    },
+    /// Give files or directories another owner, and with OWNER:GROUP another group:
+    /// only an admin may.
+    Chown {
+        owner: String,
+        #[arg(required = true)]
+        paths: Vec<String>,
+        #[arg(short = 'R', long)]
+        recursive: bool,
+        #[command(flatten)]
+        m: MasterAddr,
+    },
+    /// Give files or directories another group: the owner of each may, for a group its
+    /// certificate puts it in, and an admin.
+    Chgrp {
+        group: String,
+        #[arg(required = true)]
+        paths: Vec<String>,
+        #[arg(short = 'R', long)]
+        recursive: bool,
         #[command(flatten)]
         m: MasterAddr,
     },
@@ -538,6 +594,7 @@ fn client(m: &MasterAddr) -> Client<TokioRuntime, GrpcTransport> {
     let mut cfg = ClientConfig::new(&m.master);
     cfg.rpc_timeout = Duration::from_secs(10);
     cfg.retry_for = m.retry_for;
+    cfg.umask = m.umask;
     // Each step of a command keeps trying for --retry-for. Not `Client::until`: a hard
     // end for the whole command would fail a long put, get or streamed append at the
     // first failover after it (a review found this).
@@ -631,16 +688,32 @@ async fn ls(
     c: &Client<TokioRuntime, GrpcTransport>,
     path: &str,
     deleted: bool,
+    long: bool,
 ) -> Result<(), String> {
     let st = c.stat(path).await.map_err(|e| say(e, path))?;
     let print = |entries: Vec<tessera_core::pb::FileInfo>| {
         let mut page = String::new();
         for e in entries {
             let kind = if e.is_dir { "d" } else { "-" };
-            page.push_str(&format!(
-                "{kind} {:>3} {:>14} {:>6} {}\n",
-                e.replication, e.length, e.chunk_count, e.path
-            ));
+            if long {
+                let bits = tessera_core::master::perms::mode_string(e.mode);
+                let modified = match e.mtime_ms {
+                    0 => "-".to_string(),
+                    ms => humantime::format_rfc3339_seconds(
+                        std::time::UNIX_EPOCH + Duration::from_millis(ms),
+                    )
+                    .to_string(),
+                };
+                page.push_str(&format!(
+                    "{kind}{bits} {:<10} {:<10} {:>3} {:>14} {:>6} {modified:>20} {}\n",
+                    e.owner, e.group, e.replication, e.length, e.chunk_count, e.path
+                ));
+            } else {
+                page.push_str(&format!(
+                    "{kind} {:>3} {:>14} {:>6} {}\n",
+                    e.replication, e.length, e.chunk_count, e.path
+                ));
+            }
         }
         out(page);
     };
@@ -653,6 +726,56 @@ async fn ls(
         print(vec![st]);
     }
     Ok(())
+}
+
+/// `tessera chmod`, `chown`, `chgrp`: each path in turn (with `recursive`, each
+/// directory's entries after it, all the way down); every one that fails is said, and
+/// the command fails if any did.
+async fn set_permissions(
+    c: &Client<TokioRuntime, GrpcTransport>,
+    paths: &[String],
+    recursive: bool,
+    owner: Option<&str>,
+    group: Option<&str>,
+    mode: Option<u32>,
+) -> Result<(), String> {
+    let mut failed = Vec::new();
+    for top in paths {
+        let mut todo = vec![top.clone()];
+        while let Some(path) = todo.pop() {
+            if let Err(e) = c.set_permissions(&path, owner, group, mode).await {
+                failed.push(say(e, &path));
+                continue;
+            }
+            if !recursive {
+                continue;
+            }
+            match c.stat(&path).await {
+                Ok(s) if s.is_dir => {}
+                Ok(_) => continue,
+                Err(e) => {
+                    failed.push(say(e, &path));
+                    continue;
+                }
+            }
+            let mut below = Vec::new();
+            if let Err(e) = c
+                .list_pages(&path, false, |page| {
+                    below.extend(page.into_iter().map(|e| e.path))
+                })
+                .await
+            {
+                failed.push(say(e, &path));
+            }
+            // Popped in name order.
+            todo.extend(below.into_iter().rev());
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed.join("\ntessera: "))
+    }
 }
 
 /// Says on stderr that a shadow master answered a read of the command (the leader did
@@ -873,12 +996,61 @@ async fn run(cmd: Cmd) -> Result<(), String> {
             insecure,
             knobs,
         } => tessera::dev::run(dir, chunkservers, masters, port, &knobs, insecure).await,
-        Cmd::Ls { path, deleted, m } => {
+        Cmd::Ls {
+            path,
+            deleted,
+            long,
+            m,
+        } => {
             let c = client(&m);
             slash_means_dir(&c, &path).await?;
-            let done = ls(&c, &path, deleted).await;
+            let done = ls(&c, &path, deleted, long).await;
             note_shadow(&c);
             done
+        }
+        Cmd::Chmod {
+            mode,
+            paths,
+            recursive,
+            m,
+        } => {
+            let c = client(&m);
+            set_permissions(&c, &paths, recursive, None, None, Some(mode)).await
+        }
+        Cmd::Chown {
+            owner,
+            paths,
+            recursive,
+            m,
+        } => {
+            let c = client(&m);
+            let (owner, group) = match owner.split_once(':') {
+                Some((o, g)) => (o.to_string(), Some(g.to_string())),
+                None => (owner, None),
+            };
+            let group = group.filter(|g| !g.is_empty());
+            let owner = Some(owner).filter(|o| !o.is_empty());
+            if owner.is_none() && group.is_none() {
+                return Err("chown: name an owner, OWNER:GROUP or :GROUP".into());
+            }
+            set_permissions(
+                &c,
+                &paths,
+                recursive,
+                owner.as_deref(),
+                group.as_deref(),
+                None,
+            )
+            .await
+        }
+        Cmd::Chgrp {
+            group,
+            paths,
+            recursive,
+            m,
+        } => {
+            let c = client(&m);
+            set_permissions(&c, &paths, recursive, None, Some(&group), None).await
         }
         Cmd::Mkdir { paths, parents, m } => {
             let c = client(&m);
@@ -941,14 +1113,18 @@ async fn run(cmd: Cmd) -> Result<(), String> {
                 .to_string(),
             };
             out(format!(
-                "path: {}\ntype: {}\nlength: {}\nreplication: {}\nchunks: {}\nmodified_ms: {}\nmodified: {}\n",
+                "path: {}\ntype: {}\nlength: {}\nreplication: {}\nchunks: {}\nmodified_ms: {}\nmodified: {}\nowner: {}\ngroup: {}\nmode: {:04o} ({})\n",
                 s.path,
                 if s.is_dir { "directory" } else { "file" },
                 s.length,
                 s.replication,
                 s.chunk_count,
                 s.mtime_ms,
-                modified
+                modified,
+                s.owner,
+                s.group,
+                s.mode,
+                tessera_core::master::perms::mode_string(s.mode),
             ));
             Ok(())
         }

@@ -10,7 +10,7 @@ use tessera_core::auth::Caller;
 use serde::Deserialize;
 use tessera_core::chunkserver::ChunkserverConfig;
 use tessera_core::driver::{Quiet, chunkserver, master};
-use tessera_core::master::MasterConfig;
+use tessera_core::master::{MasterConfig, perms};
 
 use tessera_core::trace::Recorder;
 use tessera_tracefile::{FileSink, Rotation};
@@ -25,6 +25,8 @@ use crate::transport::{GrpcTransport, MAX_MESSAGE, ServerLimits};
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileSettings {
+    pub root_owner: Option<String>,
+    pub root_mode: Option<String>,
     pub chunk_size: Option<u64>,
     pub replication: Option<u8>,
     #[serde(default, with = "opt_duration")]
@@ -85,6 +87,15 @@ pub struct Knobs {
     /// Config file (TOML) with any of the settings below; flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Who owns the root directory of a cluster this master formats (on the first start
+    /// of its first master, and never after: then `tessera chown` and `chmod`), as
+    /// OWNER:GROUP [default: root:root].
+    #[arg(long, value_name = "OWNER:GROUP")]
+    pub root_owner: Option<String>,
+    /// The root directory's permission bits when the cluster is formatted, in octal
+    /// (1777: anyone may make entries, only their owners remove them) [default: 755].
+    #[arg(long, value_name = "MODE")]
+    pub root_mode: Option<String>,
     /// Bytes per chunk of new files [default: 67108864 (64 MiB)]. Set on the master; a file
     /// keeps the size it was created with, so a change affects new files only.
     #[arg(long)]
@@ -252,6 +263,25 @@ impl Knobs {
         m.clone_timeout = pick!(clone_timeout, m.clone_timeout);
         m.checkpoint_every = pick!(checkpoint_every, m.checkpoint_every);
         positive("checkpoint-every", m.checkpoint_every)?;
+        let root_owner = self
+            .root_owner
+            .clone()
+            .or(file.root_owner.clone())
+            .unwrap_or_else(|| format!("{0}:{0}", perms::SUPERUSER));
+        let bad_owner = || format!("--root-owner {root_owner:?}: give OWNER:GROUP (user names)");
+        let (owner, group) = root_owner.split_once(':').ok_or_else(bad_owner)?;
+        if !tessera_core::auth::valid_name(owner) || !tessera_core::auth::valid_name(group) {
+            return Err(bad_owner());
+        }
+        let mode = match self.root_mode.clone().or(file.root_mode.clone()) {
+            Some(s) => perms::parse_mode(&s).map_err(|e| format!("--root-mode: {e}"))?,
+            None => perms::DEFAULT_DIR_MODE,
+        };
+        m.root = tessera_core::pb::Permissions {
+            owner: owner.into(),
+            group: group.into(),
+            mode,
+        };
         m.rng_seed = rand::random();
         // From the OS's generator (rand's thread generator is seeded from it): only a
         // master that leads a cluster without a secret logs it, and only then is it used.

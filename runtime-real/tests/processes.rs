@@ -2346,6 +2346,9 @@ fn a_secured_cluster_refuses_every_request_its_sender_may_not_make() {
     let data = random_file(&local, 3 << 20, 7);
     c.eventually(&["mkdir", "/d"], Duration::from_secs(30));
     c.ok(&["put", local.to_str().unwrap(), "/d/f"]);
+    // Alice's file: she may write it, so only what her certificate does not allow her
+    // (and not its permissions) stands in the way below.
+    c.ok(&["chown", "alice", "/d/f"]);
     let report = String::from_utf8(c.ok(&["admin", "report"]).stdout).unwrap();
     assert!(
         report.contains("security: mutual TLS (this command as admin:root)"),
@@ -2783,4 +2786,116 @@ fn a_secured_cluster_refuses_every_request_its_sender_may_not_make() {
         log_tails(root.path())
     );
     assert!(!c.ok(&["ls", "/"]).stdout.windows(4).any(|w| w == b"evil"));
+}
+
+/// Owners, groups and modes, from the command line: a user without permission cannot
+/// read, write, append to, rename or delete another user's file, nor change its bits or
+/// owner; a group member reads what the group may; the admin may do everything; and
+/// what each command was refused says why.
+#[test]
+fn users_reach_only_the_files_their_permissions_let_them() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let c = Cluster::start_secured(root.path(), 3);
+    let pki = root.path().join("pki");
+    for (name, groups) in [("alice", "staff"), ("bob", "staff"), ("carol", "")] {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["admin", "certs", "issue", "--ca"])
+            .arg(pki.join("ca"))
+            .args(["--role", "client", "--name", name, "--out"])
+            .arg(pki.join(name));
+        if !groups.is_empty() {
+            cmd.args(["--groups", groups]);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    let as_user = |who: &str, args: &[&str]| {
+        c.as_node(who)
+            .args(args)
+            .env("TESSERA_MASTER", &c.master_addr)
+            .args(["--retry-for", "10s"])
+            .output()
+            .expect("run tessera")
+    };
+    let ok = |who: &str, args: &[&str]| {
+        let out = as_user(who, args);
+        assert!(
+            out.status.success(),
+            "{who}: tessera {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let refused = |who: &str, args: &[&str]| {
+        let out = as_user(who, args);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(!out.status.success(), "{who}: tessera {args:?} succeeded");
+        assert!(
+            err.contains("permission denied") && err.contains(&format!("user {who}")),
+            "{who}: tessera {args:?}: {err}"
+        );
+        err
+    };
+    c.eventually(&["mkdir", "/home"], Duration::from_secs(30));
+    c.ok(&["mkdir", "/home/alice", "/tmp"]);
+    c.ok(&["chown", "alice:staff", "/home/alice"]);
+    c.ok(&["chmod", "1777", "/tmp"]);
+    let local = root.path().join("in");
+    let data = random_file(&local, 200_000, 3);
+    let local = local.to_str().unwrap();
+    ok("alice", &["put", local, "/home/alice/f"]);
+    ok("alice", &["chmod", "600", "/home/alice/f"]);
+    let long = ok("alice", &["ls", "-l", "/home/alice"]);
+    assert!(
+        long.contains("-rw------- alice") && long.contains("staff"),
+        "{long}"
+    );
+    // Bob, in alice's group, and carol, in none: nothing of hers but what the bits say.
+    let back = root.path().join("back");
+    let back = back.to_str().unwrap();
+    for who in ["bob", "carol"] {
+        refused(who, &["cat", "/home/alice/f"]);
+        refused(who, &["get", "/home/alice/f", back]);
+        refused(who, &["append", local, "/home/alice/f"]);
+        refused(who, &["put", local, "/home/alice/g"]);
+        refused(who, &["mv", "/home/alice/f", "/tmp/f"]);
+        refused(who, &["rm", "/home/alice/f"]);
+        refused(who, &["chmod", "666", "/home/alice/f"]);
+        refused(who, &["chown", who, "/home/alice/f"]);
+        refused(who, &["mkdir", "/home/bob"]);
+    }
+    // Only an admin gives a file away; alice may give it her own group.
+    refused("alice", &["chown", "bob", "/home/alice/f"]);
+    refused("alice", &["chgrp", "wheel", "/home/alice/f"]);
+    ok("alice", &["chgrp", "staff", "/home/alice/f"]);
+    ok("alice", &["chmod", "640", "/home/alice/f"]);
+    let cat = as_user("bob", &["cat", "/home/alice/f"]);
+    assert!(cat.status.success() && cat.stdout == data, "{cat:?}");
+    ok("bob", &["get", "/home/alice/f", back]);
+    assert!(same(Path::new(back), &data));
+    refused("carol", &["cat", "/home/alice/f"]);
+    refused("bob", &["append", local, "/home/alice/f"]);
+    // Without search (x) on her directory, nothing in it is reached.
+    ok("alice", &["chmod", "700", "/home/alice"]);
+    let err = refused("bob", &["stat", "/home/alice/f"]);
+    assert!(err.contains("search"), "{err}");
+    // In a sticky directory, each user's entries are its own to move or delete.
+    ok("bob", &["put", local, "/tmp/b"]);
+    ok("carol", &["put", local, "/tmp/c"]);
+    let err = refused("carol", &["rm", "/tmp/b"]);
+    assert!(err.contains("sticky"), "{err}");
+    refused("carol", &["mv", "/tmp/b", "/tmp/mine"]);
+    ok("carol", &["rm", "/tmp/c"]);
+    let stat = ok("bob", &["stat", "/tmp/b"]);
+    assert!(
+        stat.contains("owner: bob\n") && stat.contains("mode: 0644"),
+        "{stat}"
+    );
+    // The admin may do all of it; what was refused changed nothing.
+    c.ok(&["get", "/home/alice/f", back]);
+    assert!(same(Path::new(back), &data));
+    c.ok(&["chown", "-R", "bob:staff", "/home/alice"]);
+    ok("bob", &["append", local, "/home/alice/f"]);
+    c.ok(&["rm", "-r", "/home/alice"]);
+    c.ok(&["rm", "/tmp/b"]);
 }

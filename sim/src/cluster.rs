@@ -16,6 +16,7 @@ use tessera_core::auth::Caller;
 use tessera_core::chunkserver::ChunkserverConfig;
 use tessera_core::client::{Client, ClientConfig};
 use tessera_core::driver::{DriverError, chunkserver, group, master};
+use tessera_core::error::FsError;
 use tessera_core::master::MasterConfig;
 use tessera_core::trace::Recorder;
 use tessera_tracefile::{FileSink, Rotation};
@@ -296,6 +297,7 @@ fn start_group(
                         capability_secret: madsim::rand::random(),
                         call_timeout: knobs.rpc_timeout,
                         late_delivery: crate::net::MAX_LATE,
+                        root: crate::root_perms(),
                         ..MasterConfig::default()
                     },
                     tick: knobs.master_tick,
@@ -540,6 +542,7 @@ impl Cluster {
                             capability_secret: madsim::rand::random(),
                             call_timeout: knobs.rpc_timeout,
                             late_delivery: crate::net::MAX_LATE,
+                            root: crate::root_perms(),
                             ..MasterConfig::default()
                         },
                         listen: addr.clone(),
@@ -748,7 +751,7 @@ impl Cluster {
     ) -> Client<SimRuntime, SimNet> {
         let who = Caller::Client {
             user: format!("client{i}"),
-            groups: vec![],
+            groups: vec![crate::USERS.into()],
         };
         self.client_as(i, ttl, retry_for, who)
     }
@@ -783,6 +786,7 @@ impl Cluster {
         // (`workload::ns_shadow_read`).
         cfg.shadow_reads = false;
         cfg.rack = format!("rack{}", i % self.racks);
+        cfg.umask = crate::UMASK;
         // Small pieces, so pushes of the simulator's small writes are pipelined too.
         cfg.push_piece = 16 << 10;
         Client::new(
@@ -935,7 +939,7 @@ impl Cluster {
             };
             (self.servers[other].addr.clone(), req.encode_to_vec())
         };
-        let (rt, net) = self.rogue_net();
+        let (rt, net) = self.rogue_net(&[]);
         let checks = self.checks.clone();
         // Above every forged grant's version: a server not yet in a cluster (a wiped
         // one, back) takes a forged grant, and holds that version until told otherwise.
@@ -1002,15 +1006,17 @@ impl Cluster {
 
     /// The rogue's clock and network. It holds a valid client certificate: what it
     /// forges beyond what a client may send must be refused for its role, not merely
-    /// for its content.
-    fn rogue_net(&self) -> (SimRuntime, SimNet) {
+    /// for its content. Its certificate puts it in `groups`: in none, it may write no
+    /// client's file (the permission attacks); in the clients' group, every one, and
+    /// only checks of what it sends stand in its way.
+    fn rogue_net(&self, groups: &[&str]) -> (SimRuntime, SimNet) {
         let rt = SimRuntime::new(self.start, Clock::default());
         let net = SimNet::new(
             rt.clone(),
             self.net.clone(),
             Caller::Client {
                 user: "rogue".into(),
-                groups: vec![],
+                groups: groups.iter().map(|g| g.to_string()).collect(),
             },
         );
         (rt, net)
@@ -1029,7 +1035,8 @@ impl Cluster {
         use prost::Message;
         use tessera_core::pb::{self, chunk_request::Req as CReq};
         use tessera_core::runtime::{Runtime, Transport};
-        let (rt, net) = self.rogue_net();
+        let (rt, net) = self.rogue_net(&[]);
+        let (_, insider) = self.rogue_net(&[crate::USERS]);
         let mut cfg = ClientConfig::new(self.master_addr.clone());
         cfg.rpc_timeout = self.knobs.rpc_timeout;
         cfg.retry_for = Duration::from_secs(3);
@@ -1060,6 +1067,7 @@ impl Cluster {
                 }
             }
             let Some(path) = file else { return };
+            rogue_permissions(&client, &rt, &checks, &path, &dir).await;
             let Ok(info) = client.chunk_locations(&path).await else {
                 return;
             };
@@ -1087,8 +1095,10 @@ impl Cluster {
                 })),
                 ..Default::default()
             };
+            // As a member of the clients' group, who may write the file: only the
+            // bound on its length stands in the way.
             let deadline = rt.now() + Duration::from_secs(5);
-            if let Ok(answer) = net
+            if let Ok(answer) = insider
                 .call(&master, extend.encode_to_vec().into(), deadline)
                 .await
             {
@@ -1366,5 +1376,71 @@ impl Cluster {
         let net = NetSim::current();
         net.unclog_link(self.master_id, self.servers[i].id);
         net.unclog_link(self.servers[i].id, self.master_id);
+    }
+}
+
+/// The rogue, in no group, tries what only a file's owner or its group may do to `path`
+/// (a client's file in `dir`): each must be refused, and is counted per kind when an
+/// answer came back.
+async fn rogue_permissions(
+    client: &Client<SimRuntime, SimNet>,
+    rt: &SimRuntime,
+    checks: &Shared,
+    path: &str,
+    dir: &str,
+) {
+    let moved = format!("{path}.rogue");
+    let made = format!("{}/rogue-made", dir.trim_end_matches('/'));
+    let tries: [(&'static str, String, Result<(), FsError>); 7] = [
+        (
+            "rogue_perm_delete",
+            format!("delete {path}"),
+            client.delete(path, false).await,
+        ),
+        (
+            "rogue_perm_rename",
+            format!("rename {path} to {moved}"),
+            client.rename(path, &moved).await,
+        ),
+        (
+            "rogue_perm_write",
+            format!("take a write target of {path}"),
+            client.lease_holder(path, 0).await.map(|_| ()),
+        ),
+        (
+            "rogue_perm_append",
+            format!("reserve an append region of {path}"),
+            client.reserve_append(path, 1).await.map(|_| ()),
+        ),
+        (
+            "rogue_perm_chmod",
+            format!("chmod 666 {path}"),
+            client.set_permissions(path, None, None, Some(0o666)).await,
+        ),
+        (
+            "rogue_perm_chown",
+            format!("chown {path} to itself"),
+            client
+                .set_permissions(path, Some("rogue"), None, None)
+                .await,
+        ),
+        (
+            "rogue_perm_create",
+            format!("make {made}"),
+            client.create(&made, 0).await,
+        ),
+    ];
+    let mut c = checks.lock().expect("checks");
+    for (kind, what, result) in tries {
+        match result {
+            Ok(()) => c.violation(
+                rt.true_ms(),
+                format!("the master let user rogue (in no group) {what}"),
+            ),
+            Err(FsError::PermissionDenied(_)) => c.fault(kind, 1),
+            // Not answered for its permissions (the file went meanwhile, no master
+            // answered): not an attempt the master judged.
+            Err(_) => {}
+        }
     }
 }

@@ -88,7 +88,7 @@ impl FaultMix {
     /// The fault kinds (as counted in `faults=`) each kind of fault in the mix shows up
     /// as: a sweep in which one of them never happened did not test what it claims.
     pub fn kinds(&self) -> Vec<(&'static str, &'static [&'static str])> {
-        let all: [(bool, &'static str, &'static [&'static str]); 36] = [
+        let all: [(bool, &'static str, &'static [&'static str]); 38] = [
             (
                 self.minority_faults,
                 "two replicas impaired at once",
@@ -162,6 +162,21 @@ impl FaultMix {
                 self.rogue,
                 "extensions past a file's chunks",
                 &["rogue_extend"],
+            ),
+            (
+                self.rogue,
+                "another user's file deleted, moved, written or appended to",
+                &[
+                    "rogue_perm_delete",
+                    "rogue_perm_rename",
+                    "rogue_perm_write",
+                    "rogue_perm_append",
+                ],
+            ),
+            (
+                self.rogue,
+                "another user's file given new bits or owner, or an entry in its directory",
+                &["rogue_perm_chmod", "rogue_perm_chown", "rogue_perm_create"],
             ),
             (
                 self.net_trouble,

@@ -237,6 +237,8 @@ fn setup(w: &mut World) {
             Req::Create(pb::CreateRequest {
                 path: path.into(),
                 replication: 3,
+                // The clients' to write: they are in the root's group, the file's.
+                mode: Some(0o664),
             }),
         );
         assert!(

@@ -10,6 +10,23 @@
 #[cfg(madsim)]
 pub mod bench;
 pub mod check;
+
+/// The group every simulated client is in, as the root directory is: clients share
+/// files (one writes what another made, renames and deletes it), as a team's users do,
+/// so files are group-writable (`UMASK`). The rogue is in no group.
+pub const USERS: &str = "users";
+/// The simulated clients' umask.
+pub const UMASK: u32 = 0o002;
+
+/// The root directory of every simulated cluster: the superuser's, in [`USERS`], which
+/// may make entries in it.
+pub fn root_perms() -> tessera_core::pb::Permissions {
+    tessera_core::pb::Permissions {
+        owner: tessera_core::master::perms::SUPERUSER.into(),
+        group: USERS.into(),
+        mode: 0o775,
+    }
+}
 #[cfg(madsim)]
 pub mod cluster;
 #[cfg(madsim)]

@@ -156,6 +156,7 @@ pub fn pieces_of(cp: pb::Checkpoint) -> impl Iterator<Item = pb::Checkpoint> {
         leases_settled_in,
         master_epoch,
         capability_secret,
+        root,
     } = cp;
     let scalars = pb::Checkpoint {
         through_seq,
@@ -164,6 +165,7 @@ pub fn pieces_of(cp: pb::Checkpoint) -> impl Iterator<Item = pb::Checkpoint> {
         leases_settled_in,
         master_epoch,
         capability_secret,
+        root,
         ..Default::default()
     };
     let one = pb::Checkpoint::default;
@@ -571,11 +573,24 @@ mod tests {
                 },
             ))
         };
-        rec(0, Op::ClusterId(pb::ClusterIdOp { cluster_id: 5 }));
-        rec(0, Op::Mkdir(pb::MkdirOp { path: "/d".into() }));
+        rec(
+            0,
+            Op::ClusterId(pb::ClusterIdOp {
+                root: None,
+                cluster_id: 5,
+            }),
+        );
+        rec(
+            0,
+            Op::Mkdir(pb::MkdirOp {
+                perms: None,
+                path: "/d".into(),
+            }),
+        );
         for i in 0..20u64 {
             let path = format!("/d/f{i}");
             let op = Op::Create(pb::CreateOp {
+                perms: None,
                 path: path.clone(),
                 replication: 3,
                 chunk_size: 1 << 20,

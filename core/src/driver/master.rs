@@ -752,7 +752,10 @@ mod tests {
     }
 
     fn mkdir(p: &str) -> Op {
-        Op::Mkdir(pb::MkdirOp { path: p.into() })
+        Op::Mkdir(pb::MkdirOp {
+            perms: None,
+            path: p.into(),
+        })
     }
 
     /// CRC32C finds every flipped bit of a value (the format byte and the checksum
@@ -788,7 +791,13 @@ mod tests {
     fn a_master_refuses_to_start_on_a_damaged_log() {
         let mut store = MemMetaStore::default();
         let records = [
-            rec(1, Op::ClusterId(pb::ClusterIdOp { cluster_id: 7 })),
+            rec(
+                1,
+                Op::ClusterId(pb::ClusterIdOp {
+                    root: None,
+                    cluster_id: 7,
+                }),
+            ),
             rec(2, mkdir("/a")),
         ];
         let batch = records

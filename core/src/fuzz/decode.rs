@@ -131,12 +131,17 @@ pub fn small_master() -> Master {
     let recs = [
         Op::ClusterId(pb::ClusterIdOp {
             cluster_id: CLUSTER_ID,
+            root: None,
         }),
-        Op::Mkdir(pb::MkdirOp { path: "/d".into() }),
+        Op::Mkdir(pb::MkdirOp {
+            path: "/d".into(),
+            perms: None,
+        }),
         Op::Create(pb::CreateOp {
             path: "/d/f".into(),
             replication: 3,
             chunk_size: 1 << 20,
+            perms: None,
         }),
         Op::AddChunk(pb::AddChunkOp {
             path: "/d/f".into(),
@@ -501,6 +506,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
             M::Mkdir(pb::MkdirRequest {
                 path: "/d/e".into(),
                 parents: true,
+                mode: Some(0o750),
             }),
             0,
         ),
@@ -508,6 +514,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
             M::Create(pb::CreateRequest {
                 path: "/d/g".into(),
                 replication: 2,
+                mode: None,
             }),
             5,
         ),
@@ -548,6 +555,15 @@ pub fn seeds() -> Vec<Vec<u8>> {
                 length: 10,
             }),
             9,
+        ),
+        master(
+            M::SetPermissions(pb::SetPermissionsRequest {
+                path: "/d".into(),
+                owner: "alice".into(),
+                group: "staff".into(),
+                mode: Some(0o1770),
+            }),
+            0,
         ),
         master(
             M::Heartbeat(pb::HeartbeatRequest {
@@ -756,11 +772,25 @@ pub fn seeds() -> Vec<Vec<u8>> {
     out.push(input(Kind::LogRecord, &rec.encode_to_vec()));
     // A record of every other kind, against the small master's state.
     for op in [
-        Op::Mkdir(pb::MkdirOp { path: "/e".into() }),
+        Op::Mkdir(pb::MkdirOp {
+            path: "/e".into(),
+            perms: Some(pb::Permissions {
+                owner: "alice".into(),
+                group: "staff".into(),
+                mode: 0o1777,
+            }),
+        }),
         Op::Create(pb::CreateOp {
             path: "/d/g".into(),
             replication: 2,
             chunk_size: 1 << 16,
+            perms: None,
+        }),
+        Op::SetPermissions(pb::SetPermissionsOp {
+            path: "/d/f".into(),
+            owner: "bob".into(),
+            group: String::new(),
+            mode: Some(0o600),
         }),
         Op::Remove(pb::RemoveOp {
             path: "/d/f".into(),
@@ -800,7 +830,10 @@ pub fn seeds() -> Vec<Vec<u8>> {
             version: 1,
             lift: false,
         }),
-        Op::ClusterId(pb::ClusterIdOp { cluster_id: 8 }),
+        Op::ClusterId(pb::ClusterIdOp {
+            cluster_id: 8,
+            root: None,
+        }),
     ] {
         let rec = pb::LogRecord {
             time_ms: 10,

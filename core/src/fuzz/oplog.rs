@@ -77,21 +77,36 @@ pub fn dump(meta: &Meta) -> String {
     let mut reserved: Vec<_> = meta.reserved.iter().collect();
     reserved.sort_unstable();
     // A directory's id is the namespace's own business: recovery numbers them afresh.
+    // So are the ids of owner and group names: they are shown by name.
+    let names = &meta.ns.names;
+    let perms = |p: crate::master::perms::Perms| {
+        let p = names.to_pb(p);
+        format!("{}:{} {:o}", p.owner, p.group, p.mode)
+    };
     let tree: Vec<String> = meta
         .ns
         .walk()
         .map(|(path, node)| match node {
-            Node::Dir { mtime_ms, .. } => format!("{path:?} dir {mtime_ms}"),
-            Node::File(f) => format!("{path:?} {f:?}"),
+            Node::Dir { mtime_ms, .. } => {
+                format!("{path:?} dir {mtime_ms} {}", perms(node.perms()))
+            }
+            Node::File(f) => {
+                let unnamed = crate::master::FileMeta {
+                    perms: Default::default(),
+                    ..f.clone()
+                };
+                format!("{path:?} {unnamed:?} {}", perms(f.perms))
+            }
         })
         .collect();
     format!(
-        "cluster {} secret {:?}\nnext handle {}\nnamespace {:?}\nchunks {:?}\nretired {:?}\n\
+        "cluster {} secret {:?}\nnext handle {}\nroot {}\nnamespace {:?}\nchunks {:?}\nretired {:?}\n\
          reserved {:?}\ncompleted {:?}\nfallbacks {:?}\nfiles {}\nlease holders {:?}\n\
          leases settled in {}\nepoch {}",
         meta.cluster_id,
         meta.capability_secret,
         meta.next_handle,
+        perms(meta.ns.root),
         tree,
         // Where replicas are is learned from heartbeats, not logged.
         meta.chunks
@@ -124,7 +139,10 @@ fn chunk(meta: &Meta, i: u8) -> (u64, u64) {
 
 fn op(meta: &Meta, step: &Step) -> Option<Op> {
     Some(match *step {
-        Step::Mkdir(p) => Op::Mkdir(pb::MkdirOp { path: path(p) }),
+        Step::Mkdir(p) => Op::Mkdir(pb::MkdirOp {
+            path: path(p),
+            perms: None,
+        }),
         Step::Create {
             path: p,
             replication,
@@ -134,6 +152,7 @@ fn op(meta: &Meta, step: &Step) -> Option<Op> {
             replication: u32::from(replication % 6),
             // 0 is a record from before files kept their size.
             chunk_size: u64::from(chunk_size % 4) << 16,
+            perms: None,
         }),
         Step::Rename(a, b) => Op::Rename(pb::RenameOp {
             src: path(a),
@@ -213,7 +232,10 @@ fn op(meta: &Meta, step: &Step) -> Option<Op> {
                 lift,
             })
         }
-        Step::ClusterId(id) => Op::ClusterId(pb::ClusterIdOp { cluster_id: id }),
+        Step::ClusterId(id) => Op::ClusterId(pb::ClusterIdOp {
+            cluster_id: id,
+            root: None,
+        }),
         Step::Odd { .. } | Step::Checkpoint => return None,
     })
 }
@@ -247,7 +269,10 @@ pub fn run(data: &[u8]) -> usize {
     let first = pb::LogRecord {
         time_ms: 0,
         token: 0,
-        op: Some(Op::ClusterId(pb::ClusterIdOp { cluster_id: 7 })),
+        op: Some(Op::ClusterId(pb::ClusterIdOp {
+            cluster_id: 7,
+            root: None,
+        })),
     };
     assert!(append(&mut meta, first, &mut log));
     // And its capability secret.

@@ -219,8 +219,12 @@ mod tests {
     fn a_shadow_names_the_newest_copies_it_heard_of() {
         let mut meta = Meta::new(1024);
         for op in [
-            Op::ClusterId(pb::ClusterIdOp { cluster_id: 9 }),
+            Op::ClusterId(pb::ClusterIdOp {
+                root: None,
+                cluster_id: 9,
+            }),
             Op::Create(pb::CreateOp {
+                perms: None,
                 path: "/f".into(),
                 replication: 3,
                 chunk_size: 1024,

@@ -753,14 +753,14 @@ impl Replica {
         let timeout = self.mcfg.heartbeat_timeout;
         let result = match req.req.as_ref() {
             Some(Req::List(r)) => normalize(&r.path)
-                .and_then(|p| reads::list_page(meta, &p, r))
+                .and_then(|p| reads::list_page(meta, &p, r, from))
                 .map(Resp::List),
             Some(Req::Stat(r)) => normalize(&r.path)
-                .and_then(|p| reads::stat(meta, &p))
+                .and_then(|p| reads::stat(meta, &p, from))
                 .map(Resp::Stat),
             Some(Req::GetChunks(r)) => normalize(&r.path)
                 .and_then(|p| {
-                    reads::chunk_locations(meta, &p, r.first_index, r.count, |h, c| {
+                    reads::chunk_locations(meta, &p, r.first_index, r.count, from, |h, c| {
                         self.locations.replicas(now, timeout, meta, h, c)
                     })
                 })

@@ -485,6 +485,7 @@ impl World {
 
 fn mkdir(p: &str) -> MReq {
     MReq::Mkdir(pb::MkdirRequest {
+        mode: None,
         path: p.into(),
         parents: false,
     })
@@ -930,6 +931,15 @@ fn acknowledged_records_survive_crashes_that_lose_unsynced_writes() {
 
 /// A read a shadow may answer: the same request, with `stale_ok`.
 fn ask_stale(w: &mut World, to: u64, req: MReq) -> pb::MasterResponse {
+    ask_stale_from(w, to, req, crate::auth::Caller::Insecure)
+}
+
+fn ask_stale_from(
+    w: &mut World,
+    to: u64,
+    req: MReq,
+    from: crate::auth::Caller,
+) -> pb::MasterResponse {
     let id = w.next_id;
     w.next_id += 1;
     let arrived = w.now;
@@ -943,10 +953,74 @@ fn ask_stale(w: &mut World, to: u64, req: MReq) -> pb::MasterResponse {
                 ..Default::default()
             },
             arrived,
-            from: crate::auth::Caller::Insecure,
+            from,
         },
     );
     w.replies.get(&id).expect("answered at once").1.clone()
+}
+
+/// A shadow answers a read only as far as the caller's permissions let the leader: the
+/// same checks, on the state it has applied.
+#[test]
+fn a_shadow_refuses_the_reads_the_leader_refuses() {
+    let mut w = World::new(3);
+    w.run(4000);
+    let l = w.leader().unwrap();
+    let s = (1..=3).find(|&i| i != l).unwrap();
+    let private = MReq::Mkdir(pb::MkdirRequest {
+        path: "/p".into(),
+        parents: false,
+        mode: Some(0o700),
+    });
+    assert_eq!(w.call(private, 41), Ok(()));
+    let secret = MReq::Create(pb::CreateRequest {
+        path: "/f".into(),
+        replication: 3,
+        mode: Some(0o600),
+    });
+    assert_eq!(w.call(secret, 42), Ok(()));
+    w.run(300);
+    let eve = crate::auth::Caller::Client {
+        user: "eve".into(),
+        groups: vec![],
+    };
+    let admin = crate::auth::Caller::Admin {
+        name: "operator".into(),
+    };
+    let reads = [
+        (
+            MReq::GetChunks(pb::GetChunksRequest {
+                path: "/f".into(),
+                ..Default::default()
+            }),
+            "read this file",
+        ),
+        (
+            MReq::List(pb::ListRequest {
+                path: "/p".into(),
+                ..Default::default()
+            }),
+            "list this directory",
+        ),
+        (stat("/p/x"), "search this directory"),
+    ];
+    for to in [l, s] {
+        for (req, what) in &reads {
+            let r = ask_stale_from(&mut w, to, req.clone(), eve.clone());
+            assert!(
+                matches!(r.error.as_ref().map(FsError::from_pb), Some(FsError::PermissionDenied(m)) if m.contains(what)),
+                "replica {to}: {r:?}"
+            );
+            let r = ask_stale_from(&mut w, to, req.clone(), admin.clone());
+            assert!(
+                !matches!(
+                    r.error.as_ref().map(FsError::from_pb),
+                    Some(FsError::PermissionDenied(_))
+                ),
+                "replica {to}: {r:?}"
+            );
+        }
+    }
 }
 
 fn stat(p: &str) -> MReq {
@@ -1002,6 +1076,7 @@ fn shadows_answer_reads_from_their_committed_state_with_their_lag() {
     assert_eq!(
         w.call(
             MReq::Create(pb::CreateRequest {
+                mode: None,
                 path: "/a/f".into(),
                 replication: 3,
             }),

@@ -25,8 +25,10 @@ impl Master {
         &mut self,
         id: RequestId,
         r: &pb::ReserveAppendRequest,
+        from: &crate::auth::Caller,
     ) -> Result<bool, FsError> {
         let path = crate::path::normalize(&r.path)?;
+        self.check(from).write(&path)?;
         let set = LockSet::on(&path, Mode::Write)?;
         if !self.lock(&set) {
             return Ok(false);

@@ -63,6 +63,9 @@ pub struct MasterConfig {
     /// first to lead a cluster without one: it then logs it, and every replica signs with
     /// what was logged. The binary draws it from the OS; tests may leave it fixed.
     pub capability_secret: [u8; crate::capability::SECRET_BYTES],
+    /// Who owns the root directory of a cluster this master formats (the first to lead
+    /// it): logged with the cluster's id. Later changes are `tessera chown` and `chmod`.
+    pub root: crate::pb::Permissions,
 }
 
 impl MasterConfig {
@@ -95,6 +98,11 @@ impl Default for MasterConfig {
             late_delivery: Duration::from_secs(5),
             max_new_chunks: 1024,
             capability_secret: [0x5e; crate::capability::SECRET_BYTES],
+            root: crate::pb::Permissions {
+                owner: super::perms::SUPERUSER.into(),
+                group: super::perms::SUPERUSER.into(),
+                mode: super::perms::DEFAULT_DIR_MODE,
+            },
         }
     }
 }

@@ -39,9 +39,11 @@ impl Master {
         &mut self,
         id: RequestId,
         r: &pb::DeleteRequest,
+        from: &crate::auth::Caller,
     ) -> Result<bool, FsError> {
         let path = crate::path::normalize(&r.path)?;
         let (parent, name) = crate::path::split_last(&path)?;
+        self.check(from).delete(&path)?;
         if deleted_at(&name).is_some() {
             // Deleting a deleted file reclaims it at once.
             let set = LockSet::on(&path, Mode::Write)?;

@@ -261,8 +261,10 @@ impl Master {
         &mut self,
         id: RequestId,
         r: &pb::GetWriteTargetRequest,
+        from: &crate::auth::Caller,
     ) -> Result<bool, FsError> {
         let path = crate::path::normalize(&r.path)?;
+        self.check(from).write(&path)?;
         // A missing file is refused below, under its lock.
         let (have, chunk_size) = self
             .meta

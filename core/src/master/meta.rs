@@ -11,6 +11,7 @@ use crate::types::{ChunkHandle, LogSeq, Version};
 
 use super::chunks::ChunkTable;
 use super::namespace::{Namespace, Node};
+use super::perms::Perms;
 use super::retries::{Completed, Retries};
 
 #[derive(Debug)]
@@ -140,12 +141,37 @@ impl Meta {
         };
         match &rec.op {
             None => return Err(FsError::InvalidArgument("log record without an op".into())),
-            Some(Op::Mkdir(o)) => self.ns.mkdir(&o.path, t)?,
+            Some(Op::Mkdir(o)) => {
+                self.ns
+                    .with_perms(o.perms.as_ref(), Perms::LEGACY_DIR, |ns, p| {
+                        ns.mkdir(&o.path, t, p)
+                    })?
+            }
             Some(Op::Create(o)) => {
                 let r = u8::try_from(o.replication)
                     .map_err(|_| FsError::InvalidArgument("replication above 255".into()))?;
                 let chunk_size = self.chunk_size_or_default(o.chunk_size);
-                self.ns.create(&o.path, r, chunk_size, t)?
+                self.ns
+                    .with_perms(o.perms.as_ref(), Perms::LEGACY_FILE, |ns, p| {
+                        ns.create(&o.path, r, chunk_size, t, p)
+                    })?
+            }
+            Some(Op::SetPermissions(o)) => {
+                let now = self.ns.perms(&o.path)?;
+                let names = &self.ns.names;
+                let new = pb::Permissions {
+                    owner: match o.owner.as_str() {
+                        "" => names.name(now.owner).to_string(),
+                        s => s.to_string(),
+                    },
+                    group: match o.group.as_str() {
+                        "" => names.name(now.group).to_string(),
+                        s => s.to_string(),
+                    },
+                    mode: o.mode.unwrap_or(now.mode.into()),
+                };
+                self.ns
+                    .with_perms(Some(&new), now, |ns, p| ns.set_perms(&o.path, p))?
             }
             Some(Op::Rename(o)) => self.ns.rename(&o.src, &o.dst)?,
             Some(Op::Remove(o)) => {
@@ -285,6 +311,10 @@ impl Meta {
                         o.cluster_id, self.cluster_id
                     )));
                 }
+                if let Some(root) = &o.root {
+                    self.ns
+                        .with_perms(Some(root), Perms::LEGACY_DIR, |ns, p| ns.set_perms("/", p))?;
+                }
                 self.cluster_id = o.cluster_id;
             }
             Some(Op::CapabilitySecret(o)) => {
@@ -410,6 +440,7 @@ impl Meta {
                 leases_settled_in: 0,
                 master_epoch: 0,
                 capability_secret,
+                root: None,
             } = piece
             else {
                 panic!("a piece after the first sets a scalar");
@@ -447,10 +478,11 @@ impl Meta {
             leases_settled_in: self.leases_settled_in,
             master_epoch: self.master_epoch,
             capability_secret: self.capability_secret.clone(),
+            root: Some(self.ns.names.to_pb(self.ns.root)),
             ..Default::default()
         };
         let entries = self.ns.walk().map(|e| pb::Checkpoint {
-            entries: vec![checkpoint_entry(e)],
+            entries: vec![checkpoint_entry(&self.ns, e)],
             ..Default::default()
         });
         let chunks = self.chunks.iter().map(|(handle, c)| pb::Checkpoint {
@@ -603,14 +635,24 @@ impl Meta {
                 .refcount = c.refcount;
         }
         let mut refs: crate::types::HashMap<ChunkHandle, u32> = Default::default();
+        meta.ns
+            .with_perms(cp.root.as_ref(), Perms::LEGACY_DIR, |ns, p| {
+                ns.set_perms("/", p)
+            })?;
         for e in &cp.entries {
             if e.is_dir {
-                meta.ns.mkdir(&e.path, e.mtime_ms)?;
+                meta.ns
+                    .with_perms(e.perms.as_ref(), Perms::LEGACY_DIR, |ns, p| {
+                        ns.mkdir(&e.path, e.mtime_ms, p)
+                    })?;
                 continue;
             }
             let r = u8::try_from(e.replication).map_err(|_| bad(e.path.clone()))?;
             let chunk_size = meta.chunk_size_or_default(e.chunk_size);
-            meta.ns.create(&e.path, r, chunk_size, e.mtime_ms)?;
+            meta.ns
+                .with_perms(e.perms.as_ref(), Perms::LEGACY_FILE, |ns, p| {
+                    ns.create(&e.path, r, chunk_size, e.mtime_ms, p)
+                })?;
             for &h in &e.chunks {
                 if meta.chunks.get(h).is_none() {
                     return Err(bad(format!("{} names unknown chunk {h}", e.path)));
@@ -710,12 +752,14 @@ impl Meta {
 }
 
 /// A namespace entry as a checkpoint holds it.
-fn checkpoint_entry((path, node): (String, &Node)) -> pb::CheckpointEntry {
+fn checkpoint_entry(ns: &Namespace, (path, node): (String, &Node)) -> pb::CheckpointEntry {
+    let perms = Some(ns.names.to_pb(node.perms()));
     match node {
         Node::Dir { mtime_ms, .. } => pb::CheckpointEntry {
             path,
             is_dir: true,
             mtime_ms: *mtime_ms,
+            perms,
             ..Default::default()
         },
         Node::File(f) => pb::CheckpointEntry {
@@ -726,6 +770,7 @@ fn checkpoint_entry((path, node): (String, &Node)) -> pb::CheckpointEntry {
             replication: f.replication.into(),
             chunks: f.chunks.to_vec(),
             chunk_size: f.chunk_size.into(),
+            perms,
         },
     }
 }

@@ -24,6 +24,7 @@ mod locks;
 mod mend;
 mod meta;
 mod namespace;
+pub mod perms;
 mod placement;
 pub mod reads;
 mod replication;
@@ -51,6 +52,7 @@ use crate::error::{FsError, RpcError};
 use crate::pb::{self, log_record::Op, master_request::Req, master_response::Resp};
 use crate::rng::Rng;
 use crate::types::{ChunkHandle, LogSeq, Time};
+use perms::Check;
 
 /// Names one inbound request, so its reply can find its way back. Chosen by the driver.
 pub type RequestId = u64;
@@ -290,7 +292,10 @@ impl Master {
                 .next_u64()
                 .max(1);
             let (seq, _) = self
-                .log(Op::ClusterId(pb::ClusterIdOp { cluster_id }))
+                .log(Op::ClusterId(pb::ClusterIdOp {
+                    cluster_id,
+                    root: Some(self.cfg.root.clone()),
+                }))
                 .expect("a cluster without an id takes one");
             self.cluster_id_seq = seq;
             tracing::info!(cluster_id = %format_args!("{cluster_id:016x}"), "cluster id made");
@@ -751,16 +756,17 @@ impl Master {
 
     fn dispatch(&mut self, id: RequestId, r: &Req, from: &Caller) -> Result<bool, FsError> {
         match r {
-            Req::Mkdir(r) => self.on_mkdir(id, r),
-            Req::Create(r) => self.on_create(id, r),
-            Req::Delete(r) => self.on_delete(id, r),
-            Req::Rename(r) => self.on_rename(id, r),
-            Req::List(r) => self.on_list(id, r),
-            Req::Stat(r) => self.on_stat(id, r),
-            Req::GetChunks(r) => self.on_get_chunks(id, r),
-            Req::GetWriteTarget(r) => self.on_get_write_target(id, r),
-            Req::ExtendFile(r) => self.on_extend_file(id, r),
-            Req::ReserveAppend(r) => self.on_reserve_append(id, r),
+            Req::Mkdir(r) => self.on_mkdir(id, r, from),
+            Req::Create(r) => self.on_create(id, r, from),
+            Req::Delete(r) => self.on_delete(id, r, from),
+            Req::Rename(r) => self.on_rename(id, r, from),
+            Req::List(r) => self.on_list(id, r, from),
+            Req::Stat(r) => self.on_stat(id, r, from),
+            Req::GetChunks(r) => self.on_get_chunks(id, r, from),
+            Req::GetWriteTarget(r) => self.on_get_write_target(id, r, from),
+            Req::ExtendFile(r) => self.on_extend_file(id, r, from),
+            Req::ReserveAppend(r) => self.on_reserve_append(id, r, from),
+            Req::SetPermissions(r) => self.on_set_permissions(id, r, from),
             Req::Heartbeat(r) if r.copy => {
                 // A copy for a shadow master's chunk locations; this master answers the
                 // server's own heartbeat, not its copies.
@@ -819,12 +825,27 @@ impl Master {
         }
     }
 
-    fn on_mkdir(&mut self, id: RequestId, r: &pb::MkdirRequest) -> Result<bool, FsError> {
+    /// What `from` may do in the namespace as it stands (`perms`).
+    fn check<'a>(&'a self, from: &'a Caller) -> Check<'a> {
+        Check::new(&self.meta.ns, from)
+    }
+
+    fn on_mkdir(
+        &mut self,
+        id: RequestId,
+        r: &pb::MkdirRequest,
+        from: &Caller,
+    ) -> Result<bool, FsError> {
         let path = crate::path::normalize(&r.path)?;
         namespace::refuse_reserved(&path)?;
+        let mode = u32::from(perms::valid_mode(
+            r.mode.unwrap_or(perms::DEFAULT_DIR_MODE),
+        )?);
         if !r.parents {
+            let check = self.check(from);
+            let perms = Some(check.new_entry(check.create(&path)?, mode));
             let set = LockSet::on(&path, Mode::Write)?;
-            return self.mutate(id, set, Op::Mkdir(pb::MkdirOp { path }));
+            return self.mutate(id, set, Op::Mkdir(pb::MkdirOp { path, perms }));
         }
         // mkdir -p: create each missing component, all under one lock set.
         let mut todo = crate::path::ancestors(&path)?;
@@ -847,7 +868,18 @@ impl Master {
                 }
                 Err(_) => {}
             }
-            match self.log(Op::Mkdir(pb::MkdirOp { path: p })) {
+            // Each is made in the one before: checked as it is reached. Those on the way
+            // are searchable and writable by their maker, as POSIX's mkdir -p makes them.
+            let mode = if p == path { mode } else { mode | 0o300 };
+            let check = self.check(from);
+            let perms = match check.create(&p) {
+                Ok(parent) => Some(check.new_entry(parent, mode)),
+                Err(e) => {
+                    self.release_or_hold(last, set);
+                    return Err(e);
+                }
+            };
+            match self.log(Op::Mkdir(pb::MkdirOp { path: p, perms })) {
                 Ok((seq, _)) => last = Some(seq),
                 Err(e) => {
                     self.release_or_hold(last, set);
@@ -875,9 +907,19 @@ impl Master {
         }
     }
 
-    fn on_create(&mut self, id: RequestId, r: &pb::CreateRequest) -> Result<bool, FsError> {
+    fn on_create(
+        &mut self,
+        id: RequestId,
+        r: &pb::CreateRequest,
+        from: &Caller,
+    ) -> Result<bool, FsError> {
         let path = crate::path::normalize(&r.path)?;
         namespace::refuse_reserved(&path)?;
+        let mode = u32::from(perms::valid_mode(
+            r.mode.unwrap_or(perms::DEFAULT_FILE_MODE),
+        )?);
+        let check = self.check(from);
+        let perms = Some(check.new_entry(check.create(&path)?, mode));
         let replication = match r.replication {
             0 => u32::from(self.cfg.default_replication),
             n => n,
@@ -893,62 +935,118 @@ impl Master {
             path,
             replication,
             chunk_size: self.cfg.chunk_size,
+            perms,
         });
         self.mutate(id, set, op)
     }
 
-    fn on_rename(&mut self, id: RequestId, r: &pb::RenameRequest) -> Result<bool, FsError> {
+    fn on_rename(
+        &mut self,
+        id: RequestId,
+        r: &pb::RenameRequest,
+        from: &Caller,
+    ) -> Result<bool, FsError> {
         let src = crate::path::normalize(&r.src)?;
         let dst = crate::path::normalize(&r.dst)?;
         namespace::refuse_reserved(&dst)?;
+        self.check(from).rename(&src, &dst)?;
         let mut set = LockSet::on(&src, Mode::Write)?;
         set.add(&dst, Mode::Write)?;
         self.mutate(id, set, Op::Rename(pb::RenameOp { src, dst }))
     }
 
-    fn on_list(&mut self, id: RequestId, r: &pb::ListRequest) -> Result<bool, FsError> {
+    /// Changes an entry's owner, group or bits (`perms`), each if asked.
+    fn on_set_permissions(
+        &mut self,
+        id: RequestId,
+        r: &pb::SetPermissionsRequest,
+        from: &Caller,
+    ) -> Result<bool, FsError> {
+        let path = crate::path::normalize(&r.path)?;
+        for name in [&r.owner, &r.group] {
+            if !name.is_empty() && !auth::valid_name(name) {
+                return Err(FsError::InvalidArgument(format!(
+                    "{name:?} is not a user or group name"
+                )));
+            }
+        }
+        if let Some(m) = r.mode {
+            perms::valid_mode(m)?;
+        }
+        fn some(s: &str) -> Option<&str> {
+            (!s.is_empty()).then_some(s)
+        }
+        self.check(from)
+            .set_perms(&path, some(&r.owner), some(&r.group), r.mode)?;
+        let set = LockSet::on(&path, Mode::Write)?;
+        let op = Op::SetPermissions(pb::SetPermissionsOp {
+            path,
+            owner: r.owner.clone(),
+            group: r.group.clone(),
+            mode: r.mode,
+        });
+        self.mutate(id, set, op)
+    }
+
+    fn on_list(
+        &mut self,
+        id: RequestId,
+        r: &pb::ListRequest,
+        from: &Caller,
+    ) -> Result<bool, FsError> {
         let path = crate::path::normalize(&r.path)?;
         let set = LockSet::on(&path, Mode::Read)?;
         if !self.lock(&set) {
             return Ok(false);
         }
-        let result = reads::list_page(&self.meta, &path, r);
+        let result = reads::list_page(&self.meta, &path, r, from);
         self.locks.release(&set);
         self.reply_durable(id, Resp::List(result?));
         Ok(true)
     }
 
-    fn on_stat(&mut self, id: RequestId, r: &pb::StatRequest) -> Result<bool, FsError> {
+    fn on_stat(
+        &mut self,
+        id: RequestId,
+        r: &pb::StatRequest,
+        from: &Caller,
+    ) -> Result<bool, FsError> {
         let path = crate::path::normalize(&r.path)?;
         let set = LockSet::on(&path, Mode::Read)?;
         if !self.lock(&set) {
             return Ok(false);
         }
-        let info = reads::stat(&self.meta, &path);
+        let info = reads::stat(&self.meta, &path, from);
         self.locks.release(&set);
         self.reply_durable(id, Resp::Stat(info?));
         Ok(true)
     }
 
-    fn on_get_chunks(&mut self, id: RequestId, r: &pb::GetChunksRequest) -> Result<bool, FsError> {
+    fn on_get_chunks(
+        &mut self,
+        id: RequestId,
+        r: &pb::GetChunksRequest,
+        from: &Caller,
+    ) -> Result<bool, FsError> {
         let path = crate::path::normalize(&r.path)?;
         let set = LockSet::on(&path, Mode::Read)?;
         if !self.lock(&set) {
             return Ok(false);
         }
-        let result = reads::chunk_locations(&self.meta, &path, r.first_index, r.count, |_, c| {
-            self.addrs(c.replicas.as_slice())
-        })
-        .map(|mut r| {
-            for l in &mut r.chunks {
-                if l.replicas.is_empty()
-                    && let Some(c) = self.meta.chunks.get(l.handle)
-                {
-                    l.corrupt_copies = self.corrupt_copies(l.handle, c);
+        let result =
+            reads::chunk_locations(&self.meta, &path, r.first_index, r.count, from, |_, c| {
+                self.addrs(c.replicas.as_slice())
+            })
+            .map(|mut r| {
+                for l in &mut r.chunks {
+                    if l.replicas.is_empty()
+                        && let Some(c) = self.meta.chunks.get(l.handle)
+                    {
+                        l.corrupt_copies = self.corrupt_copies(l.handle, c);
+                    }
                 }
-            }
-            r
-        });
+                r
+            });
         self.locks.release(&set);
         self.reply(id, Resp::GetChunks(result?));
         Ok(true)
@@ -966,8 +1064,10 @@ impl Master {
         &mut self,
         id: RequestId,
         r: &pb::ExtendFileRequest,
+        from: &Caller,
     ) -> Result<bool, FsError> {
         let path = crate::path::normalize(&r.path)?;
+        self.check(from).write(&path)?;
         let set = LockSet::on(&path, Mode::Write)?;
         if !self.lock(&set) {
             return Ok(false);
@@ -1164,12 +1264,17 @@ fn page_limit(asked: u32, most: usize) -> usize {
     }
 }
 
-fn file_info(path: String, node: &Node) -> pb::FileInfo {
+fn file_info(names: &perms::Names, path: String, node: &Node) -> pb::FileInfo {
+    let p = names.to_pb(node.perms());
+    let (owner, group, mode) = (p.owner, p.group, p.mode);
     match node {
         Node::Dir { mtime_ms, .. } => pb::FileInfo {
             path,
             is_dir: true,
             mtime_ms: *mtime_ms,
+            owner,
+            group,
+            mode,
             ..Default::default()
         },
         Node::File(f) => pb::FileInfo {
@@ -1179,6 +1284,9 @@ fn file_info(path: String, node: &Node) -> pb::FileInfo {
             replication: f.replication.into(),
             chunk_count: f.chunks.len() as u64,
             mtime_ms: f.mtime_ms,
+            owner,
+            group,
+            mode,
         },
     }
 }

@@ -11,6 +11,7 @@
 use crate::types::HashMap;
 use std::collections::BTreeMap;
 
+use super::perms::{Names, Perms};
 use crate::error::FsError;
 use crate::path;
 use crate::types::{ChunkHandle, MAX_CHUNK_SIZE};
@@ -51,8 +52,21 @@ pub fn refuse_reserved(path: &str) -> Result<(), FsError> {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Node {
-    Dir { id: DirId, mtime_ms: u64 },
+    Dir {
+        id: DirId,
+        mtime_ms: u64,
+        perms: Perms,
+    },
     File(FileMeta),
+}
+
+impl Node {
+    pub fn perms(&self) -> Perms {
+        match self {
+            Node::Dir { perms, .. } => *perms,
+            Node::File(f) => f.perms,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,6 +82,7 @@ pub struct FileMeta {
     /// the master's default. 32 bits (`MAX_CHUNK_SIZE` is below 4 GiB) fit in the padding
     /// after `replication`, so a file costs no more than before.
     pub chunk_size: u32,
+    pub perms: Perms,
 }
 
 #[derive(Clone, Debug)]
@@ -83,6 +98,19 @@ pub struct Namespace {
     dirs: HashMap<DirId, DirInfo>,
     next_dir: DirId,
     files: u64,
+    /// The root directory's owner, group and bits (it has no entry of its own).
+    pub root: Perms,
+    /// Every owner and group name, each kept once (`Perms` holds their ids).
+    pub names: Names,
+}
+
+/// What a path names, as [`Namespace::find`] found it.
+#[derive(Clone, Copy, Debug)]
+pub enum Found<'a> {
+    Root,
+    Entry(&'a Node),
+    /// Nothing: the last component is missing, or one before it is (or is a file).
+    Missing,
 }
 
 /// Entries with their full paths, as a walk of the tree gives them.
@@ -99,8 +127,82 @@ impl Namespace {
     pub fn new() -> Namespace {
         Namespace {
             next_dir: ROOT + 1,
+            root: Perms::LEGACY_DIR,
             ..Default::default()
         }
+    }
+
+    /// What `path` names, and the permissions of each directory on the way to it, root
+    /// first, its parent last (none for the root itself). The walk stops where a
+    /// component is missing or is not a directory: `Found::Missing`, with the
+    /// directories walked so far.
+    pub fn find(&self, path: &str) -> Result<(Found<'_>, Vec<Perms>), FsError> {
+        let components = path::components(path)?;
+        let Some((last, init)) = components.split_last() else {
+            return Ok((Found::Root, Vec::new()));
+        };
+        let mut walked = vec![self.root];
+        let mut dir = ROOT;
+        for c in init {
+            match self.entries.get(&(dir, Box::from(*c))) {
+                Some(Node::Dir { id, perms, .. }) => {
+                    walked.push(*perms);
+                    dir = *id;
+                }
+                _ => return Ok((Found::Missing, walked)),
+            }
+        }
+        let found = match self.entries.get(&(dir, Box::from(*last))) {
+            Some(n) => Found::Entry(n),
+            None => Found::Missing,
+        };
+        Ok((found, walked))
+    }
+
+    /// The entries of directory `dir`, in name order.
+    pub fn children(&self, dir: DirId) -> impl Iterator<Item = (&str, &Node)> + '_ {
+        self.entries
+            .range((dir, Box::<str>::from(""))..(dir + 1, Box::<str>::from("")))
+            .map(|((_, name), node)| (&**name, node))
+    }
+
+    /// Runs `f` with the permissions a record carries (`legacy` if none), their names kept
+    /// only if `f` succeeds.
+    pub fn with_perms<T>(
+        &mut self,
+        p: Option<&crate::pb::Permissions>,
+        legacy: Perms,
+        f: impl FnOnce(&mut Namespace, Perms) -> Result<T, FsError>,
+    ) -> Result<T, FsError> {
+        let mark = self.names.len();
+        let result = self.names.take(p, legacy).and_then(|perms| f(self, perms));
+        if result.is_err() {
+            self.names.forget_after(mark);
+        }
+        result
+    }
+
+    /// Gives the entry at `path` (the root for "/") new permissions.
+    pub fn set_perms(&mut self, path: &str, perms: Perms) -> Result<(), FsError> {
+        if path::components(path)?.is_empty() {
+            self.root = perms;
+            return Ok(());
+        }
+        let key = self.parent_key(path)?;
+        match self.entries.get_mut(&key) {
+            Some(Node::Dir { perms: p, .. }) => *p = perms,
+            Some(Node::File(f)) => f.perms = perms,
+            None => return Err(FsError::NotFound(path.to_string())),
+        }
+        Ok(())
+    }
+
+    /// The permissions of the entry at `path` (the root's for "/").
+    pub fn perms(&self, path: &str) -> Result<Perms, FsError> {
+        if path::components(path)?.is_empty() {
+            return Ok(self.root);
+        }
+        Ok(self.get(path)?.perms())
     }
 
     pub fn file_count(&self) -> u64 {
@@ -181,12 +283,17 @@ impl Namespace {
         Ok(())
     }
 
-    pub fn mkdir(&mut self, path: &str, mtime_ms: u64) -> Result<(), FsError> {
+    pub fn mkdir(&mut self, path: &str, mtime_ms: u64, perms: Perms) -> Result<(), FsError> {
         if path::components(path)?.is_empty() {
             return Err(FsError::AlreadyExists("/".into()));
         }
         let id = self.next_dir;
-        self.insert_new(path, Node::Dir { id, mtime_ms })?;
+        let node = Node::Dir {
+            id,
+            mtime_ms,
+            perms,
+        };
+        self.insert_new(path, node)?;
         self.next_dir += 1;
         Ok(())
     }
@@ -197,6 +304,7 @@ impl Namespace {
         replication: u8,
         chunk_size: u64,
         mtime_ms: u64,
+        perms: Perms,
     ) -> Result<(), FsError> {
         if replication == 0 {
             return Err(FsError::InvalidArgument(
@@ -217,6 +325,7 @@ impl Namespace {
             mtime_ms,
             replication,
             chunk_size,
+            perms,
         };
         self.insert_new(path, Node::File(meta))
     }
@@ -512,22 +621,25 @@ impl Namespace {
 mod tests {
     use super::*;
 
+    const D: Perms = Perms::LEGACY_DIR;
+    const F: Perms = Perms::LEGACY_FILE;
+
     #[test]
     fn create_list_rename_remove() {
         let mut ns = Namespace::new();
-        ns.mkdir("/a", 1).unwrap();
-        ns.mkdir("/a/b", 1).unwrap();
-        ns.create("/a/b/f", 3, 1024, 2).unwrap();
+        ns.mkdir("/a", 1, D).unwrap();
+        ns.mkdir("/a/b", 1, D).unwrap();
+        ns.create("/a/b/f", 3, 1024, 2, F).unwrap();
         assert_eq!(
-            ns.create("/a/b/f", 3, 1024, 2),
+            ns.create("/a/b/f", 3, 1024, 2, F),
             Err(FsError::AlreadyExists("/a/b/f".into()))
         );
         assert!(matches!(
-            ns.create("/x/f", 3, 1024, 2),
+            ns.create("/x/f", 3, 1024, 2, F),
             Err(FsError::NotFound(_))
         ));
         assert!(matches!(
-            ns.create("/a/b/f/g", 3, 1024, 2),
+            ns.create("/a/b/f/g", 3, 1024, 2, F),
             Err(FsError::NotADirectory(_))
         ));
         ns.add_chunk("/a/b/f", 7).unwrap();
@@ -543,12 +655,12 @@ mod tests {
     #[test]
     fn walk_lists_parents_first() {
         let mut ns = Namespace::new();
-        ns.mkdir("/a", 1).unwrap();
-        ns.create("/a/f", 1, 1024, 1).unwrap();
-        ns.mkdir("/b", 1).unwrap();
-        ns.mkdir("/a/c", 1).unwrap();
-        ns.create("/a/c/g", 1, 1024, 1).unwrap();
-        ns.mkdir("/b/d", 1).unwrap();
+        ns.mkdir("/a", 1, D).unwrap();
+        ns.create("/a/f", 1, 1024, 1, F).unwrap();
+        ns.mkdir("/b", 1, D).unwrap();
+        ns.mkdir("/a/c", 1, D).unwrap();
+        ns.create("/a/c/g", 1, 1024, 1, F).unwrap();
+        ns.mkdir("/b/d", 1, D).unwrap();
         let paths: Vec<_> = ns.walk().map(|(p, _)| p).collect();
         // A directory's entries, then those of its directories, the last first: the
         // order checkpoints have always been written in.
@@ -598,7 +710,7 @@ mod tests {
             let mut ns = Namespace::new();
             for (comps, dir) in &paths {
                 let p = format!("/{}", comps.iter().map(|&i| NAMES[i]).collect::<Vec<_>>().join("/"));
-                let _ = if *dir { ns.mkdir(&p, 1) } else { ns.create(&p, 1, 1024, 1) };
+                let _ = if *dir { ns.mkdir(&p, 1, D) } else { ns.create(&p, 1, 1024, 1, F) };
             }
             for top in ["/", "/a", "/b"] {
                 if ns.dir_id(top).is_err() {
@@ -616,10 +728,10 @@ mod tests {
     fn a_page_starts_where_a_vanished_path_would_be() {
         let mut ns = Namespace::new();
         for d in ["/a", "/a/b", "/c"] {
-            ns.mkdir(d, 1).unwrap();
+            ns.mkdir(d, 1, D).unwrap();
         }
         for f in ["/a/b/f", "/a/b/g", "/a/z", "/c/h"] {
-            ns.create(f, 1, 1024, 1).unwrap();
+            ns.create(f, 1, 1024, 1, F).unwrap();
         }
         let (first, more) = ns.walk_page("/", "", 3).unwrap();
         let first: Vec<_> = first.into_iter().map(|(p, _)| p).collect();

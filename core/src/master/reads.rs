@@ -1,10 +1,13 @@
 //! What the namespace answers to reads (list, stat, chunk locations), as functions of
 //! the metadata alone: the master answers them under its path locks, a shadow master
-//! (`crate::group`) from the state it has applied, with the same code.
+//! (`crate::group`) from the state it has applied, with the same code, permission
+//! checks (`super::perms`) included.
 
 use super::meta::Meta;
 use super::namespace::DELETED_PREFIX;
+use super::perms::Check;
 use super::{LIST_PAGE, file_info, page_limit};
+use crate::auth::Caller;
 use crate::error::FsError;
 use crate::pb;
 use crate::types::ChunkHandle;
@@ -14,7 +17,9 @@ pub fn list_page(
     meta: &Meta,
     path: &str,
     r: &pb::ListRequest,
+    from: &Caller,
 ) -> Result<pb::ListResponse, FsError> {
+    Check::new(&meta.ns, from).list(path)?;
     let limit = page_limit(r.limit, LIST_PAGE);
     let mut entries = meta
         .ns
@@ -27,7 +32,7 @@ pub fn list_page(
             } else {
                 format!("{path}/{}", e.name)
             };
-            file_info(full, e.node)
+            file_info(&meta.ns.names, full, e.node)
         })
         .collect::<Vec<_>>();
     let more = entries.len() > limit;
@@ -36,15 +41,22 @@ pub fn list_page(
 }
 
 /// What `path` (normalized) is.
-pub fn stat(meta: &Meta, path: &str) -> Result<pb::FileInfo, FsError> {
+pub fn stat(meta: &Meta, path: &str, from: &Caller) -> Result<pb::FileInfo, FsError> {
+    Check::new(&meta.ns, from).stat(path)?;
     if path == "/" {
+        let p = meta.ns.names.to_pb(meta.ns.root);
         return Ok(pb::FileInfo {
             path: path.into(),
             is_dir: true,
+            owner: p.owner,
+            group: p.group,
+            mode: p.mode,
             ..Default::default()
         });
     }
-    meta.ns.get(path).map(|n| file_info(path.into(), n))
+    meta.ns
+        .get(path)
+        .map(|n| file_info(&meta.ns.names, path.into(), n))
 }
 
 /// The chunks `first..first + count` (count 0: to the end) of the file at `path`
@@ -54,8 +66,10 @@ pub fn chunk_locations(
     path: &str,
     first: u64,
     count: u64,
+    from: &Caller,
     mut replicas: impl FnMut(ChunkHandle, &super::Chunk) -> Vec<String>,
 ) -> Result<pb::GetChunksResponse, FsError> {
+    Check::new(&meta.ns, from).read(path)?;
     let f = meta.ns.file(path)?;
     let end = if count == 0 {
         f.chunks.len() as u64

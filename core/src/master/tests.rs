@@ -296,12 +296,14 @@ fn err_of(r: &pb::MasterResponse) -> Option<FsError> {
 
 fn mkdir(p: &str) -> MReq {
     MReq::Mkdir(pb::MkdirRequest {
+        mode: None,
         path: p.into(),
         parents: false,
     })
 }
 fn create(p: &str) -> MReq {
     MReq::Create(pb::CreateRequest {
+        mode: None,
         path: p.into(),
         replication: 0,
     })
@@ -386,6 +388,7 @@ fn siblings_proceed_while_directory_waits() {
 fn malformed_requests_get_errors() {
     let mut h = H::new();
     let (id, e) = h.send(MReq::Create(pb::CreateRequest {
+        mode: None,
         path: "relative".into(),
         replication: 0,
     }));
@@ -403,6 +406,7 @@ fn malformed_requests_get_errors() {
     });
     assert!(reply_for(&e, 99).unwrap().error.is_some());
     let r = h.call(MReq::Create(pb::CreateRequest {
+        mode: None,
         path: "/x".into(),
         replication: 1000,
     }));
@@ -519,6 +523,7 @@ fn names_kept_for_deleted_entries_are_refused() {
             create("/d/.tessera-deleted-1-f"),
             mkdir("/.tessera-deleted-1-d"),
             MReq::Mkdir(pb::MkdirRequest {
+                mode: None,
                 path: "/a/.tessera-deleted-9/b".into(),
                 parents: true,
             }),
@@ -546,6 +551,7 @@ fn new_names_with_control_characters_are_refused() {
             mkdir("/d/esc\u{1b}[2J"),
             rename("/d/keep", "/d/del\u{7f}"),
             MReq::Mkdir(pb::MkdirRequest {
+                mode: None,
                 path: "/x\r/y".into(),
                 parents: true,
             }),
@@ -583,10 +589,12 @@ fn requests_waiting_for_locks_are_bounded() {
 fn mkdir_parents() {
     let mut h = H::new();
     assert!(is_ok(&h.call(MReq::Mkdir(pb::MkdirRequest {
+        mode: None,
         path: "/a/b/c".into(),
         parents: true
     }))));
     assert!(is_ok(&h.call(MReq::Mkdir(pb::MkdirRequest {
+        mode: None,
         path: "/a/b".into(),
         parents: true
     }))));
@@ -1635,6 +1643,7 @@ fn a_create_record_without_a_chunk_size_takes_the_default() {
             time_ms: 0,
             token: 0,
             op: Some(Op::Create(pb::CreateOp {
+                perms: None,
                 path: "/old".into(),
                 replication: 3,
                 chunk_size: 0,
@@ -3048,7 +3057,10 @@ fn the_cluster_id_is_made_once_and_survives_recovery() {
         pb::LogRecord {
             time_ms: 0,
             token: 0,
-            op: Some(Op::ClusterId(pb::ClusterIdOp { cluster_id: 5 })),
+            op: Some(Op::ClusterId(pb::ClusterIdOp {
+                root: None,
+                cluster_id: 5,
+            })),
         },
     ));
     assert!(Master::recover(cfg(), Time(0), None, twice).is_err());
@@ -5130,7 +5142,15 @@ fn only_chunkservers_heartbeat_and_only_admins_ask_for_reports() {
         matches!(err_of(&r), Some(FsError::PermissionDenied(_))),
         "{r:?}"
     );
-    // A client's namespace calls go through; a chunkserver's do not.
+    // A client's namespace calls go through (where the root lets anyone make entries);
+    // a chunkserver's do not.
+    assert!(is_ok(&h.call(MReq::SetPermissions(
+        pb::SetPermissionsRequest {
+            path: "/".into(),
+            mode: Some(0o777),
+            ..Default::default()
+        }
+    ))));
     assert!(is_ok(&h.call_from(
         MReq::Mkdir(pb::MkdirRequest {
             path: "/d".into(),
@@ -5269,4 +5289,261 @@ fn a_chunkserver_certificate_speaks_for_its_own_server_only() {
     // cs1 itself comes back, at a new address: taken.
     let r = h.call_from(hb("b:2", 101, cluster, &[]), chunkserver("cs1"));
     assert!(is_ok(&r), "{r:?}");
+}
+
+fn user(name: &str, groups: &[&str]) -> Caller {
+    Caller::Client {
+        user: name.into(),
+        groups: groups.iter().map(|g| g.to_string()).collect(),
+    }
+}
+
+fn set_perms(p: &str, owner: &str, group: &str, mode: Option<u32>) -> MReq {
+    MReq::SetPermissions(pb::SetPermissionsRequest {
+        path: p.into(),
+        owner: owner.into(),
+        group: group.into(),
+        mode,
+    })
+}
+
+fn with_mode(req: MReq, m: u32) -> MReq {
+    match req {
+        MReq::Mkdir(r) => MReq::Mkdir(pb::MkdirRequest { mode: Some(m), ..r }),
+        MReq::Create(r) => MReq::Create(pb::CreateRequest { mode: Some(m), ..r }),
+        other => other,
+    }
+}
+
+/// Refused for its permissions, with the refusal naming `what`.
+fn denied(r: &pb::MasterResponse, what: &str) -> bool {
+    matches!(err_of(r), Some(FsError::PermissionDenied(m)) if m.contains(what))
+}
+
+fn perms_of(h: &mut H, p: &str) -> (String, String, u32) {
+    match h.call(stat(p)).resp {
+        Some(Resp::Stat(s)) => (s.owner, s.group, s.mode),
+        other => panic!("stat {p}: {other:?}"),
+    }
+}
+
+#[test]
+fn owners_groups_and_modes_decide_every_namespace_call() {
+    let mut h = H::new();
+    let admin = Caller::Admin {
+        name: "operator".into(),
+    };
+    let alice = user("alice", &["staff"]);
+    let bob = user("bob", &["staff"]);
+    let carol = user("carol", &[]);
+    // A cluster formatted without a root owner: the superuser's, 0755.
+    assert_eq!(perms_of(&mut h, "/"), ("root".into(), "root".into(), 0o755));
+    assert!(denied(
+        &h.call_from(mkdir("/x"), alice.clone()),
+        "add entries"
+    ));
+    for (req, who) in [
+        (with_mode(mkdir("/home"), 0o755), &admin),
+        (with_mode(mkdir("/home/alice"), 0o755), &admin),
+        (set_perms("/home/alice", "alice", "staff", None), &admin),
+        (with_mode(mkdir("/tmp"), 0o1777), &admin),
+    ] {
+        let r = h.call_from(req, who.clone());
+        assert!(is_ok(&r), "{r:?}");
+    }
+    assert_eq!(
+        perms_of(&mut h, "/home"),
+        ("operator".into(), "root".into(), 0o755)
+    );
+    // A new file is its maker's, in its directory's group, with the bits asked for.
+    let f = "/home/alice/f";
+    assert!(is_ok(
+        &h.call_from(with_mode(create(f), 0o640), alice.clone())
+    ));
+    assert_eq!(perms_of(&mut h, f), ("alice".into(), "staff".into(), 0o640));
+    // Reading takes r (bob is in the group, carol is not); writing, extending and
+    // appending take w; chunk locations come only with r.
+    let get_chunks = |p: &str| {
+        MReq::GetChunks(pb::GetChunksRequest {
+            path: p.into(),
+            ..Default::default()
+        })
+    };
+    let write_target = MReq::GetWriteTarget(pb::GetWriteTargetRequest {
+        path: f.into(),
+        chunk_index: 0,
+        append: false,
+    });
+    let extend = MReq::ExtendFile(pb::ExtendFileRequest {
+        path: f.into(),
+        length: 0,
+        ..Default::default()
+    });
+    assert!(is_ok(&h.call_from(get_chunks(f), bob.clone())));
+    assert!(denied(
+        &h.call_from(get_chunks(f), carol.clone()),
+        "read this file"
+    ));
+    for who in [&bob, &carol] {
+        for req in [write_target.clone(), extend.clone(), reserve(f, 10)] {
+            let r = h.call_from(req, who.clone());
+            assert!(denied(&r, "write this file"), "{r:?}");
+        }
+    }
+    assert!(is_ok(&h.call_from(reserve(f, 10), alice.clone())));
+    // Deleting and renaming take w on the directory, which only alice has.
+    for who in [&bob, &carol] {
+        assert!(denied(
+            &h.call_from(delete(f), who.clone()),
+            "delete entries"
+        ));
+        assert!(denied(
+            &h.call_from(rename(f, "/tmp/stolen"), who.clone()),
+            "move entries out"
+        ));
+        assert!(denied(
+            &h.call_from(create("/home/alice/g"), who.clone()),
+            "add entries"
+        ));
+    }
+    // Only the owner changes bits or group (to one it is in); only an admin the owner.
+    assert!(denied(
+        &h.call_from(set_perms(f, "", "", Some(0o666)), bob.clone()),
+        "not its owner"
+    ));
+    assert!(denied(
+        &h.call_from(set_perms(f, "bob", "", None), alice.clone()),
+        "only an admin"
+    ));
+    assert!(denied(
+        &h.call_from(set_perms(f, "", "wheel", None), alice.clone()),
+        "not in it"
+    ));
+    assert!(is_ok(
+        &h.call_from(set_perms(f, "", "", Some(0o600)), alice.clone())
+    ));
+    assert!(denied(
+        &h.call_from(get_chunks(f), bob.clone()),
+        "read this file"
+    ));
+    assert!(matches!(
+        err_of(&h.call_from(set_perms(f, "", "", Some(0o4755)), alice.clone())),
+        Some(FsError::InvalidArgument(_))
+    ));
+    // Without x on a directory nothing below it is reached, not even to stat.
+    assert!(is_ok(&h.call_from(
+        set_perms("/home/alice", "", "", Some(0o700)),
+        alice.clone()
+    )));
+    assert!(denied(
+        &h.call_from(stat(f), bob.clone()),
+        "search this directory"
+    ));
+    assert!(denied(
+        &h.call_from(stat("/home/alice/missing"), bob.clone()),
+        "search this directory"
+    ));
+    let list = |p: &str| {
+        MReq::List(pb::ListRequest {
+            path: p.into(),
+            ..Default::default()
+        })
+    };
+    assert!(denied(
+        &h.call_from(list("/home/alice"), bob.clone()),
+        "list"
+    ));
+    assert!(is_ok(&h.call_from(list("/home/alice"), alice.clone())));
+    // In a sticky directory, only an entry's owner takes it out.
+    assert!(is_ok(&h.call_from(create("/tmp/a"), alice.clone())));
+    assert!(is_ok(&h.call_from(create("/tmp/b"), bob.clone())));
+    assert!(denied(
+        &h.call_from(delete("/tmp/a"), bob.clone()),
+        "sticky"
+    ));
+    assert!(denied(
+        &h.call_from(rename("/tmp/a", "/tmp/c"), bob.clone()),
+        "sticky"
+    ));
+    assert!(is_ok(&h.call_from(rename("/tmp/b", "/tmp/c"), bob.clone())));
+    assert!(is_ok(&h.call_from(delete("/tmp/a"), alice.clone())));
+    // Deleting a tree takes rwx on every directory in it.
+    let tree = [mkdir("/tmp/t"), mkdir("/tmp/t/sub"), create("/tmp/t/sub/x")];
+    for req in tree {
+        assert!(is_ok(&h.call_from(req, alice.clone())));
+    }
+    assert!(is_ok(&h.call_from(
+        set_perms("/tmp/t/sub", "", "", Some(0o555)),
+        alice.clone()
+    )));
+    let rm_tree = MReq::Delete(pb::DeleteRequest {
+        path: "/tmp/t".into(),
+        recursive: true,
+    });
+    assert!(denied(
+        &h.call_from(rm_tree.clone(), alice.clone()),
+        "delete what is in this directory"
+    ));
+    // The superuser may do all of it.
+    assert!(is_ok(&h.call_from(rm_tree, admin.clone())));
+    assert!(is_ok(&h.call_from(get_chunks(f), admin.clone())));
+    assert!(is_ok(
+        &h.call_from(set_perms(f, "carol", "", None), admin.clone())
+    ));
+    assert_eq!(perms_of(&mut h, f), ("carol".into(), "staff".into(), 0o600));
+    // Owners, groups and bits outlive a restart, from the log and from a checkpoint.
+    let m = Master::recover(cfg(), Time(0), None, h.log.clone()).unwrap();
+    assert_eq!(m.meta().fingerprint(), h.m.meta().fingerprint());
+    let cp = h.m.meta().checkpoint(h.m.last_seq());
+    let m = Master::recover(cfg(), Time(0), Some(&cp), vec![]).unwrap();
+    assert_eq!(m.meta().fingerprint(), h.m.meta().fingerprint());
+    let mut r = recovered(m, Time(0));
+    assert_eq!(perms_of(&mut r, f), ("carol".into(), "staff".into(), 0o600));
+    assert_eq!(
+        perms_of(&mut r, "/tmp"),
+        ("operator".into(), "root".into(), 0o1777)
+    );
+    assert!(denied(
+        &r.call_from(stat(f), bob.clone()),
+        "search this directory"
+    ));
+}
+
+#[test]
+fn a_cluster_is_formatted_with_the_root_its_operator_named() {
+    let config = MasterConfig {
+        root: pb::Permissions {
+            owner: "root".into(),
+            group: "users".into(),
+            mode: 0o775,
+        },
+        ..cfg()
+    };
+    let mut h = H::with(config);
+    assert_eq!(
+        perms_of(&mut h, "/"),
+        ("root".into(), "users".into(), 0o775)
+    );
+    let alice = user("alice", &["users"]);
+    assert!(is_ok(&h.call_from(mkdir("/a"), alice.clone())));
+    assert!(denied(
+        &h.call_from(mkdir("/b"), user("eve", &[])),
+        "add entries"
+    ));
+    // mkdir -p makes each directory on the way its maker's, searchable and writable by
+    // it whatever the bits asked for the last.
+    let deep = MReq::Mkdir(pb::MkdirRequest {
+        path: "/a/b/c".into(),
+        parents: true,
+        mode: Some(0o500),
+    });
+    assert!(is_ok(&h.call_from(deep, alice)));
+    assert_eq!(
+        perms_of(&mut h, "/a/b"),
+        ("alice".into(), "users".into(), 0o700)
+    );
+    assert_eq!(
+        perms_of(&mut h, "/a/b/c"),
+        ("alice".into(), "users".into(), 0o500)
+    );
 }

@@ -305,6 +305,7 @@ pub fn master_method(r: &pb::master_request::Req) -> &'static str {
         pb::master_request::Req::RaftBatch(_) => "raft_batch",
         pb::master_request::Req::ReplicaStatus(_) => "replica_status",
         pb::master_request::Req::ChangeMembers(_) => "change_members",
+        pb::master_request::Req::SetPermissions(_) => "set_permissions",
     }
 }
 

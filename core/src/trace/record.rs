@@ -93,6 +93,7 @@ pub fn master_settings(c: &MasterConfig) -> pb::MasterSettings {
         late_delivery_ns: ns(c.late_delivery),
         max_new_chunks: c.max_new_chunks,
         capability_secret: bytes::Bytes::copy_from_slice(&c.capability_secret),
+        root: Some(c.root.clone()),
     }
 }
 
@@ -128,6 +129,10 @@ pub fn master_config(s: &pb::MasterSettings) -> Result<MasterConfig, String> {
             _ => s.capability_secret.as_ref().try_into().map_err(|_| {
                 format!("a capability secret of {} bytes", s.capability_secret.len())
             })?,
+        },
+        root: match &s.root {
+            Some(r) => r.clone(),
+            None => MasterConfig::default().root,
         },
         max_new_chunks: match s.max_new_chunks {
             0 => u64::MAX,

@@ -123,6 +123,7 @@ impl Settings {
                 call_timeout: std::time::Duration::from_millis(CALL_TIMEOUT_MS as u64),
                 // This world's requests arrive before their caller's deadline or never.
                 late_delivery: std::time::Duration::ZERO,
+                root: crate::root_perms(),
                 ..MasterConfig::default()
             },
             offsets: vec![0; servers + 1],
@@ -326,7 +327,7 @@ impl World {
             },
             Some(Caller::Client(c)) => auth::Caller::Client {
                 user: format!("client{c}"),
-                groups: vec![],
+                groups: vec![crate::USERS.into()],
             },
             // A checker's read of a copy, which no capability covers: a look from
             // outside the system, as an insecure cluster's reads are.
