@@ -195,7 +195,8 @@ pub async fn run(
         return Err("--masters must be odd: 1, 3 or 5 (a majority must be able to agree)".into());
     }
     knobs.resolve()?;
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    // Its authority's key, the cluster secret and every file's bytes live below it.
+    crate::server::private_dir(&dir)?;
     let port_at = |i: usize| {
         port.checked_add(i as u16)
             .ok_or("port numbers run out; pick a lower --port")

@@ -3,7 +3,7 @@
 //! durable, through the same path as a clean start.
 
 use crate::tls::Credentials;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tessera_core::auth::Caller;
 
@@ -373,6 +373,17 @@ impl Knobs {
     }
 }
 
+/// Makes a server's data directory (and its parents) if need be, and keeps it readable
+/// by its owner alone, whatever the umask: a master's holds the cluster's capability
+/// secret (whoever reads it forges any capability) and the whole namespace, a
+/// chunkserver's every file's bytes.
+pub fn private_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| format!("cannot make {} its owner's alone: {e}", dir.display()))
+}
+
 pub async fn run_master(
     data_dir: PathBuf,
     listen: String,
@@ -381,8 +392,7 @@ pub async fn run_master(
 ) -> Result<(), String> {
     let r = knobs.resolve()?;
     reachable("--listen", &listen)?;
-    std::fs::create_dir_all(&data_dir)
-        .map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
+    private_dir(&data_dir)?;
     let store = RocksMetaStore::open(&data_dir.join("meta")).map_err(|e| {
         format!(
             "cannot open the metadata store in {}: {e}",
@@ -541,8 +551,7 @@ pub async fn run_replica(
             members.len() - 1
         );
     }
-    std::fs::create_dir_all(&data_dir)
-        .map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
+    private_dir(&data_dir)?;
     let store = RocksMetaStore::open(&data_dir.join("meta")).map_err(|e| {
         format!(
             "cannot open the metadata store in {}: {e}",
@@ -587,6 +596,7 @@ pub async fn run_chunkserver(
             "--master names this chunkserver's own address {listen}: give the master's"
         ));
     }
+    private_dir(&data_dir)?;
     let store = FileChunkStore::open(&data_dir)
         .map_err(|e| format!("cannot open the chunk store in {}: {e}", data_dir.display()))?;
     let config = ChunkserverConfig {
@@ -632,6 +642,60 @@ mod tests {
     use std::time::Duration;
 
     use super::Knobs;
+
+    /// A data directory is its owner's alone, made so or found wider open.
+    #[test]
+    fn data_directories_are_readable_by_their_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let new = t.path().join("a/b");
+        super::private_dir(&new).unwrap();
+        assert_eq!(mode(&new), 0o700);
+        let old = t.path().join("old");
+        std::fs::create_dir(&old).unwrap();
+        std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o755)).unwrap();
+        super::private_dir(&old).unwrap();
+        assert_eq!(mode(&old), 0o700);
+    }
+
+    /// The root's owner and bits are checked as given.
+    #[test]
+    fn a_root_owner_and_mode_are_checked() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct K {
+            #[command(flatten)]
+            k: Knobs,
+        }
+        let resolve = |args: &[&str]| {
+            let mut all = vec!["x"];
+            all.extend_from_slice(args);
+            K::try_parse_from(all)
+                .unwrap()
+                .k
+                .resolve()
+                .map(|r| r.master.root)
+        };
+        let r = resolve(&[]).unwrap();
+        assert_eq!(
+            (r.owner.as_str(), r.group.as_str(), r.mode),
+            ("root", "root", 0o755)
+        );
+        let r = resolve(&["--root-owner", "hdfs:users", "--root-mode", "1777"]).unwrap();
+        assert_eq!(
+            (r.owner.as_str(), r.group.as_str(), r.mode),
+            ("hdfs", "users", 0o1777)
+        );
+        for bad in [
+            &["--root-owner", "hdfs"][..],
+            &["--root-owner", "a b:c"],
+            &["--root-mode", "4755"],
+            &["--root-mode", "rwx"],
+        ] {
+            assert!(resolve(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn a_master_address_is_host_and_port() {

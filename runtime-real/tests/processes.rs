@@ -1784,9 +1784,11 @@ fn a_recorded_master_replays_and_an_altered_trace_is_reported() {
     let damaged = root.join("damaged");
     std::fs::create_dir_all(&damaged).unwrap();
     let mut bytes = std::fs::read(&files[0]).unwrap();
-    // Several bytes: one flipped bit in a compressed block is now and then absorbed.
-    let at = bytes.len() / 2;
-    for b in &mut bytes[at..at + 16] {
+    // The middle third: a few flipped bytes in a compressed block were now and then
+    // absorbed (decoded into fields replay does not compare; 16 bytes passed about one
+    // run in four).
+    let third = bytes.len() / 3;
+    for b in &mut bytes[third..2 * third] {
         *b ^= 0x40;
     }
     std::fs::write(damaged.join("000001.trace"), bytes).unwrap();

@@ -33,6 +33,7 @@ fn the_encoding_of_records() {
     let mkdir = pb::MasterRequest {
         token: 5,
         req: Some(pb::master_request::Req::Mkdir(pb::MkdirRequest {
+            mode: None,
             path: "/a".into(),
             parents: true,
         })),
