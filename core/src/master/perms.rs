@@ -304,11 +304,13 @@ impl<'a> Check<'a> {
     /// parent's permissions if the walk reached the parent.
     fn walk(&self, path: &str) -> Result<(Found<'a>, Option<Perms>), FsError> {
         let (found, walked) = self.ns.find(path)?;
-        let ancestors = crate::path::ancestors(path)?;
-        for (dir, &p) in ancestors.iter().zip(&walked) {
-            self.need(dir, p, X, "search this directory")?;
+        // The directories' paths only for a refusal: every namespace call walks here.
+        if let Some(i) = walked.iter().position(|&p| !self.allows(p, X)) {
+            let dir = &crate::path::ancestors(path)?[i];
+            return Err(self.deny(dir, walked[i], "search this directory"));
         }
-        let parent = (walked.len() == ancestors.len())
+        let ancestors = crate::path::components(path)?.len();
+        let parent = (walked.len() == ancestors)
             .then(|| walked.last().copied())
             .flatten();
         Ok((found, parent))
