@@ -13,13 +13,23 @@
 //! as unavailable (the master tries again later) and a heartbeat reply's orders are
 //! ignored (the next reply brings them again).
 //!
+//! A term is believed only so far: one more than [`MAX_EPOCH_JUMP`] past the stored
+//! one is refused as forged or damaged (a real group moves its term by one an election,
+//! a master alone by one a start). Believed, a term that high would fence the real
+//! master out for good: its orders would all be "deposed" from then on, through
+//! restarts. And a term has one leader: the first master replica whose order of the
+//! stored term arrives is that term's, and orders of the same term from another
+//! replica are refused (two replicas leading one term is a forgery or a broken group).
+//!
 //! Once a newer term is stored, the server gives up every lease it holds: a deposed
 //! leader granted them. Its heartbeats carry the term stored, so a new leader that has
 //! heard one of its own term from every server that may hold a lease knows no old lease
 //! is left, and grants again without waiting out a lease period.
 
 use super::{Chunkserver, IDENTITY_HANDLE, Pending, StoreOp};
+use crate::auth::Caller;
 use crate::error::FsError;
+use crate::master::MAX_EPOCH_JUMP;
 use crate::pb;
 
 impl Chunkserver {
@@ -29,10 +39,23 @@ impl Chunkserver {
     }
 
     /// Why a message from a master of term `theirs` must not be acted on (yet), if it
-    /// must not. A newer term starts being stored.
-    pub(super) fn stale_master(&mut self, theirs: u64) -> Option<FsError> {
-        if theirs == self.epoch {
-            return None;
+    /// must not. A newer term starts being stored. `from` is the replica that sent an
+    /// order (`None`: a heartbeat reply, which came from the leader the runtime found).
+    pub(super) fn stale_master(&mut self, theirs: u64, from: Option<&Caller>) -> Option<FsError> {
+        let known = self.epoch.max(self.storing_epoch);
+        if theirs > known.saturating_add(MAX_EPOCH_JUMP) {
+            tracing::error!(
+                server = %self.cfg.address,
+                ours = self.epoch,
+                theirs,
+                ?from,
+                "refusing a master term far past any this server has seen (forged, or damaged)"
+            );
+            return Some(FsError::InvalidArgument(format!(
+                "master term {theirs} is more than {MAX_EPOCH_JUMP} past {known}, the newest \
+                 {} has seen: refused as forged or damaged",
+                self.cfg.address
+            )));
         }
         if theirs < self.epoch {
             tracing::warn!(
@@ -43,11 +66,34 @@ impl Chunkserver {
             );
             return Some(FsError::NotLeader(String::new()));
         }
-        self.learn_epoch(theirs);
-        Some(FsError::Unavailable(format!(
-            "{} is storing master term {theirs}",
-            self.cfg.address
-        )))
+        if theirs > self.epoch {
+            self.learn_epoch(theirs);
+            return Some(FsError::Unavailable(format!(
+                "{} is storing master term {theirs}",
+                self.cfg.address
+            )));
+        }
+        if let Some(&Caller::Master { replica }) = from {
+            match self.term_leader {
+                Some((term, leader)) if term == theirs && leader != replica => {
+                    self.refused += 1;
+                    tracing::error!(
+                        server = %self.cfg.address,
+                        term,
+                        leader,
+                        replica,
+                        "refusing an order from a second leader of one master term"
+                    );
+                    return Some(FsError::PermissionDenied(format!(
+                        "master term {term} is led by replica {leader}: replica {replica} \
+                         may give no orders in it"
+                    )));
+                }
+                Some((term, _)) if term == theirs => {}
+                _ => self.term_leader = Some((theirs, replica)),
+            }
+        }
+        None
     }
 
     /// The identity record as it stands, with `epoch`.

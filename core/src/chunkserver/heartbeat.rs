@@ -146,7 +146,7 @@ impl Chunkserver {
             }
             return;
         }
-        if let Some(e) = self.stale_master(hb.epoch) {
+        if let Some(e) = self.stale_master(hb.epoch, None) {
             // An older term's orders are never acted on; a newer term's once it is stored.
             tracing::debug!(server = %self.cfg.address, error = %e, "heartbeat reply not acted on");
             return;

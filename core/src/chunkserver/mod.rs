@@ -500,6 +500,10 @@ pub struct Chunkserver {
     /// The highest master term stored, and the highest being stored (`epoch.rs`).
     epoch: u64,
     storing_epoch: u64,
+    /// The master replica that sent the first order of the stored term, and that term:
+    /// a term has one leader, so orders of it from another replica are refused
+    /// (`epoch.rs`).
+    term_leader: Option<(u64, u64)>,
     next_id: u64,
     /// Requests refused because their sender's role does not allow them (`crate::auth`),
     /// or their capability does not (`crate::capability`).
@@ -560,6 +564,7 @@ impl Chunkserver {
             joining: false,
             epoch: 0,
             storing_epoch: 0,
+            term_leader: None,
             next_id: 1,
             refused: 0,
             keys: capability::KeyRing::default(),
@@ -763,7 +768,10 @@ impl Chunkserver {
                 self.out.replies.push((id, err(e)))
             }
             Input::Request {
-                id, req, arrived, ..
+                id,
+                req,
+                arrived,
+                from,
             } => match req.req {
                 None => {
                     let e = self.not_a_chunkserver_request("empty request");
@@ -779,7 +787,8 @@ impl Chunkserver {
                         _ => None,
                     };
                     let refused = master.and_then(|(c, epoch)| {
-                        self.foreign_master(c).or_else(|| self.stale_master(epoch))
+                        self.foreign_master(c)
+                            .or_else(|| self.stale_master(epoch, Some(&from)))
                     });
                     if let Some(e) = refused {
                         self.out.replies.push((id, err(e)));

@@ -892,6 +892,63 @@ fn a_newer_term_ends_every_lease_and_heartbeats_carry_the_term() {
     assert!(!h.cs.is_primary(1, h.now));
 }
 
+/// A term far past the stored one is refused, by order and by heartbeat reply alike:
+/// believed, it would fence the real master out for good. And a term has one leader:
+/// once replica 2 has given an order of term 4, replica 3's orders of term 4 are
+/// refused, while replica 2's, and a later term's from replica 3, are taken.
+#[test]
+fn a_term_far_ahead_or_from_a_second_leader_is_refused() {
+    use crate::auth::Caller;
+    use crate::master::MAX_EPOCH_JUMP;
+    let mut h = H::new();
+    let (id, _) = next_heartbeat(&mut h);
+    h.run(Input::CallResult {
+        id,
+        result: heartbeat_reply(3, &[]),
+    });
+    assert_eq!(h.cs.master_epoch(), 3);
+    let m = |replica| Caller::Master { replica };
+    // Far ahead: refused as an order and ignored as a reply, and never stored.
+    let far = 3 + MAX_EPOCH_JUMP + 1;
+    let r = h.req_from(grant_in_term(far, 1), m(2));
+    let e = r.error.expect("a term far ahead was taken");
+    assert_eq!(e.code, pb::ErrorCode::InvalidArgument as i32, "{e:?}");
+    assert!(e.message.contains("forged or damaged"), "{e:?}");
+    let (id, _) = next_heartbeat(&mut h);
+    h.run(Input::CallResult {
+        id,
+        result: heartbeat_reply(u64::MAX, &[]),
+    });
+    assert_eq!(h.cs.master_epoch(), 3, "a term far ahead was stored");
+    assert_eq!(h.disk.meta[&IDENTITY_HANDLE].master_epoch, 3);
+    // The furthest a term may move is taken.
+    let near = 3 + MAX_EPOCH_JUMP;
+    assert!(
+        h.req_from(grant_in_term(near, 1), m(2)).error.is_some(),
+        "stored first"
+    );
+    let r = h.req_from(grant_in_term(near, 1), m(2));
+    assert!(r.error.is_none(), "{r:?}");
+    assert_eq!(h.cs.master_epoch(), near);
+    // Replica 2 leads term `near`: replica 3's order of it is refused, 2's taken.
+    let r = h.req_from(grant_in_term(near, 2), m(3));
+    let e = r.error.expect("a second leader's order was taken");
+    assert_eq!(e.code, pb::ErrorCode::PermissionDenied as i32, "{e:?}");
+    assert!(e.message.contains("led by replica 2"), "{e:?}");
+    assert!(!h.cs.is_primary(2, h.now));
+    let r = h.req_from(grant_in_term(near, 2), m(2));
+    assert!(r.error.is_none(), "{r:?}");
+    // A later term is replica 3's to lead.
+    assert!(
+        h.req_from(grant_in_term(near + 1, 3), m(3)).error.is_some(),
+        "stored first"
+    );
+    let r = h.req_from(grant_in_term(near + 1, 3), m(3));
+    assert!(r.error.is_none(), "{r:?}");
+    let r = h.req_from(grant_in_term(near + 1, 4), m(2));
+    assert!(r.error.is_some(), "replica 2 led term {} too", near + 1);
+}
+
 /// A grant of the old term that arrives while the new term is being stored is taken as a
 /// version, yet its lease is not, when its write lands after the term's: the server
 /// already says it holds no lease of an older term.

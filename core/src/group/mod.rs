@@ -53,6 +53,12 @@ pub use store::{LogStore, Write};
 /// judges whether a follower's snapshot was lost (`Replica::retry_snapshots`).
 const SLOW_LINK_BYTES_PER_SEC: f64 = 8.0 * 1024.0 * 1024.0;
 
+/// The furthest past its own term a replica believes a member's message: a group moves
+/// its term by one an election (pre-vote keeps a cut-off replica from inflating it), so
+/// a term further ahead is forged or damaged. The same bound as a chunkserver's on a
+/// master's epoch.
+pub const MAX_TERM_JUMP: u64 = crate::master::MAX_EPOCH_JUMP;
+
 #[derive(Clone, Debug)]
 pub struct GroupConfig {
     /// This replica's id in the group (1 and up).
@@ -926,6 +932,19 @@ impl Replica {
                 to = m.to,
                 "refused a replica message: the sender is no member this replica knows \
                  (removed from the group, or not yet added), or it is meant for another"
+            );
+            return;
+        }
+        if m.term > self.node.raft.term.saturating_add(MAX_TERM_JUMP) {
+            // Believed, a term that high would depose the leader and leave the group to
+            // elect in it; chunkservers refuse it as a master's epoch (`chunkserver`'s
+            // `epoch.rs`), so no leader of it could give an order.
+            tracing::warn!(
+                from = m.from,
+                ours = self.node.raft.term,
+                theirs = m.term,
+                "refused a replica message: its term is far past this replica's (forged, \
+                 or damaged)"
             );
             return;
         }

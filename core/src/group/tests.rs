@@ -1566,3 +1566,48 @@ fn raft_messages_are_believed_only_from_their_own_replica_s_certificate() {
     );
     assert_eq!(w.live(target).status().term, term + 700);
 }
+
+/// A member's own certificate does not make any term believable: one far past the
+/// replica's is refused (it would depose the leader, and no chunkserver would take a
+/// master epoch that high), while the furthest allowed is taken.
+#[test]
+fn a_term_far_past_the_replicas_is_refused_even_from_a_member() {
+    use crate::auth::Caller;
+    let mut w = World::new(3);
+    w.run(4000);
+    let l = w.leader().expect("one leader");
+    let target = (1..=3).find(|&i| i != l).unwrap();
+    let other = (1..=3).find(|&i| i != l && i != target).unwrap();
+    let term = w.live(target).status().term;
+    let send = |w: &mut World, term: u64| {
+        let id = w.next_id;
+        w.next_id += 1;
+        let now = w.now;
+        w.step(
+            target,
+            Input::Request {
+                id,
+                req: pb::MasterRequest {
+                    req: Some(MReq::Raft(pb::RaftMessage {
+                        msg_type: raft::eraftpb::MessageType::MsgHeartbeat as u32,
+                        to: target,
+                        from: other,
+                        term,
+                        ..Default::default()
+                    })),
+                    ..Default::default()
+                },
+                arrived: now,
+                from: Caller::Master { replica: other },
+            },
+        );
+    };
+    send(&mut w, term + super::MAX_TERM_JUMP + 1);
+    assert_eq!(
+        w.live(target).status().term,
+        term,
+        "a term far ahead was taken"
+    );
+    send(&mut w, term + super::MAX_TERM_JUMP);
+    assert_eq!(w.live(target).status().term, term + super::MAX_TERM_JUMP);
+}
