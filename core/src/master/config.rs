@@ -59,6 +59,13 @@ pub struct MasterConfig {
     /// chunks; a write further past the end is refused (`InvalidArgument`) before
     /// anything is logged. 1024 chunks is 64 GiB at the default chunk size.
     pub max_new_chunks: u64,
+    /// The most chunkservers the registry holds, live and dead together: a heartbeat
+    /// from a new address past it is refused (`InvalidArgument`), so that neither a
+    /// holder of a chunkserver certificate (which may register a new address each time
+    /// its last is declared dead) nor anyone on an insecure cluster can grow it without
+    /// bound. Dead servers are forgotten when the master restarts (the registry is
+    /// rebuilt from heartbeats).
+    pub max_servers: usize,
     /// The cluster's capability secret (`crate::capability`), should this master be the
     /// first to lead a cluster without one: it then logs it, and every replica signs with
     /// what was logged. The binary draws it from the OS; tests may leave it fixed.
@@ -97,6 +104,7 @@ impl Default for MasterConfig {
             call_timeout: Duration::from_secs(10),
             late_delivery: Duration::from_secs(5),
             max_new_chunks: 1024,
+            max_servers: 16_384,
             capability_secret: [0x5e; crate::capability::SECRET_BYTES],
             root: crate::pb::Permissions {
                 owner: super::perms::SUPERUSER.into(),

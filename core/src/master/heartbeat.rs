@@ -119,6 +119,12 @@ impl Master {
                              chunkserver:{cert}, not {from}",
                         r.address
                     )),
+                    Refused::Full { held, dead } => FsError::InvalidArgument(format!(
+                        "the master holds {held} chunkservers, its most (--max-servers), \
+                         {dead} of them dead: a new one at {} is refused until the master \
+                         restarts (which forgets the dead) or the limit is raised",
+                        r.address
+                    )),
                 };
                 tracing::error!(server = %r.address, id = r.server_id, error = %e, "refusing a heartbeat");
                 self.reply_err(id, e);

@@ -231,6 +231,7 @@ impl Master {
             cfg.chunk_size
         );
         let rng = Rng::new(cfg.rng_seed);
+        let max_servers = cfg.max_servers;
         let leases = leases::Leases::starting(now, &cfg, meta.next_handle);
         // Replica locations are not persisted: until heartbeats say otherwise, every chunk
         // may be short of its goal. Clones wait until every live server has had time to
@@ -244,7 +245,7 @@ impl Master {
         Master {
             cfg,
             meta,
-            servers: Registry::default(),
+            servers: Registry::new(max_servers),
             locks: PathLocks::default(),
             rng,
             now,

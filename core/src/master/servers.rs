@@ -71,15 +71,35 @@ pub enum Refused {
     CertInUse { addr: String },
     /// The server id (or the live server at the address) is another certificate's.
     OtherCert { id: u64, cert: String },
+    /// A new address, and the registry holds its most servers already (`dead` of them
+    /// dead).
+    Full { held: usize, dead: usize },
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Registry {
     servers: Vec<Server>,
     by_addr: HashMap<String, ServerIdx>,
+    /// The most servers it holds (`MasterConfig::max_servers`).
+    max: usize,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry::new(usize::MAX)
+    }
 }
 
 impl Registry {
+    /// A registry that holds at most `max` servers.
+    pub fn new(max: usize) -> Registry {
+        Registry {
+            servers: Vec::new(),
+            by_addr: HashMap::default(),
+            max,
+        }
+    }
+
     /// Records a heartbeat from server `id` at `addr`; returns the server's number and how
     /// it arrived. Refused, changing nothing, if a live server with another id holds the
     /// address (two servers configured with one address would otherwise take turns
@@ -147,6 +167,12 @@ impl Registry {
                 i
             }
             None => {
+                if self.servers.len() >= self.max {
+                    return Err(Refused::Full {
+                        held: self.servers.len(),
+                        dead: self.servers.iter().filter(|s| !s.alive).count(),
+                    });
+                }
                 let i = ServerIdx::try_from(self.servers.len()).expect("fewer than 2^32 servers");
                 self.servers.push(Server {
                     addr: addr.to_string(),

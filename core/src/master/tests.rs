@@ -3357,6 +3357,42 @@ fn a_heartbeat_with_an_overlong_address_or_rack_is_refused() {
     assert!(is_ok(&h.heartbeat_as(&most, 79, cluster, "r", &[])));
 }
 
+/// The registry holds at most `max_servers`, dead ones among them: a new address past
+/// it is refused, saying why, while the servers registered (a dead one coming back
+/// included) are still heard.
+#[test]
+fn the_registry_holds_no_more_servers_than_its_bound() {
+    let mut h = H::with(MasterConfig {
+        max_servers: 3,
+        ..cfg()
+    });
+    let cluster = h.m.cluster_id();
+    for i in 1..=3u64 {
+        assert!(is_ok(&h.heartbeat_as(
+            &format!("cs{i}:7000"),
+            i,
+            cluster,
+            "r",
+            &[]
+        )));
+    }
+    let r = h.heartbeat_as("cs4:7000", 4, cluster, "r", &[]);
+    match err_of(&r) {
+        Some(FsError::InvalidArgument(m)) => assert!(m.contains("--max-servers"), "{m}"),
+        other => panic!("a fourth server was taken: {other:?}"),
+    }
+    assert_eq!(report(&mut h).servers.len(), 3);
+    // Dead, the three still count; back, one is heard as before.
+    h.advance(cfg().heartbeat_timeout * 2);
+    assert!(
+        h.heartbeat_as("cs4:7000", 4, cluster, "r", &[])
+            .error
+            .is_some()
+    );
+    assert!(is_ok(&h.heartbeat_as("cs2:7000", 2, cluster, "r", &[])));
+    assert_eq!(report(&mut h).servers.len(), 3);
+}
+
 /// A length past what a file's chunks can hold is refused, however the request names
 /// them: a forged extension to 2^64 - 1 would have the file read as zeros for ever,
 /// appends refused, and the length never shrinks.

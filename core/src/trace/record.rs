@@ -92,6 +92,7 @@ pub fn master_settings(c: &MasterConfig) -> pb::MasterSettings {
         call_timeout_ns: ns(c.call_timeout),
         late_delivery_ns: ns(c.late_delivery),
         max_new_chunks: c.max_new_chunks,
+        max_servers: c.max_servers as u64,
         capability_secret: bytes::Bytes::copy_from_slice(&c.capability_secret),
         root: Some(c.root.clone()),
     }
@@ -137,6 +138,10 @@ pub fn master_config(s: &pb::MasterSettings) -> Result<MasterConfig, String> {
         max_new_chunks: match s.max_new_chunks {
             0 => u64::MAX,
             n => n,
+        },
+        max_servers: match s.max_servers {
+            0 => usize::MAX,
+            n => small(n, "max servers")?,
         },
     })
 }
