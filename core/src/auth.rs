@@ -72,6 +72,26 @@ impl Role {
     }
 }
 
+/// The kind of server a call is made to. A caller knows which it means to reach (a
+/// master request goes to a master, a chunk request to a chunkserver), and a secured
+/// transport checks that the server it reached holds a certificate of that role: a
+/// chunkserver's certificate cannot answer a heartbeat as the master, nor a master's
+/// serve chunk reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ServerRole {
+    Master,
+    Chunkserver,
+}
+
+impl ServerRole {
+    pub fn role(self) -> Role {
+        match self {
+            ServerRole::Master => Role::Master,
+            ServerRole::Chunkserver => Role::Chunkserver,
+        }
+    }
+}
+
 /// The longest name a certificate may give (a user, a group, a chunkserver).
 pub const MAX_NAME: usize = 64;
 /// The most groups a client's certificate may name.

@@ -290,7 +290,11 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         .encode_to_vec();
         let deadline = self.rt.now() + self.cfg.rpc_timeout;
         let to = self.masters.current();
-        let bytes = match self.transport.call(&to, body.into(), deadline).await {
+        let bytes = match self
+            .transport
+            .call(&to, crate::auth::ServerRole::Master, body.into(), deadline)
+            .await
+        {
             Ok(b) => b,
             Err(e) => {
                 self.masters.unreachable(&to);
@@ -730,7 +734,7 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         // A read's data arrives as a piece of its own: decoded as a slice of it, uncopied.
         let parts = self
             .transport
-            .call_parts(to, body, deadline)
+            .call_parts(to, crate::auth::ServerRole::Chunkserver, body, deadline)
             .await
             .map_err(unavailable)?;
         let resp = pb::ChunkResponse::decode(PartsReader::from(parts))

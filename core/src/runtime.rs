@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::{Buf, BufMut, Bytes};
 use futures::channel::{mpsc, oneshot};
 
-use crate::auth::Caller;
+use crate::auth::{Caller, ServerRole};
 use crate::error::{RpcError, StoreError};
 use crate::pb;
 use crate::types::{ChunkHandle, Time};
@@ -167,10 +167,13 @@ pub trait Transport: Clone + Send + Sync + 'static {
     /// another), and gives the reply as the pieces it arrived in, so bulk data in it
     /// need not be joined (read it with [`PartsReader`]). Fails with
     /// `RpcError::Deadline` once the caller's clock passes `deadline`; a failed call may
-    /// or may not have been carried out.
+    /// or may not have been carried out. `server` is the kind of server the caller
+    /// means `to` to be: a call that reaches another kind fails, unreachable, with
+    /// nothing sent (`crate::auth::ServerRole`).
     fn call_parts(
         &self,
         to: &str,
+        server: ServerRole,
         body: Parts,
         deadline: Time,
     ) -> impl Future<Output = Result<Parts, RpcError>> + Send;
@@ -178,10 +181,11 @@ pub trait Transport: Clone + Send + Sync + 'static {
     fn call(
         &self,
         to: &str,
+        server: ServerRole,
         body: Parts,
         deadline: Time,
     ) -> impl Future<Output = Result<Bytes, RpcError>> + Send {
-        let call = self.call_parts(to, body, deadline);
+        let call = self.call_parts(to, server, body, deadline);
         async move { call.await.map(Parts::concat) }
     }
     /// Serves calls addressed to `addr`.

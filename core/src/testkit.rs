@@ -161,6 +161,7 @@ impl Transport for MemNet {
     fn call_parts(
         &self,
         to: &str,
+        _server: crate::auth::ServerRole,
         body: Parts,
         deadline: Time,
     ) -> impl Future<Output = Result<Parts, RpcError>> + Send {

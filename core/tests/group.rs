@@ -204,7 +204,12 @@ fn a_shadow_answers_reads_while_no_leader_can_be_elected() {
         };
         let deadline = rt.now() + Duration::from_secs(2);
         let got = net
-            .call(&format!("m{}", s + 1), ask.encode_to_vec().into(), deadline)
+            .call(
+                &format!("m{}", s + 1),
+                tessera_core::auth::ServerRole::Master,
+                ask.encode_to_vec().into(),
+                deadline,
+            )
             .await
             .unwrap();
         let got = pb::MasterResponse::decode(got).unwrap();
@@ -324,7 +329,7 @@ fn a_client_finds_the_new_leader_soon_after_it_serves() {
                             ..Default::default()
                         };
                         let deadline = rt3.now() + Duration::from_millis(100);
-                        let Ok(got) = net3.call(a, ask.encode_to_vec().into(), deadline).await
+                        let Ok(got) = net3.call(a, tessera_core::auth::ServerRole::Master, ask.encode_to_vec().into(), deadline).await
                         else {
                             continue;
                         };

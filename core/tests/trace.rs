@@ -123,6 +123,7 @@ fn record() -> (Vec<u8>, Vec<u8>) {
         let bad = tessera_core::runtime::Transport::call(
             &net,
             "master",
+            tessera_core::auth::ServerRole::Master,
             Bytes::from_static(&[0xff, 0xff, 0xff]).into(),
             rt.now() + Duration::from_secs(1),
         )

@@ -238,7 +238,15 @@ pub async fn masters(
             ..Default::default()
         };
         let deadline = rt.now() + std::time::Duration::from_secs(3);
-        let answer = match net.call(&addr, req.encode_to_vec().into(), deadline).await {
+        let answer = match net
+            .call(
+                &addr,
+                tessera_core::auth::ServerRole::Master,
+                req.encode_to_vec().into(),
+                deadline,
+            )
+            .await
+        {
             Err(e) => Err(e.to_string()),
             Ok(b) => match pb::MasterResponse::decode(b) {
                 Err(e) => Err(format!("malformed answer: {e}")),

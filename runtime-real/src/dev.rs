@@ -168,10 +168,18 @@ fn dev_pki(dir: &std::path::Path) -> Result<String, String> {
 fn dev_creds(dir: &std::path::Path, name: &str, who: Caller) -> Result<Credentials, String> {
     let certs = dir.join("certs");
     let out = certs.join(name);
-    if !out.join("cert.pem").exists() {
-        let _ = std::fs::remove_dir_all(&out);
-        tls::issue(&certs.join("ca"), &who, tls::DEFAULT_DAYS, &out).map_err(|e| e.to_string())?;
+    match Credentials::load(&out) {
+        Ok(c) if c.caller == who => return Ok(c),
+        Ok(_) => {}
+        Err(e) if out.join("cert.pem").exists() => {
+            // Expired, or issued by an older Tessera: the dev cluster's authority is its
+            // own, so it issues a new one.
+            tracing::info!(certs = %out.display(), error = %e, "issuing the dev credentials again");
+        }
+        Err(_) => {}
     }
+    let _ = std::fs::remove_dir_all(&out);
+    tls::issue(&certs.join("ca"), &who, tls::DEFAULT_DAYS, &out).map_err(|e| e.to_string())?;
     Credentials::load(&out).map_err(|e| e.to_string())
 }
 

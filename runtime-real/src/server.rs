@@ -43,6 +43,7 @@ pub struct FileSettings {
     pub gc_delay: Option<Duration>,
     pub clones_per_server: Option<u32>,
     pub clones_cluster: Option<u32>,
+    pub max_servers: Option<usize>,
     #[serde(default, with = "opt_duration")]
     pub clone_timeout: Option<Duration>,
     #[serde(default, with = "opt_duration")]
@@ -64,6 +65,9 @@ pub struct FileSettings {
     pub request_memory: Option<usize>,
     #[serde(default, with = "opt_duration")]
     pub receive_timeout: Option<Duration>,
+    pub max_per_caller: Option<usize>,
+    #[serde(default, with = "opt_duration")]
+    pub idle_timeout: Option<Duration>,
     pub trace_dir: Option<PathBuf>,
     pub trace_file_bytes: Option<u64>,
     pub trace_files: Option<usize>,
@@ -130,6 +134,11 @@ pub struct Knobs {
     /// Re-replication throttle: clones in the whole cluster at once [default: 16].
     #[arg(long)]
     pub clones_cluster: Option<u32>,
+    /// The most chunkservers the master registers, live and dead together; a new one
+    /// past it is refused until the master restarts, which forgets the dead
+    /// [default: 16384].
+    #[arg(long)]
+    pub max_servers: Option<usize>,
     /// How long the master waits for one clone to finish [default: 5m].
     #[arg(long, value_parser = humantime::parse_duration)]
     pub clone_timeout: Option<Duration>,
@@ -187,6 +196,15 @@ pub struct Knobs {
     /// [default: 30s].
     #[arg(long, value_parser = humantime::parse_duration)]
     pub receive_timeout: Option<Duration>,
+    /// Connections one authenticated caller (a certificate's identity) may hold on a
+    /// server at once; more are closed as they come. Not applied with --insecure
+    /// [default: 128].
+    #[arg(long)]
+    pub max_per_caller: Option<usize>,
+    /// A connection that carries no call for this long is closed (its caller reconnects
+    /// when it next calls) [default: 5m].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub idle_timeout: Option<Duration>,
     /// Record what crosses each server's state machine (requests, replies, calls,
     /// timers, storage operations, clock readings; file data as length and CRC only) to
     /// a trace in DIR/<role>-<address>/, for `tessera trace summary` and `tessera replay
@@ -260,6 +278,10 @@ impl Knobs {
         m.gc_delay = pick!(gc_delay, m.gc_delay);
         m.clones_per_server = pick!(clones_per_server, m.clones_per_server);
         m.clones_cluster = pick!(clones_cluster, m.clones_cluster);
+        m.max_servers = pick!(max_servers, m.max_servers);
+        if m.max_servers == 0 {
+            return Err("--max-servers must be at least 1".into());
+        }
         m.clone_timeout = pick!(clone_timeout, m.clone_timeout);
         m.checkpoint_every = pick!(checkpoint_every, m.checkpoint_every);
         positive("checkpoint-every", m.checkpoint_every)?;
@@ -332,9 +354,16 @@ impl Knobs {
             max_streams: pick!(max_streams, d.max_streams),
             request_bytes: pick!(request_memory, d.request_bytes),
             receive_timeout: pick!(receive_timeout, d.receive_timeout),
+            max_per_caller: pick!(max_per_caller, d.max_per_caller),
+            idle_timeout: pick!(idle_timeout, d.idle_timeout),
         };
-        if limits.max_connections == 0 || limits.max_streams == 0 {
-            return Err("--max-connections and --max-streams must be at least 1".into());
+        if limits.max_connections == 0 || limits.max_streams == 0 || limits.max_per_caller == 0 {
+            return Err(
+                "--max-connections, --max-streams and --max-per-caller must be at least 1".into(),
+            );
+        }
+        if limits.idle_timeout < limits.receive_timeout {
+            return Err("--idle-timeout must be at least --receive-timeout".into());
         }
         if limits.request_bytes < MAX_MESSAGE {
             return Err(format!(

@@ -9,9 +9,11 @@
 //!
 //! Both ends prove themselves. A server asks every peer for a certificate the cluster's
 //! authority signed (a connection without one is refused in the handshake); a caller
-//! checks that the server's certificate is the authority's and names a server
-//! ([`NODE_NAME`] among its names, which only master and chunkserver certificates carry),
-//! so a client's certificate cannot pass for a node's.
+//! checks that the server's certificate is the authority's and names the kind of server
+//! it means to reach ([`server_name`]: a master's certificate carries `master.tessera`
+//! among its names, a chunkserver's `chunkserver.tessera`, a user's none), so neither a
+//! client's certificate nor a chunkserver's can answer as a master (a heartbeat's reply
+//! carries orders), nor a master's or a user's serve chunk reads.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -23,13 +25,28 @@ use rcgen::{
 };
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tessera_core::auth::{Caller, Role};
+use tessera_core::auth::{Caller, Role, ServerRole};
 use tokio_rustls::rustls;
 
-/// The DNS name every server certificate carries and every caller checks for: node
-/// addresses are IP addresses and ports that change, so what a caller verifies is that
-/// the server holds a node certificate of this cluster's authority.
-pub const NODE_NAME: &str = "node.tessera";
+/// The DNS name a server certificate of `role` carries, and a caller that means to reach
+/// such a server checks for: node addresses are IP addresses and ports that change, so
+/// what a caller verifies is that the server holds a certificate of this cluster's
+/// authority for that role.
+pub fn server_name(role: ServerRole) -> &'static str {
+    match role {
+        ServerRole::Master => "master.tessera",
+        ServerRole::Chunkserver => "chunkserver.tessera",
+    }
+}
+
+/// The role a server's caller serves as, if it is a server's.
+fn serves_as(caller: &Caller) -> Option<ServerRole> {
+    match caller.role()? {
+        Role::Master => Some(ServerRole::Master),
+        Role::Chunkserver => Some(ServerRole::Chunkserver),
+        Role::Client | Role::Admin => None,
+    }
+}
 
 /// How long an issued certificate is valid by default, and the authority's own.
 pub const DEFAULT_DAYS: u32 = 365;
@@ -101,6 +118,17 @@ impl Credentials {
             .map_err(|e| err(format!("{}: {e}", dir.join(KEY_FILE).display())))?;
         let caller = caller_of(&chain[0])
             .map_err(|e| err(format!("{}: {e}", dir.join(CERT_FILE).display())))?;
+        if let Some(s) = serves_as(&caller)
+            && !dns_names(&chain[0]).iter().any(|n| n == server_name(s))
+        {
+            // Issued before certificates named the kind of server: callers would refuse it.
+            return Err(err(format!(
+                "{}: the certificate of {caller} does not carry the name {} its callers \
+                 check for; issue it again (tessera admin certs issue)",
+                dir.join(CERT_FILE).display(),
+                server_name(s)
+            )));
+        }
         let c = Credentials {
             caller,
             dir: dir.to_path_buf(),
@@ -188,16 +216,17 @@ impl Credentials {
         Ok(Arc::new(cfg))
     }
 
-    /// The configuration calls are made with (tonic's, on rustls): this holder's
-    /// certificate, and a server certificate of this cluster's authority.
-    pub fn client_config(&self) -> tonic::transport::ClientTlsConfig {
+    /// The configuration calls to a `server` are made with (tonic's, on rustls): this
+    /// holder's certificate, and a certificate of this cluster's authority for that kind
+    /// of server.
+    pub fn client_config(&self, server: ServerRole) -> tonic::transport::ClientTlsConfig {
         tonic::transport::ClientTlsConfig::new()
             .ca_certificate(tonic::transport::Certificate::from_pem(&self.ca_pem))
             .identity(tonic::transport::Identity::from_pem(
                 &self.cert_pem,
                 &self.key_pem,
             ))
-            .domain_name(NODE_NAME)
+            .domain_name(server_name(server))
     }
 }
 
@@ -220,6 +249,24 @@ pub fn caller_of(cert: &CertificateDer<'_>) -> Result<Caller, String> {
         Caller::Insecure => Err("its common name is empty".into()),
         c => Ok(c),
     }
+}
+
+/// The DNS names among a certificate's subject alternative names.
+fn dns_names(cert: &CertificateDer<'_>) -> Vec<String> {
+    let Ok((_, c)) = x509_parser::parse_x509_certificate(cert.as_ref()) else {
+        return Vec::new();
+    };
+    let Ok(Some(san)) = c.subject_alternative_name() else {
+        return Vec::new();
+    };
+    san.value
+        .general_names
+        .iter()
+        .filter_map(|n| match n {
+            x509_parser::extensions::GeneralName::DNSName(d) => Some(d.to_string()),
+            _ => None,
+        })
+        .collect()
 }
 
 fn days(n: u32) -> Duration {
@@ -304,11 +351,10 @@ pub fn issue_between(
     let issuer = Issuer::from_ca_cert_pem(&ca_pem, ca_key)
         .map_err(|e| err(format!("{}: {e}", ca_dir.join(CA_FILE).display())))?;
     new_dir(out)?;
-    // Servers are dialled and must prove they are nodes; users only call.
-    let names = match role {
-        Role::Master | Role::Chunkserver => vec![NODE_NAME.to_string()],
-        Role::Client | Role::Admin => vec![],
-    };
+    // Servers are dialled and must prove which kind they are; users only call.
+    let names = serves_as(caller)
+        .map(|s| vec![server_name(s).to_string()])
+        .unwrap_or_default();
     let mut p = CertificateParams::new(names).map_err(|e| err(e.to_string()))?;
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, caller.label());

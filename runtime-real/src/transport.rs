@@ -30,7 +30,7 @@ use futures::channel::{mpsc, oneshot};
 use futures::future::{BoxFuture, poll_fn};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
 use http_body::{Body as _, Frame, SizeHint};
-use tessera_core::auth::Caller;
+use tessera_core::auth::{Caller, ServerRole};
 use tessera_core::error::RpcError;
 use tessera_core::runtime::{Incoming, Parts, Runtime, Transport};
 use tessera_core::types::Time;
@@ -104,6 +104,15 @@ pub struct ServerLimits {
     /// that sends nothing at all (not even the HTTP/2 preface) is closed and its slot
     /// given to another.
     pub receive_timeout: Duration,
+    /// Connections one authenticated caller (a certificate's identity) may hold at once;
+    /// more are closed as they come, so one caller, however many processes it runs, cannot
+    /// take every slot from the rest. Not applied on an insecure transport, where callers
+    /// are not told apart (a whole dev cluster calls from one address).
+    pub max_per_caller: usize,
+    /// A connection that has carried no call for this long is closed, though it answers
+    /// pings: its caller reconnects when it next calls, and the slot serves another
+    /// meanwhile.
+    pub idle_timeout: Duration,
 }
 
 impl Default for ServerLimits {
@@ -113,13 +122,22 @@ impl Default for ServerLimits {
             max_streams: 256,
             request_bytes: 256 << 20,
             receive_timeout: Duration::from_secs(30),
+            max_per_caller: 128,
+            idle_timeout: Duration::from_secs(300),
         }
     }
 }
 
+/// TLS handshakes one address may have in progress at once: a peer that opens
+/// connections and stalls in the handshake (it needs no certificate for that) holds at
+/// most this many slots, each for at most [`HANDSHAKE_TIMEOUT`].
+const MAX_HANDSHAKES_PER_ADDRESS: usize = 64;
+
 #[derive(Clone)]
 pub struct GrpcTransport {
-    channels: Arc<Mutex<HashMap<String, Channel>>>,
+    /// By address and the role its server must prove: a master's channel and a
+    /// chunkserver's to one address (a test's, say) are apart.
+    channels: Arc<Mutex<HashMap<(String, ServerRole), Channel>>>,
     connect_timeout: Duration,
     limits: ServerLimits,
     /// What its servers share (a node listens once): the bytes of requests in progress,
@@ -136,7 +154,9 @@ pub struct GrpcTransport {
 /// What a secured transport connects and accepts with.
 struct Secured {
     acceptor: tokio_rustls::TlsAcceptor,
-    client: tonic::transport::ClientTlsConfig,
+    /// Calls to a master, which must show a master's certificate, and to a chunkserver.
+    master: tonic::transport::ClientTlsConfig,
+    chunkserver: tonic::transport::ClientTlsConfig,
 }
 
 /// How long a new connection may take over its TLS handshake before it is closed.
@@ -174,7 +194,8 @@ impl GrpcTransport {
         let mut t = GrpcTransport::with_limits(limits);
         t.tls = Some(Arc::new(Secured {
             acceptor: tokio_rustls::TlsAcceptor::from(creds.server_config()?),
-            client: creds.client_config(),
+            master: creds.client_config(ServerRole::Master),
+            chunkserver: creds.client_config(ServerRole::Chunkserver),
         }));
         Ok(t)
     }
@@ -211,17 +232,22 @@ impl GrpcTransport {
         )
     }
 
-    fn channel(&self, to: &str) -> Result<Channel, RpcError> {
+    fn channel(&self, to: &str, server: ServerRole) -> Result<Channel, RpcError> {
         let mut channels = self.channels.lock().expect("channel cache");
-        if let Some(c) = channels.get(to) {
+        let key = (to.to_string(), server);
+        if let Some(c) = channels.get(&key) {
             return Ok(c.clone());
         }
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         let mut endpoint = Endpoint::from_shared(format!("{scheme}://{to}"))
             .map_err(|e| RpcError::Unreachable(format!("{to}: bad address: {e}")))?;
         if let Some(tls) = &self.tls {
+            let client = match server {
+                ServerRole::Master => &tls.master,
+                ServerRole::Chunkserver => &tls.chunkserver,
+            };
             endpoint = endpoint
-                .tls_config(tls.client.clone())
+                .tls_config(client.clone())
                 .map_err(|e| RpcError::Unreachable(format!("{to}: TLS: {e}")))?;
         }
         let endpoint = endpoint
@@ -234,7 +260,7 @@ impl GrpcTransport {
             .keep_alive_timeout(Duration::from_secs(20));
         // Connects on first use, and reconnects after a failure, by itself.
         let channel = endpoint.connect_lazy();
-        channels.insert(to.to_string(), channel.clone());
+        channels.insert(key, channel.clone());
         Ok(channel)
     }
 }
@@ -243,11 +269,12 @@ impl Transport for GrpcTransport {
     fn call_parts(
         &self,
         to: &str,
+        server: ServerRole,
         body: Parts,
         deadline: Time,
     ) -> impl Future<Output = Result<Parts, RpcError>> + Send {
         let to = to.to_string();
-        let channel = self.channel(&to);
+        let channel = self.channel(&to, server);
         async move {
             let left = deadline.saturating_sub(TokioRuntime.now());
             if left.is_zero() {
@@ -290,7 +317,11 @@ impl Transport for GrpcTransport {
                 listener,
                 this.slots.clone(),
                 this.open.clone(),
-                silent,
+                Bounds {
+                    silent,
+                    idle: this.limits.idle_timeout,
+                    per_caller: this.limits.max_per_caller,
+                },
                 this.tls.as_ref().map(|t| t.acceptor.clone()),
             );
             let (tx, rx) = mpsc::channel(QUEUE);
@@ -333,20 +364,82 @@ impl Transport for GrpcTransport {
     }
 }
 
+/// How long a connection may stay silent, or carry no call, and how many one caller may
+/// hold ([`ServerLimits`]).
+#[derive(Clone, Copy)]
+struct Bounds {
+    silent: Duration,
+    idle: Duration,
+    per_caller: usize,
+}
+
+impl Bounds {
+    /// The longest a TLS handshake may take: [`HANDSHAKE_TIMEOUT`], or less when a
+    /// connection may stay silent for less.
+    fn handshake(&self) -> Duration {
+        HANDSHAKE_TIMEOUT.min(self.silent)
+    }
+}
+
+/// How many connections (or handshakes) each key holds now; a key is gone once it holds
+/// none, so the map is no larger than the connections open.
+#[derive(Clone, Default)]
+struct Tally(Arc<Mutex<HashMap<String, usize>>>);
+
+/// One entry in a [`Tally`], given back when dropped.
+struct TallyShare {
+    tally: Tally,
+    key: String,
+}
+
+impl Tally {
+    /// One more for `key`, unless it holds `max` already.
+    fn take(&self, key: String, max: usize) -> Option<TallyShare> {
+        let mut m = self.0.lock().expect("tally");
+        let n = m.entry(key.clone()).or_insert(0);
+        if *n >= max {
+            if *n == 0 {
+                m.remove(&key);
+            }
+            return None;
+        }
+        *n += 1;
+        Some(TallyShare {
+            tally: self.clone(),
+            key,
+        })
+    }
+}
+
+impl Drop for TallyShare {
+    fn drop(&mut self) {
+        let mut m = self.tally.0.lock().expect("tally");
+        if let Some(n) = m.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.key);
+            }
+        }
+    }
+}
+
 /// The connections `listener` accepts, each holding one of `slots` while it is open and
-/// closed once it has sent nothing for `silent`. With every slot taken, no more are
-/// accepted: they wait in the kernel's accept queue. With `tls`, each connection's
-/// handshake runs in a task of its own (a peer that stalls in it holds up no other), is
-/// bounded by [`HANDSHAKE_TIMEOUT`], and must show a certificate of the cluster's
-/// authority: the connection comes out naming the caller that certificate names.
+/// closed once it has sent nothing for `bounds.silent`, or carried no call for
+/// `bounds.idle`. With every slot taken, no more are accepted: they wait in the kernel's
+/// accept queue. With `tls`, each connection's handshake runs in a task of its own (a
+/// peer that stalls in it holds up no other), is bounded by [`HANDSHAKE_TIMEOUT`] and,
+/// per address, by [`MAX_HANDSHAKES_PER_ADDRESS`], and must show a certificate of the
+/// cluster's authority: the connection comes out naming the caller that certificate
+/// names, and is closed if that caller holds `bounds.per_caller` connections already.
 fn accept(
     listener: tokio::net::TcpListener,
     slots: Arc<Semaphore>,
     open: Arc<AtomicUsize>,
-    silent: Duration,
+    bounds: Bounds,
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) -> impl futures::Stream<Item = Result<Conn, std::io::Error>> {
     let (tx, rx) = tokio::sync::mpsc::channel::<Conn>(64);
+    let (handshakes, callers) = (Tally::default(), Tally::default());
     tokio::spawn(async move {
         loop {
             // The semaphore is never closed, so this ends only if it were.
@@ -370,13 +463,29 @@ fn accept(
             }
             let open = Open::count(open.clone());
             let (tx, tls) = (tx.clone(), tls.clone());
+            let (handshakes, callers) = (handshakes.clone(), callers.clone());
             tokio::spawn(async move {
-                let (io, caller) = match tls {
-                    None => (ConnIo::Plain(io), Caller::Insecure),
+                let (io, caller, held) = match tls {
+                    None => (ConnIo::Plain(io), Caller::Insecure, None),
                     Some(acceptor) => {
-                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(io)).await {
+                        let Some(shaking) =
+                            handshakes.take(remote.ip().to_string(), MAX_HANDSHAKES_PER_ADDRESS)
+                        else {
+                            tracing::warn!(peer = %remote, "refused a connection: {MAX_HANDSHAKES_PER_ADDRESS} handshakes from its address are in progress");
+                            return;
+                        };
+                        let shook =
+                            tokio::time::timeout(bounds.handshake(), acceptor.accept(io)).await;
+                        drop(shaking);
+                        match shook {
                             Ok(Ok(stream)) => match peer_caller(&stream) {
-                                Ok(c) => (ConnIo::Tls(Box::new(stream)), c),
+                                Ok(c) => match callers.take(c.label(), bounds.per_caller) {
+                                    Some(held) => (ConnIo::Tls(Box::new(stream)), c, Some(held)),
+                                    None => {
+                                        tracing::warn!(peer = %remote, caller = %c, "refused a connection: its caller holds {} already", bounds.per_caller);
+                                        return;
+                                    }
+                                },
                                 Err(e) => {
                                     tracing::warn!(peer = %remote, error = %e, "refused a connection: its certificate names nobody");
                                     return;
@@ -387,23 +496,27 @@ fn accept(
                                 return;
                             }
                             Err(_) => {
-                                tracing::info!(peer = %remote, "refused a connection: no TLS handshake within {HANDSHAKE_TIMEOUT:?}");
+                                tracing::info!(peer = %remote, "refused a connection: no TLS handshake within {:?}", bounds.handshake());
                                 return;
                             }
                         }
                     }
                 };
+                let calls = Arc::new(Calls::default());
                 let conn = Conn {
                     io,
                     info: PeerInfo {
                         remote: Some(remote),
                         caller,
+                        calls: calls.clone(),
                     },
                     _slot: slot,
                     _open: open,
-                    silent,
+                    _held: held,
+                    calls,
+                    bounds,
                     heard: tokio::time::Instant::now(),
-                    quiet: Box::pin(tokio::time::sleep(silent)),
+                    quiet: Box::pin(tokio::time::sleep(bounds.silent)),
                 };
                 let _ = tx.send(conn).await;
             });
@@ -413,6 +526,47 @@ fn accept(
         let conn = rx.recv().await?;
         Some((Ok(conn), rx))
     })
+}
+
+/// The calls a connection is carrying, and when the last one ended: a connection with
+/// none for [`Bounds::idle`] is closed.
+struct Calls {
+    now: AtomicUsize,
+    /// When the connection was made or a call last ended.
+    last: Mutex<tokio::time::Instant>,
+}
+
+impl Default for Calls {
+    fn default() -> Self {
+        Calls {
+            now: AtomicUsize::new(0),
+            last: Mutex::new(tokio::time::Instant::now()),
+        }
+    }
+}
+
+impl Calls {
+    /// The connection has carried no call since `idle` ago.
+    fn idle_for(&self, idle: Duration) -> bool {
+        self.now.load(Ordering::Relaxed) == 0 && self.last.lock().expect("calls").elapsed() >= idle
+    }
+}
+
+/// One call in its connection's [`Calls`], until dropped.
+struct InCall(Arc<Calls>);
+
+impl InCall {
+    fn start(calls: Arc<Calls>) -> InCall {
+        calls.now.fetch_add(1, Ordering::Relaxed);
+        InCall(calls)
+    }
+}
+
+impl Drop for InCall {
+    fn drop(&mut self) {
+        *self.0.last.lock().expect("calls") = tokio::time::Instant::now();
+        self.0.now.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The caller a TLS connection's peer certificate names (the handshake checked it is
@@ -447,10 +601,20 @@ impl Drop for Open {
 /// Who is at the other end of a connection: its address, and the caller its
 /// certificate names ([`Caller::Insecure`] on an insecure transport). Every request on
 /// the connection reaches its node with it.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct PeerInfo {
     pub remote: Option<SocketAddr>,
     pub caller: Caller,
+    calls: Arc<Calls>,
+}
+
+impl std::fmt::Debug for PeerInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerInfo")
+            .field("remote", &self.remote)
+            .field("caller", &self.caller)
+            .finish()
+    }
 }
 
 /// A connection's bytes: as they are, or through TLS.
@@ -459,15 +623,19 @@ enum ConnIo {
     Tls(Box<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>),
 }
 
-/// An accepted connection, holding its server's connection slot until it closes. A
-/// connection that sends nothing for `silent` fails its next read, which closes it: a
-/// peer that connects and never speaks (or stops, without closing) cannot keep a slot.
+/// An accepted connection, holding its server's connection slot (and its caller's
+/// share) until it closes. A connection that sends nothing for `bounds.silent`, or
+/// carries no call for `bounds.idle`, fails its next read, which closes it: a peer that
+/// connects and never speaks (or stops, without closing), or keeps a connection only
+/// alive, cannot keep a slot.
 struct Conn {
     io: ConnIo,
     info: PeerInfo,
     _slot: OwnedSemaphorePermit,
     _open: Open,
-    silent: Duration,
+    _held: Option<TallyShare>,
+    calls: Arc<Calls>,
+    bounds: Bounds,
     /// When a byte last arrived.
     heard: tokio::time::Instant,
     /// Fires `silent` after a moment when nothing may have arrived since; moved on only
@@ -559,14 +727,31 @@ impl AsyncRead for Conn {
                 if self.quiet.as_mut().poll(cx).is_pending() {
                     return Poll::Pending;
                 }
-                let due = self.heard + self.silent;
-                if due <= tokio::time::Instant::now() {
+                let silent = self.bounds.silent;
+                let due = self.heard + silent;
+                let now = tokio::time::Instant::now();
+                if due <= now {
                     return Poll::Ready(Err(std::io::Error::new(
                         std::io::ErrorKind::TimedOut,
-                        format!("the peer sent nothing for {:?}", self.silent),
+                        format!("the peer sent nothing for {silent:?}"),
                     )));
                 }
-                self.quiet.as_mut().reset(due);
+                // Looked at as often as silence is (pings keep `heard` fresh, so the
+                // timer fires about every `silent`).
+                if self.calls.idle_for(self.bounds.idle) {
+                    tracing::debug!(peer = ?self.info.remote, "closing a connection that carried no call for {:?}", self.bounds.idle);
+                    return Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("the peer made no call for {:?}", self.bounds.idle),
+                    )));
+                }
+                let idle_due = *self.calls.last.lock().expect("calls") + self.bounds.idle;
+                let next = if idle_due > now {
+                    due.min(idle_due)
+                } else {
+                    due
+                };
+                self.quiet.as_mut().reset(next);
             },
             other => other,
         }
@@ -1009,7 +1194,12 @@ impl Service<Request<Body>> for NodeService {
         let tx = self.tx.clone();
         let held = Held::new(self.budget.clone());
         let receive_timeout = self.receive_timeout;
+        let in_call = req
+            .extensions()
+            .get::<PeerInfo>()
+            .map(|i| InCall::start(i.calls.clone()));
         Box::pin(async move {
+            let _in_call = in_call;
             Ok(match serve(tx, held, receive_timeout, req).await {
                 Ok(r) => r,
                 Err(status) => status.into_http(),
@@ -1109,6 +1299,10 @@ mod tests {
 
     use super::*;
 
+    /// The role every test node's calls mean to reach (its credentials, when it has
+    /// any, are a master's).
+    const NODE: ServerRole = ServerRole::Master;
+
     fn free_addr() -> String {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind");
         l.local_addr().expect("addr").to_string()
@@ -1156,13 +1350,18 @@ mod tests {
             node(move |req| Some(Parts(vec![req, sent.clone(), Bytes::from_static(b"end")]))).await;
         let t = GrpcTransport::new();
         let small = t
-            .call(&addr, Bytes::from_static(b"hi").into(), in_a_second())
+            .call(&addr, NODE, Bytes::from_static(b"hi").into(), in_a_second())
             .await
             .expect("call");
         assert_eq!(&small[..2], b"hi");
         assert_eq!(small.len(), 2 + big.len() + 3);
         let got = t
-            .call_parts(&addr, Bytes::from_static(b"again").into(), in_a_second())
+            .call_parts(
+                &addr,
+                NODE,
+                Bytes::from_static(b"again").into(),
+                in_a_second(),
+            )
             .await
             .expect("call");
         assert!(
@@ -1179,7 +1378,7 @@ mod tests {
         let echo = node(|req| Some(req.into())).await;
         for body in [big.clone(), Bytes::new()] {
             let got = t
-                .call(&echo, body.clone().into(), in_a_second())
+                .call(&echo, NODE, body.clone().into(), in_a_second())
                 .await
                 .expect("call");
             assert_eq!(got, body);
@@ -1191,7 +1390,7 @@ mod tests {
         // Nobody listens there: a refusal after sending would read as unreachable.
         let body = Bytes::from(vec![0u8; MAX_MESSAGE + 1]);
         let got = GrpcTransport::new()
-            .call(&free_addr(), body.into(), in_a_second())
+            .call(&free_addr(), NODE, body.into(), in_a_second())
             .await;
         assert!(
             matches!(got, Err(RpcError::TooLarge(n)) if n == MAX_MESSAGE + 1),
@@ -1207,6 +1406,7 @@ mod tests {
         let got = t
             .call(
                 &addr,
+                NODE,
                 Bytes::from_static(b"x").into(),
                 TokioRuntime.now() + Duration::from_millis(300),
             )
@@ -1215,7 +1415,12 @@ mod tests {
         assert!(start.elapsed() < Duration::from_secs(5));
         // Nobody listening at all.
         let got = t
-            .call(&free_addr(), Bytes::from_static(b"x").into(), in_a_second())
+            .call(
+                &free_addr(),
+                NODE,
+                Bytes::from_static(b"x").into(),
+                in_a_second(),
+            )
             .await;
         assert!(matches!(got, Err(RpcError::Unreachable(_))), "{got:?}");
     }
@@ -1344,17 +1549,22 @@ mod tests {
         let t = GrpcTransport::new();
         let big = pattern(5 << 20);
         let got = t
-            .call(&addr, big.clone().into(), in_a_second())
+            .call(&addr, NODE, big.clone().into(), in_a_second())
             .await
             .expect("call");
         assert_eq!(got, big);
         let got = t
-            .call(&addr, Bytes::new().into(), in_a_second())
+            .call(&addr, NODE, Bytes::new().into(), in_a_second())
             .await
             .expect("call");
         assert!(got.is_empty());
         let err = t
-            .call(&addr, Bytes::from_static(b"fail").into(), in_a_second())
+            .call(
+                &addr,
+                NODE,
+                Bytes::from_static(b"fail").into(),
+                in_a_second(),
+            )
             .await
             .expect_err("fails");
         assert!(
@@ -1472,7 +1682,7 @@ mod tests {
         }
         let t = GrpcTransport::new();
         let got = t
-            .call(&addr, hello.clone().into(), in_a_second())
+            .call(&addr, NODE, hello.clone().into(), in_a_second())
             .await
             .expect("call");
         assert_eq!(got, hello);
@@ -1545,7 +1755,7 @@ mod tests {
     async fn call_until_served(t: &GrpcTransport, addr: &str, body: Bytes, limit: Duration) {
         let start = std::time::Instant::now();
         loop {
-            match t.call(addr, body.clone().into(), in_a_second()).await {
+            match t.call(addr, NODE, body.clone().into(), in_a_second()).await {
                 Ok(got) => {
                     assert_eq!(got, body);
                     return;
@@ -1566,6 +1776,7 @@ mod tests {
             max_streams: 8,
             request_bytes: MAX_MESSAGE,
             receive_timeout: Duration::from_secs(2),
+            ..ServerLimits::default()
         };
         let server = GrpcTransport::with_limits(limits.clone());
         let addr = node_on(&server, |req| Some(req.into())).await;
@@ -1658,6 +1869,7 @@ mod tests {
             max_streams: 8,
             request_bytes: MAX_MESSAGE,
             receive_timeout: Duration::from_secs(1),
+            ..ServerLimits::default()
         };
         let server = GrpcTransport::with_limits(limits.clone());
         let addr = node_on(&server, |req| Some(req.into())).await;
@@ -1701,11 +1913,178 @@ mod tests {
         tokio::time::sleep(4 * limits.receive_timeout).await;
         assert_eq!(server.connections(), 2, "an idle client was cut off");
         let got = client
-            .call(&addr, hello.clone().into(), in_a_second())
+            .call(&addr, NODE, hello.clone().into(), in_a_second())
             .await
             .expect("call");
         assert_eq!(got, hello);
         drop(idle);
+    }
+
+    /// Credentials in `dir` from one authority: `who` for each label.
+    fn issued(dir: &std::path::Path, who: &[Caller]) -> Vec<Credentials> {
+        let ca = dir.join("ca");
+        crate::tls::init_ca(&ca, "test").expect("authority");
+        who.iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let out = dir.join(format!("c{i}"));
+                crate::tls::issue(&ca, c, 1, &out).expect("issue");
+                Credentials::load(&out).expect("load")
+            })
+            .collect()
+    }
+
+    fn user(name: &str) -> Caller {
+        Caller::Client {
+            user: name.into(),
+            groups: vec![],
+        }
+    }
+
+    /// One caller holds at most `max_per_caller` connections on a secured server, so
+    /// it cannot take the slots every other caller needs; a connection it gives up is
+    /// its own to make again. A connection that carries no call for `idle_timeout` is
+    /// closed though it answers pings, and one in use is kept.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_caller_holds_few_connections_and_an_idle_one_is_closed() {
+        let d = tempfile::tempdir().unwrap();
+        let creds = issued(
+            d.path(),
+            &[Caller::Master { replica: 1 }, user("alice"), user("bob")],
+        );
+        let limits = ServerLimits {
+            max_connections: 16,
+            max_per_caller: 2,
+            receive_timeout: Duration::from_millis(600),
+            idle_timeout: Duration::from_secs(2),
+            ..ServerLimits::default()
+        };
+        let server = GrpcTransport::secured(limits, &creds[0]).unwrap();
+        let addr = node_on(&server, |req| Some(req.into())).await;
+        let hello = Bytes::from_static(b"hello");
+        let alice = GrpcTransport::secured(Default::default(), &creds[1]).unwrap();
+        let bob = GrpcTransport::secured(Default::default(), &creds[2]).unwrap();
+        // Each fresh transport is a connection of its own, as a process of its own.
+        let alices: Vec<GrpcTransport> = (0..3).map(|_| alice.fresh()).collect();
+        for a in &alices[..2] {
+            let got = a
+                .call(&addr, NODE, hello.clone().into(), in_a_second())
+                .await;
+            assert_eq!(got.expect("alice's first two"), hello);
+        }
+        let third = alices[2]
+            .call(&addr, NODE, hello.clone().into(), in_a_second())
+            .await;
+        assert!(third.is_err(), "a third connection of alice's was served");
+        eventually(Duration::from_secs(2), "alice's two connections", || {
+            server.connections() == 2
+        })
+        .await;
+        let got = bob
+            .call(&addr, NODE, hello.clone().into(), in_a_second())
+            .await;
+        assert_eq!(got.expect("bob is served beside alice"), hello);
+        // Alice's first two carry no more calls: closed after the idle timeout, while
+        // bob's, in use, is kept.
+        let busy = async {
+            for _ in 0..16 {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                bob.call(&addr, NODE, hello.clone().into(), in_a_second())
+                    .await
+                    .expect("bob's calls go on");
+            }
+        };
+        busy.await;
+        assert_eq!(server.connections(), 1, "only bob's connection is left");
+        // With alice's two gone, her third is served.
+        call_until_served(&alices[2], &addr, hello.clone(), Duration::from_secs(5)).await;
+    }
+
+    /// A caller reaches only the kind of server it means: a chunkserver's certificate
+    /// cannot answer a call meant for a master (a heartbeat's reply carries orders),
+    /// nor a master's one meant for a chunkserver; a user's certificate serves neither.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_server_must_hold_the_certificate_of_the_role_it_is_called_as() {
+        let d = tempfile::tempdir().unwrap();
+        let creds = issued(
+            d.path(),
+            &[
+                Caller::Master { replica: 1 },
+                Caller::Chunkserver { name: "cs1".into() },
+                user("alice"),
+            ],
+        );
+        let hello = Bytes::from_static(b"hello");
+        let alice = GrpcTransport::secured(Default::default(), &creds[2]).unwrap();
+        for (i, serves) in [(0, ServerRole::Master), (1, ServerRole::Chunkserver)] {
+            let server = GrpcTransport::secured(Default::default(), &creds[i]).unwrap();
+            let addr = node_on(&server, |req| Some(req.into())).await;
+            let got = alice
+                .call(&addr, serves, hello.clone().into(), in_a_second())
+                .await;
+            assert_eq!(got.expect("called as what it is"), hello);
+            let other = match serves {
+                ServerRole::Master => ServerRole::Chunkserver,
+                ServerRole::Chunkserver => ServerRole::Master,
+            };
+            let got = alice
+                .call(&addr, other, hello.clone().into(), in_a_second())
+                .await;
+            assert!(got.is_err(), "a {serves:?} answered as a {other:?}");
+        }
+        // A user's certificate names no server at all: served, it is refused as either.
+        let server = GrpcTransport::secured(Default::default(), &creds[2]).unwrap();
+        let addr = node_on(&server, |req| Some(req.into())).await;
+        for role in [ServerRole::Master, ServerRole::Chunkserver] {
+            let got = alice
+                .call(&addr, role, hello.clone().into(), in_a_second())
+                .await;
+            assert!(got.is_err(), "a user's certificate answered as a {role:?}");
+        }
+    }
+
+    /// A peer that opens connections and never starts its TLS handshake (it needs no
+    /// certificate to do so) holds at most `MAX_HANDSHAKES_PER_ADDRESS` slots, each for
+    /// no longer than a connection may stay silent; the rest of its connections are
+    /// closed at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn stalled_handshakes_hold_few_slots_and_not_for_long() {
+        let d = tempfile::tempdir().unwrap();
+        let creds = issued(d.path(), &[Caller::Master { replica: 1 }, user("alice")]);
+        let limits = ServerLimits {
+            max_connections: MAX_HANDSHAKES_PER_ADDRESS + 32,
+            receive_timeout: Duration::from_secs(2),
+            ..ServerLimits::default()
+        };
+        let server = GrpcTransport::secured(limits, &creds[0]).unwrap();
+        let addr = node_on(&server, |req| Some(req.into())).await;
+        let mut stalled = Vec::new();
+        for _ in 0..MAX_HANDSHAKES_PER_ADDRESS + 16 {
+            stalled.push(tokio::net::TcpStream::connect(&addr).await.expect("tcp"));
+        }
+        eventually(
+            Duration::from_secs(2),
+            "the stalled handshakes are counted",
+            || server.connections() == MAX_HANDSHAKES_PER_ADDRESS,
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            server.connections(),
+            MAX_HANDSHAKES_PER_ADDRESS,
+            "more handshakes from one address were kept"
+        );
+        // Past the handshake's time every one is closed, and a real caller is served.
+        eventually(
+            Duration::from_secs(5),
+            "the stalled handshakes are closed",
+            || server.connections() == 0,
+        )
+        .await;
+        let alice = GrpcTransport::secured(Default::default(), &creds[1]).unwrap();
+        let hello = Bytes::from_static(b"hello");
+        call_until_served(&alice, &addr, hello, Duration::from_secs(5)).await;
+        drop(stalled);
     }
 
     /// A call on `channel` whose reply's headers are awaited and its body left unread.
@@ -1731,6 +2110,7 @@ mod tests {
             max_streams: 32,
             request_bytes: MAX_MESSAGE,
             receive_timeout: Duration::from_secs(10),
+            ..ServerLimits::default()
         };
         let server = GrpcTransport::with_limits(limits.clone());
         let reply = pattern(8 << 20);
@@ -1739,7 +2119,7 @@ mod tests {
         let client = GrpcTransport::new();
         let hello = Bytes::from_static(b"hello");
         let got = client
-            .call(&addr, hello.clone().into(), in_a_second())
+            .call(&addr, NODE, hello.clone().into(), in_a_second())
             .await
             .expect("call");
         assert_eq!(got, reply);
@@ -1763,7 +2143,7 @@ mod tests {
         );
         // While they are held, new requests are refused rather than buffered.
         let refused = client
-            .call(&addr, pattern(16 << 20).into(), in_a_second())
+            .call(&addr, NODE, pattern(16 << 20).into(), in_a_second())
             .await;
         assert!(refused.is_err(), "a request passed the budget");
         assert!(
@@ -1780,7 +2160,7 @@ mod tests {
         )
         .await;
         let got = client
-            .call(&addr, hello.into(), in_a_second())
+            .call(&addr, NODE, hello.into(), in_a_second())
             .await
             .expect("served again");
         assert_eq!(got, reply);

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use prost::Message;
 use tessera::rt::TokioRuntime;
 use tessera::transport::GrpcTransport;
+use tessera_core::auth::ServerRole;
 use tessera_core::client::{Client, ClientConfig};
 use tessera_core::pb;
 use tessera_core::runtime::{Runtime, Transport};
@@ -352,7 +353,10 @@ impl Lib {
         let deadline = TokioRuntime.now() + Duration::from_secs(5);
         let reply = self
             .rt
-            .block_on(async { t.call(to, body.into(), deadline).await })
+            .block_on(async {
+                t.call(to, ServerRole::Chunkserver, body.into(), deadline)
+                    .await
+            })
             .map_err(|e| e.to_string())?;
         pb::ChunkResponse::decode(reply).map_err(|e| e.to_string())
     }
@@ -1212,15 +1216,16 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
     // Well-framed calls with nonsense inside: undecodable bodies, and requests that
     // decode but make no sense. Each gets an error reply; nobody falls over.
     let lib = Lib::new(&c.master_addr);
-    let call = |to: &str, body: Vec<u8>| -> Bytes {
+    let call = |to: &str, server: ServerRole, body: Vec<u8>| -> Bytes {
         let t = GrpcTransport::new();
         let deadline = TokioRuntime.now() + Duration::from_secs(5);
         lib.rt
-            .block_on(async { t.call(to, body.into(), deadline).await })
+            .block_on(async { t.call(to, server, body.into(), deadline).await })
             .unwrap_or_else(|e| panic!("{to} did not answer: {e}"))
     };
     let junk = vec![0xff; 64];
-    let r = pb::MasterResponse::decode(call(&c.master_addr, junk.clone())).unwrap();
+    let r =
+        pb::MasterResponse::decode(call(&c.master_addr, ServerRole::Master, junk.clone())).unwrap();
     assert_eq!(r.error.unwrap().code(), pb::ErrorCode::InvalidArgument);
     use pb::master_request::Req as M;
     for req in [
@@ -1259,12 +1264,13 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
             ..Default::default()
         }
         .encode_to_vec();
-        let r = pb::MasterResponse::decode(call(&c.master_addr, body)).unwrap();
+        let r = pb::MasterResponse::decode(call(&c.master_addr, ServerRole::Master, body)).unwrap();
         assert!(r.error.is_some(), "{r:?}");
     }
     use pb::chunk_request::Req as C;
     for (addr, _) in &c.servers {
-        let r = pb::ChunkResponse::decode(call(addr, junk.clone())).unwrap();
+        let r =
+            pb::ChunkResponse::decode(call(addr, ServerRole::Chunkserver, junk.clone())).unwrap();
         assert_eq!(r.error.unwrap().code(), pb::ErrorCode::InvalidArgument);
         for req in [
             C::Read(pb::ReadChunkRequest {
@@ -1298,7 +1304,7 @@ fn bad_input_gets_a_clear_error_and_a_nonzero_exit() {
             }),
         ] {
             let body = pb::ChunkRequest { req: Some(req) }.encode_to_vec();
-            let r = pb::ChunkResponse::decode(call(addr, body)).unwrap();
+            let r = pb::ChunkResponse::decode(call(addr, ServerRole::Chunkserver, body)).unwrap();
             assert!(r.error.is_some(), "{addr}: {r:?}");
         }
     }
@@ -2315,7 +2321,16 @@ fn forge(
     rt.block_on(async {
         let deadline = TokioRuntime.now() + Duration::from_secs(5);
         let b = net
-            .call(to, body.into(), deadline)
+            .call(
+                to,
+                if master {
+                    ServerRole::Master
+                } else {
+                    ServerRole::Chunkserver
+                },
+                body.into(),
+                deadline,
+            )
             .await
             .map_err(|e| e.to_string())?;
         let error = if master {

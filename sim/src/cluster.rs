@@ -12,7 +12,7 @@ use madsim::net::NetSim;
 use madsim::runtime::{Handle, NodeHandle};
 use madsim::task::NodeId;
 use madsim::time::Instant;
-use tessera_core::auth::Caller;
+use tessera_core::auth::{Caller, ServerRole};
 use tessera_core::chunkserver::ChunkserverConfig;
 use tessera_core::client::{Client, ClientConfig};
 use tessera_core::driver::{DriverError, chunkserver, group, master};
@@ -892,7 +892,7 @@ impl Cluster {
         let r = |n: u64| madsim::rand::random::<u64>() % n;
         let forged_version = 1_000_000 + r(1000);
         let cluster_id = if r(2) == 0 { 0 } else { madsim::rand::random() };
-        let (to, body) = if r(2) == 0 {
+        let (to, to_server, body) = if r(2) == 0 {
             let address = if r(2) == 0 {
                 format!("{}:{PORT}", ip(3, 1))
             } else {
@@ -922,7 +922,11 @@ impl Cluster {
                 })),
                 ..Default::default()
             };
-            (self.master_addr.clone(), req.encode_to_vec())
+            (
+                self.master_addr.clone(),
+                ServerRole::Master,
+                req.encode_to_vec(),
+            )
         } else {
             let req = pb::ChunkRequest {
                 req: Some(pb::chunk_request::Req::SetVersion(pb::SetVersionRequest {
@@ -937,7 +941,11 @@ impl Cluster {
                     ..Default::default()
                 })),
             };
-            (self.servers[other].addr.clone(), req.encode_to_vec())
+            (
+                self.servers[other].addr.clone(),
+                ServerRole::Chunkserver,
+                req.encode_to_vec(),
+            )
         };
         let (rt, net) = self.rogue_net(&[]);
         let checks = self.checks.clone();
@@ -978,14 +986,23 @@ impl Cluster {
         let with_capabilities = self.rogue_capabilities();
         self.rogue.spawn(async move {
             let deadline = rt.now() + std::time::Duration::from_secs(2);
-            if net.call(&to, body.into(), deadline).await.is_ok() {
+            if net
+                .call(&to, to_server, body.into(), deadline)
+                .await
+                .is_ok()
+            {
                 checks.lock().expect("checks").fault("rogue", 1);
             }
             for (what, req) in forged {
                 // Longer than a held mutation waits for its predecessors.
                 let deadline = rt.now() + std::time::Duration::from_secs(5);
                 let Ok(answer) = net
-                    .call(&server, req.encode_to_vec().into(), deadline)
+                    .call(
+                        &server,
+                        ServerRole::Chunkserver,
+                        req.encode_to_vec().into(),
+                        deadline,
+                    )
                     .await
                 else {
                     continue;
@@ -1099,7 +1116,12 @@ impl Cluster {
             // bound on its length stands in the way.
             let deadline = rt.now() + Duration::from_secs(5);
             if let Ok(answer) = insider
-                .call(&master, extend.encode_to_vec().into(), deadline)
+                .call(
+                    &master,
+                    ServerRole::Master,
+                    extend.encode_to_vec().into(),
+                    deadline,
+                )
                 .await
             {
                 let mut c = checks.lock().expect("checks");
@@ -1224,7 +1246,10 @@ impl Cluster {
             for ((kind, what, req), to) in tries.into_iter().zip(targets) {
                 let body = pb::ChunkRequest { req: Some(req) }.encode_to_vec();
                 let deadline = rt.now() + Duration::from_secs(5);
-                let Ok(answer) = net.call(&to, body.into(), deadline).await else {
+                let Ok(answer) = net
+                    .call(&to, ServerRole::Chunkserver, body.into(), deadline)
+                    .await
+                else {
                     continue;
                 };
                 let mut c = checks.lock().expect("checks");

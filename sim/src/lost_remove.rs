@@ -73,7 +73,12 @@ async fn once(
     };
     let deadline = rt.now() + patience;
     let reply = net
-        .call(to, req.encode_to_vec().into(), deadline)
+        .call(
+            to,
+            tessera_core::auth::ServerRole::Master,
+            req.encode_to_vec().into(),
+            deadline,
+        )
         .await
         .ok()?;
     pb::MasterResponse::decode(reply).ok()

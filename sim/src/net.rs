@@ -25,7 +25,7 @@ use std::time::Duration;
 use futures::SinkExt;
 use futures::channel::{mpsc, oneshot};
 use madsim::net::Endpoint;
-use tessera_core::auth::Caller;
+use tessera_core::auth::{Caller, ServerRole};
 use tessera_core::error::RpcError;
 use tessera_core::runtime::{Incoming, Parts, Runtime, Transport};
 use tessera_core::types::Time;
@@ -198,6 +198,7 @@ impl Transport for SimNet {
     fn call_parts(
         &self,
         to: &str,
+        server: ServerRole,
         body: Parts,
         deadline: Time,
     ) -> impl Future<Output = Result<Parts, RpcError>> + Send {
@@ -211,6 +212,14 @@ impl Transport for SimNet {
                 return Err(RpcError::TooLarge(body.len()));
             }
             let dst = parse(&to)?;
+            // The real transport checks the server's certificate names the role the
+            // caller means to reach: a caller that means the wrong kind fails the same.
+            if to_chunkserver(&dst) != (server == ServerRole::Chunkserver) {
+                return Err(RpcError::Unreachable(format!(
+                    "{to}: its certificate is not a {}'s",
+                    server.role().name()
+                )));
+            }
             let timeout = deadline.saturating_sub(rt.now());
             // When the caller gives up, in true time (a server's clock may be skewed).
             let expires = madsim::time::Instant::now() + timeout;

@@ -126,7 +126,15 @@ pub async fn group_whole(cluster: &Cluster) -> Result<(), String> {
                 ..Default::default()
             };
             let deadline = rt.now() + Duration::from_secs(2);
-            let status = match net.call(&a, req.encode_to_vec().into(), deadline).await {
+            let status = match net
+                .call(
+                    &a,
+                    tessera_core::auth::ServerRole::Master,
+                    req.encode_to_vec().into(),
+                    deadline,
+                )
+                .await
+            {
                 Ok(b) => match pb::MasterResponse::decode(b) {
                     Ok(pb::MasterResponse {
                         resp: Some(Resp::ReplicaStatus(s)),

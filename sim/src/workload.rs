@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
+use tessera_core::auth::ServerRole;
 use tessera_core::client::Client;
 use tessera_core::error::FsError;
 use tessera_core::record;
@@ -1036,10 +1037,10 @@ async fn explain(client: &C, path: &str, off: u64, want: u64, got: &[u8], f: &Fi
         .find(|&i| f.check_read(off + i as u64, 1, &got[i..=i]).is_err())
         .map_or(off, |i| off + i as u64);
     let (rt, net, master) = client.parts();
-    let call = |to: String, body: Vec<u8>| {
+    let call = |to: String, server: ServerRole, body: Vec<u8>| {
         let deadline = rt.now() + Duration::from_secs(2);
         let net = net.clone();
-        async move { net.call(&to, body.into(), deadline).await }
+        async move { net.call(&to, server, body.into(), deadline).await }
     };
     let req = pb::MasterRequest {
         req: Some(MReq::GetChunks(pb::GetChunksRequest {
@@ -1050,7 +1051,13 @@ async fn explain(client: &C, path: &str, off: u64, want: u64, got: &[u8], f: &Fi
         ..Default::default()
     };
     let _ = master;
-    let Ok(bytes) = call(client.masters().current(), req.encode_to_vec()).await else {
+    let Ok(bytes) = call(
+        client.masters().current(),
+        ServerRole::Master,
+        req.encode_to_vec(),
+    )
+    .await
+    else {
         return "master unreachable".into();
     };
     let Ok(pb::MasterResponse {
@@ -1083,7 +1090,7 @@ async fn explain(client: &C, path: &str, off: u64, want: u64, got: &[u8], f: &Fi
                 capability: c.capabilities.get(i).cloned(),
             })),
         };
-        let answer = match call(r.clone(), req.encode_to_vec())
+        let answer = match call(r.clone(), ServerRole::Chunkserver, req.encode_to_vec())
             .await
             .map(pb::ChunkResponse::decode)
         {
@@ -1369,7 +1376,12 @@ async fn ns_shadow_read(
     let (rt, net, _) = client.parts();
     let deadline = rt.now() + Duration::from_secs(2);
     let answer = net
-        .call(to, body.encode_to_vec().into(), deadline)
+        .call(
+            to,
+            ServerRole::Master,
+            body.encode_to_vec().into(),
+            deadline,
+        )
         .await
         .ok()
         .and_then(|b| pb::MasterResponse::decode(b).ok());
@@ -2318,7 +2330,15 @@ pub async fn get_chunks(
     // A master group: the replica the client believes leads, followed on as it would.
     let _ = master;
     let to = client.masters().current();
-    let bytes = match net.call(&to, req.encode_to_vec().into(), deadline).await {
+    let bytes = match net
+        .call(
+            &to,
+            ServerRole::Master,
+            req.encode_to_vec().into(),
+            deadline,
+        )
+        .await
+    {
         Ok(b) => b,
         Err(e) => {
             client.masters().unreachable(&to);
@@ -2365,7 +2385,12 @@ async fn read_replica(
     };
     let deadline = rt.now() + Duration::from_secs(5);
     let bytes = net
-        .call(replica, req.encode_to_vec().into(), deadline)
+        .call(
+            replica,
+            ServerRole::Chunkserver,
+            req.encode_to_vec().into(),
+            deadline,
+        )
         .await
         .map_err(|e| e.to_string())?;
     match pb::ChunkResponse::decode(bytes) {

@@ -303,7 +303,12 @@ fn spawn_call<R: Runtime, T: Transport>(
             let transport = transport.clone();
             rt.spawn(async move {
                 let _ = transport
-                    .call(&other, copy.encode_to_vec().into(), deadline)
+                    .call(
+                        &other,
+                        crate::auth::ServerRole::Master,
+                        copy.encode_to_vec().into(),
+                        deadline,
+                    )
                     .await;
             });
         }
@@ -313,7 +318,12 @@ fn spawn_call<R: Runtime, T: Transport>(
         let result = match call.req {
             Outgoing::Master(req) => {
                 let result = transport
-                    .call(&to, req.encode_to_vec().into(), deadline)
+                    .call(
+                        &to,
+                        crate::auth::ServerRole::Master,
+                        req.encode_to_vec().into(),
+                        deadline,
+                    )
                     .await
                     .and_then(|b| {
                         pb::MasterResponse::decode(b).map_err(|e| RpcError::Decode(e.to_string()))
@@ -331,7 +341,12 @@ fn spawn_call<R: Runtime, T: Transport>(
             }
             // A clone's data arrives as a piece of its own: decoded as a slice of it.
             Outgoing::Chunk(req) => transport
-                .call_parts(&to, wire::request_parts(req), deadline)
+                .call_parts(
+                    &to,
+                    crate::auth::ServerRole::Chunkserver,
+                    wire::request_parts(req),
+                    deadline,
+                )
                 .await
                 .and_then(|b| {
                     pb::ChunkResponse::decode(PartsReader::from(b))

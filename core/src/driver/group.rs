@@ -373,7 +373,12 @@ fn send<R: Runtime, T: Transport>(
         rt.spawn(async move {
             // Lost or refused: raft-rs sends again.
             if let Ok(answer) = transport
-                .call_parts(&to, msg.encode_to_vec().into(), deadline)
+                .call_parts(
+                    &to,
+                    crate::auth::ServerRole::Master,
+                    msg.encode_to_vec().into(),
+                    deadline,
+                )
                 .await
             {
                 take_answer(&rt2, &tx, answer);
@@ -387,7 +392,12 @@ fn send<R: Runtime, T: Transport>(
             for msg in msgs {
                 let deadline = rt2.now() + timeout;
                 match transport
-                    .call_parts(&to, msg.encode_to_vec().into(), deadline)
+                    .call_parts(
+                        &to,
+                        crate::auth::ServerRole::Master,
+                        msg.encode_to_vec().into(),
+                        deadline,
+                    )
                     .await
                 {
                     Ok(answer) => take_answer(&rt2, &tx, answer),

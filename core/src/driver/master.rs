@@ -727,7 +727,12 @@ pub(crate) fn spawn_call<R: Runtime, T: Transport, E: Send + 'static>(
     let deadline = rt.now() + call.timeout.unwrap_or(default_timeout);
     rt.spawn(async move {
         let outcome = transport
-            .call(&call.to, call.req.encode_to_vec().into(), deadline)
+            .call(
+                &call.to,
+                crate::auth::ServerRole::Chunkserver,
+                call.req.encode_to_vec().into(),
+                deadline,
+            )
             .await
             .and_then(|b| {
                 pb::ChunkResponse::decode(b).map_err(|e| RpcError::Decode(e.to_string()))
