@@ -119,6 +119,13 @@ impl NetFaults {
         held(permille, room(within))
     }
 
+    fn violation(&self, true_ms: i64, what: String) {
+        let checks = self.0.lock().expect("net faults").checks.clone();
+        if let Some(c) = checks {
+            c.lock().expect("checks").violation(true_ms, what);
+        }
+    }
+
     fn count(&self, kind: &'static str) {
         let checks = self.0.lock().expect("net faults").checks.clone();
         if let Some(c) = checks {
@@ -214,7 +221,14 @@ impl Transport for SimNet {
             let dst = parse(&to)?;
             // The real transport checks the server's certificate names the role the
             // caller means to reach: a caller that means the wrong kind fails the same.
+            // No node means to call a server of another kind: one that did is a bug
+            // the real transport would turn into a cluster that never works.
             if to_chunkserver(&dst) != (server == ServerRole::Chunkserver) {
+                let what = format!(
+                    "{me:?} called {to} as a {}, which it is not",
+                    server.role().name()
+                );
+                faults.violation(rt.true_ms(), what);
                 return Err(RpcError::Unreachable(format!(
                     "{to}: its certificate is not a {}'s",
                     server.role().name()

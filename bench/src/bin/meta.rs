@@ -12,6 +12,12 @@
 //!   killed replica is started again and caught up before the next kill. Reported
 //!   beside the time of a `tessera mkdir` with no failure (the command's own cost).
 //!
+//! The cost of authentication, in the same run: the same benchmark on a master alone
+//! run secured (mutual TLS on every connection, each request authorized by its caller's
+//! certificate, permissions checked on every path), between two insecure runs, each
+//! secured figure against the mean of the insecure ones either side of it; and on a
+//! group, secured beside insecure. The shadow lag and the kills run on the secured group.
+//!
 //! Baseline, in the same run: this disk's rate of small synced writes, alone and with two
 //! writers at once. One client's creates each wait for a sync (on a group, the leader's
 //! and a follower's, on this one disk), so that rate bounds them.
@@ -72,30 +78,81 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-fn tessera(bin: &Path, master: &str, args: &[&str]) -> std::process::Output {
-    Command::new(bin)
-        .args(args)
-        .env("TESSERA_MASTER", master)
-        .output()
-        .expect("run tessera")
+/// The binary run as the holder of `who`'s credentials in `pki` (a secured cluster's
+/// node or admin), or as an insecure cluster's.
+fn as_holder(bin: &Path, pki: Option<&Path>, who: &str) -> Command {
+    let mut cmd = Command::new(bin);
+    match pki {
+        Some(p) => {
+            cmd.env("TESSERA_CERTS", p.join(who))
+                .env_remove("TESSERA_INSECURE");
+        }
+        None => {
+            cmd.env("TESSERA_INSECURE", "true")
+                .env_remove("TESSERA_CERTS");
+        }
+    }
+    cmd
+}
+
+/// A certificate authority in `dir`, and credentials from it for three master
+/// replicas (`master1`..`master3`) and an admin (who runs the benchmark's clients).
+fn make_pki(bin: &Path, dir: &Path) -> PathBuf {
+    let pki = dir.join("pki");
+    let ca = pki.join("ca");
+    let run = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new(bin).args(args).output().expect("run tessera");
+        assert!(out.status.success(), "tessera {args:?}: {out:?}");
+    };
+    run(&[
+        "admin".as_ref(),
+        "certs".as_ref(),
+        "init".as_ref(),
+        "--ca".as_ref(),
+        ca.as_os_str(),
+    ]);
+    let mut holders = vec![("admin", "root".to_string(), "admin".to_string())];
+    for i in 1..=3 {
+        holders.push(("master", i.to_string(), format!("master{i}")));
+    }
+    for (role, name, out) in holders {
+        let out = pki.join(out);
+        run(&[
+            "admin".as_ref(),
+            "certs".as_ref(),
+            "issue".as_ref(),
+            "--ca".as_ref(),
+            ca.as_os_str(),
+            "--role".as_ref(),
+            role.as_ref(),
+            "--name".as_ref(),
+            name.as_ref(),
+            "--out".as_ref(),
+            out.as_os_str(),
+        ]);
+    }
+    pki
 }
 
 /// Master processes: one alone, or the replicas of a group.
 struct Masters {
     bin: PathBuf,
     dir: PathBuf,
+    /// The credentials of a secured group (`make_pki`); None: insecure.
+    pki: Option<PathBuf>,
     addrs: Vec<String>,
     procs: Vec<Option<Child>>,
 }
 
 impl Masters {
-    fn start(bin: &Path, dir: &Path, n: usize) -> Masters {
+    fn start(bin: &Path, dir: &Path, n: usize, pki: Option<&Path>) -> Masters {
         let addrs = (0..n)
             .map(|_| format!("127.0.0.1:{}", free_port()))
             .collect();
         let mut m = Masters {
             bin: bin.into(),
             dir: dir.into(),
+            pki: pki.map(Path::to_path_buf),
             addrs,
             procs: Vec::new(),
         };
@@ -113,7 +170,7 @@ impl Masters {
             .append(true)
             .open(self.dir.join(format!("master{i}.log")))
             .expect("log");
-        let mut cmd = Command::new(&self.bin);
+        let mut cmd = as_holder(&self.bin, self.pki.as_deref(), &format!("master{}", i + 1));
         cmd.args(["master", "--data-dir"])
             .arg(self.dir.join(format!("master{i}")))
             .args(["--listen", &self.addrs[i]]);
@@ -133,9 +190,21 @@ impl Masters {
         self.addrs.join(",")
     }
 
+    /// The binary as the admin of this group, given its masters.
+    fn admin(&self) -> Command {
+        let mut cmd = as_holder(&self.bin, self.pki.as_deref(), "admin");
+        cmd.env("TESSERA_MASTER", self.list());
+        cmd
+    }
+
+    /// A command of the admin's, run to its end.
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        self.admin().args(args).output().expect("run tessera")
+    }
+
     /// Until a mkdir answers (a group has elected its leader).
     fn wait_ready(&self) {
-        let out = tessera(&self.bin, &self.list(), &["mkdir", "-p", "/ready"]);
+        let out = self.run(&["mkdir", "-p", "/ready"]);
         assert!(
             out.status.success(),
             "the masters did not come up: {}",
@@ -145,7 +214,7 @@ impl Masters {
 
     /// `tessera admin masters`: (address, role, lag in ms) of each replica answering.
     fn roles(&self) -> Vec<(String, String, Option<u64>)> {
-        let out = tessera(&self.bin, &self.list(), &["admin", "masters"]);
+        let out = self.run(&["admin", "masters"]);
         let text = String::from_utf8_lossy(&out.stdout);
         text.lines()
             .skip(1)
@@ -215,18 +284,14 @@ fn cpu_ms(m: &Masters) -> f64 {
 /// number of clients, and the masters' CPU time per 1,000 operations (of every kind).
 fn bench(m: &Masters, clients: &str, files: usize) -> (String, Vec<f64>, f64) {
     let cpu_before = cpu_ms(m);
-    let out = tessera(
-        &m.bin,
-        &m.list(),
-        &[
-            "bench",
-            "meta",
-            "--clients",
-            clients,
-            "--files",
-            &files.to_string(),
-        ],
-    );
+    let out = m.run(&[
+        "bench",
+        "meta",
+        "--clients",
+        clients,
+        "--files",
+        &files.to_string(),
+    ]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -302,18 +367,46 @@ fn main() {
     let sync1 = syncs_per_sec(&a.dir, 1, 1000);
     let sync2 = syncs_per_sec(&a.dir, 2, 1000);
 
-    let single_dir = a.dir.join("single");
-    std::fs::create_dir_all(&single_dir).expect("dir");
-    let single = Masters::start(&bin, &single_dir, 1);
-    let (single_text, single_creates, single_cpu) = bench(&single, "1,16", a.files);
-    drop(single);
+    let pki = make_pki(&bin, &a.dir);
+    // Started, measured with one and with 16 clients, and stopped.
+    let measure = |name: &str, n: usize, pki: Option<&Path>| {
+        let dir = a.dir.join(name);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let m = Masters::start(&bin, &dir, n, pki);
+        bench(&m, "1,16", a.files)
+    };
+    let (single_text, single_creates, single_cpu) = measure("single", 1, None);
     println!("== one master\n{single_text}");
+    let (secured_text, secured_creates, _) = measure("single-secured", 1, Some(&pki));
+    println!("== one master, secured\n{secured_text}");
+    let (_, again_creates, _) = measure("single-again", 1, None);
 
-    let group_dir = a.dir.join("group");
-    std::fs::create_dir_all(&group_dir).expect("dir");
-    let mut group = Masters::start(&bin, &group_dir, 3);
-    let (group_text, group_creates, group_cpu) = bench(&group, "1,16", a.files);
+    let (group_text, group_creates, group_cpu) = measure("group", 3, None);
     println!("== a group of three master replicas\n{group_text}");
+    let group_dir = a.dir.join("group-secured");
+    std::fs::create_dir_all(&group_dir).expect("dir");
+    let mut group = Masters::start(&bin, &group_dir, 3, Some(&pki));
+    let (gsec_text, gsec_creates, _) = bench(&group, "1,16", a.files);
+    println!("== a group of three master replicas, secured\n{gsec_text}");
+
+    println!(
+        "== the cost of authentication: creates per second secured, against insecure in the same run (goal: >= 0.9)"
+    );
+    for (i, clients) in [1, 16].iter().enumerate() {
+        let (a1, s, a2, g, gs) = (
+            single_creates[i],
+            secured_creates[i],
+            again_creates[i],
+            group_creates[i],
+            gsec_creates[i],
+        );
+        println!(
+            "clients={clients:<2}  one master: insecure {a1:.0} and {a2:.0}/s, secured {s:.0}/s ({:.3} of their mean)  \
+             group: insecure {g:.0}/s, secured {gs:.0}/s ({:.3})",
+            s / ((a1 + a2) / 2.0),
+            gs / g
+        );
+    }
 
     println!("== creates per second, this run (QFS's metaserver for reference, not measured here)");
     for (i, clients) in [1, 16].iter().enumerate() {
@@ -341,9 +434,9 @@ fn main() {
     );
 
     // Shadow lag under a steady create load.
-    let load = Command::new(&bin)
+    let load = group
+        .admin()
         .args(["bench", "meta", "--clients", "4", "--files", "3000"])
-        .env("TESSERA_MASTER", group.list())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -373,7 +466,7 @@ fn main() {
     let mut plain = Vec::new();
     for k in 0..5 {
         let t = Instant::now();
-        let out = tessera(&bin, &group.list(), &["mkdir", &format!("/plain{k}")]);
+        let out = group.run(&["mkdir", &format!("/plain{k}")]);
         assert!(out.status.success());
         plain.push(t.elapsed().as_secs_f64() * 1e3);
     }
@@ -390,7 +483,7 @@ fn main() {
             .expect("a member");
         group.kill(i);
         let t = Instant::now();
-        let out = tessera(&bin, &group.list(), &["mkdir", &format!("/after-kill{k}")]);
+        let out = group.run(&["mkdir", &format!("/after-kill{k}")]);
         let pause = t.elapsed();
         assert!(
             out.status.success(),
