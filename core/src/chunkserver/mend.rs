@@ -186,9 +186,8 @@ impl Chunkserver {
                 version: src.version,
                 offset: start as u64,
                 length: len as u64,
-                // A chunkserver reads another's copy for its master's order: no
-                // capability (`crate::auth`: a chunkserver may read any copy).
-                capability: None,
+                // The master's leave, given with the order.
+                capability: src.capability.clone(),
             })),
         };
         let to = src.address.clone();

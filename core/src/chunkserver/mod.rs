@@ -383,7 +383,7 @@ enum CallCtx {
         id: RequestId,
         h: ChunkHandle,
         version: Version,
-        source: String,
+        source: versions::Source,
         buf: BytesMut,
     },
     ReportCorrupt,
@@ -643,7 +643,6 @@ impl Chunkserver {
     fn check_capability(&self, from: &Caller, r: &Req) -> Result<(), FsError> {
         use capability::{APPEND, READ, WRITE, Want};
         let (cap, want) = match r {
-            Req::Read(_) if matches!(from, Caller::Chunkserver { .. }) => return Ok(()),
             Req::Read(r) => (r.capability.as_ref(), (r.handle, r.version, READ)),
             Req::Write(r) => (r.capability.as_ref(), (r.handle, r.version, WRITE)),
             Req::Append(r) => (r.capability.as_ref(), (r.handle, r.version, APPEND)),

@@ -2470,6 +2470,7 @@ fn a_deposed_master_leader_is_refused_and_changes_nothing() {
             version: 1_000_000,
             source: "elsewhere".into(),
             cluster_id: OURS,
+            source_capability: None,
         }),
         R::RevokeLease(pb::RevokeLeaseRequest {
             epoch: 2,
@@ -2533,6 +2534,7 @@ fn a_master_of_another_cluster_is_refused_and_changes_nothing() {
             version: 1_000_000,
             source: "elsewhere".into(),
             cluster_id: theirs,
+            source_capability: None,
         }));
         assert!(r.error.is_some(), "{r:?}");
         let r = h.req(R::RevokeLease(pb::RevokeLeaseRequest {
@@ -2788,6 +2790,7 @@ fn mend(dst: &mut H, sources: &mut [&mut H], h: u64, version: u64) -> (pb::Chunk
                     .map(|s| pb::MendSource {
                         address: s.cs.cfg.address.clone(),
                         version: 1,
+                        capability: None,
                     })
                     .collect(),
                 ..Default::default()
@@ -3273,7 +3276,8 @@ fn a_write_names_exactly_the_secondaries_its_capability_does() {
 /// key arrives in a heartbeat reply and is reported in the next heartbeat; a read, a
 /// write, an append, a pushed piece and a forwarded mutation each go through under the
 /// capability the master signs for their sender, and are refused without one, under an
-/// expired one, another's, or one for other operations, changing nothing.
+/// expired one, another's, or one for other operations, changing nothing; and so does
+/// a chunkserver's read of another's copy (a clone's, a mend's).
 #[test]
 fn reads_writes_pushes_and_mutations_need_a_capability_for_their_sender() {
     use crate::auth::Caller;
@@ -3428,8 +3432,14 @@ fn reads_writes_pushes_and_mutations_need_a_capability_for_their_sender() {
         alice.clone(),
     );
     assert!(r.error.is_none(), "{r:?}");
-    // A chunkserver reading for a clone needs none.
-    assert!(h.req_from(read(None), peer.clone()).error.is_none());
+    // A chunkserver reading for a clone or a mend needs the master's leave as well,
+    // one to read: with it, it reads.
+    for c in [None, cap(WRITE, &peer)] {
+        let e = h.req_from(read(c), peer.clone()).error.expect("refused");
+        assert_eq!(e.code, pb::ErrorCode::PermissionDenied as i32, "{e:?}");
+    }
+    let r = h.req_from(read(cap(READ, &peer)), peer.clone());
+    assert!(r.error.is_none(), "{r:?}");
     // Past its life, a capability is refused.
     h.now = h.now + life + std::time::Duration::from_millis(1);
     let e = h

@@ -3,6 +3,13 @@
 
 use super::*;
 
+/// Where a clone reads its copy from, and the master's leave to read it there.
+#[derive(Clone, Debug)]
+pub(super) struct Source {
+    pub addr: String,
+    pub capability: Option<pb::Capability>,
+}
+
 impl Chunkserver {
     pub(super) fn start_set_version(
         &mut self,
@@ -98,7 +105,11 @@ impl Chunkserver {
         // newer one: an order to clone that arrives late (delayed, or sent twice) must
         // not take the copy back to an older version and its data.
         self.newer_than_clone(r.handle, r.version)?;
-        self.clone_read(id, r.handle, r.version, r.source, BytesMut::new());
+        let source = Source {
+            addr: r.source,
+            capability: r.source_capability,
+        };
+        self.clone_read(id, r.handle, r.version, source, BytesMut::new());
         Ok(None)
     }
 
@@ -118,7 +129,7 @@ impl Chunkserver {
         id: RequestId,
         h: ChunkHandle,
         version: Version,
-        source: String,
+        source: Source,
         buf: BytesMut,
     ) {
         let req = pb::ChunkRequest {
@@ -127,12 +138,13 @@ impl Chunkserver {
                 version,
                 offset: buf.len() as u64,
                 length: self.cfg.clone_piece,
-                // As for a mend's reads (`mend.rs`).
-                capability: None,
+                // The master's, given with the order: the source checks it as any
+                // reader's.
+                capability: source.capability.clone(),
             })),
         };
         self.call(
-            Dest::Peer(source.clone()),
+            Dest::Peer(source.addr.clone()),
             Outgoing::Chunk(req),
             CallCtx::CloneRead {
                 id,
@@ -149,7 +161,7 @@ impl Chunkserver {
         id: RequestId,
         h: ChunkHandle,
         version: Version,
-        source: String,
+        source: Source,
         mut buf: BytesMut,
         result: Result<Reply, RpcError>,
     ) {

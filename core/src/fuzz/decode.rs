@@ -647,6 +647,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
             sources: vec![pb::MendSource {
                 address: "cs1:1".into(),
                 version: 1,
+                capability: None,
             }],
             cluster_id: CLUSTER_ID,
             epoch: 0,

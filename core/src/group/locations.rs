@@ -35,19 +35,27 @@ struct Report {
     chunks: HashMap<ChunkHandle, Version>,
     /// Its run and capability keys, for a shadow's capabilities (`crate::capability`).
     keys: crate::capability::ServerKeys,
+    /// The name in the certificate its report came with (empty: insecure), as the
+    /// master's registry binds it (`master/servers.rs`).
+    cert: String,
 }
 
 impl Locations {
-    /// Takes in a heartbeat (a copy or not). Refused (returns false): a report without
-    /// an address, of another cluster's server, of no cluster once this one has its id,
-    /// of an address another server holds (heard from within `timeout`), or of one
-    /// address too many.
+    /// Takes in a heartbeat (a copy or not) that came with certificate name `cert`
+    /// (empty: nobody is authenticated). Refused (returns false): a report without an
+    /// address, of another cluster's server, of no cluster once this one has its id, of
+    /// an address another server or another certificate holds (heard from within
+    /// `timeout`), from a certificate that speaks for a server at another address
+    /// (heard from within `timeout`: one certificate, one server), or of one address
+    /// too many. So a chunkserver's certificate cannot have a shadow name it as the
+    /// holder of chunks another server holds.
     pub fn record(
         &mut self,
         now: Time,
         r: &pb::HeartbeatRequest,
         cluster_id: u64,
         timeout: Duration,
+        cert: &str,
     ) -> bool {
         if r.address.is_empty() || r.cluster_id != cluster_id {
             return false;
@@ -56,8 +64,17 @@ impl Locations {
             .retain(|_, s| now < s.at + timeout * FORGET_AFTER);
         match self.servers.get(&r.address) {
             Some(s) if s.id != r.server_id && now < s.at + timeout => return false,
+            Some(s) if s.cert != cert && now < s.at + timeout => return false,
             None if self.servers.len() >= MAX_SERVERS => return false,
             _ => {}
+        }
+        if !cert.is_empty()
+            && self
+                .servers
+                .iter()
+                .any(|(a, s)| *a != r.address && s.cert == cert && now < s.at + timeout)
+        {
+            return false;
         }
         self.servers.insert(
             r.address.clone(),
@@ -69,6 +86,7 @@ impl Locations {
                 used: r.used_bytes,
                 chunks: r.chunks.iter().map(|c| (c.handle, c.version)).collect(),
                 keys: crate::capability::ServerKeys::from_heartbeat(now, r),
+                cert: cert.to_string(),
             },
         );
         true
@@ -255,29 +273,35 @@ mod tests {
         let mut l = Locations::default();
         let t = Time(10_000);
         for (a, v) in [("a", 2), ("b", 2), ("c", 1), ("d", 7), ("e", 2)] {
-            assert!(l.record(t, &heartbeat(a, &[(1, v)]), 9, timeout));
+            assert!(l.record(t, &heartbeat(a, &[(1, v)]), 9, timeout, ""));
         }
         let mut other = heartbeat("x", &[(1, 2)]);
         other.cluster_id = 8;
-        assert!(!l.record(t, &other, 9, timeout), "another cluster's server");
+        assert!(
+            !l.record(t, &other, 9, timeout, ""),
+            "another cluster's server"
+        );
         other.cluster_id = 0;
-        assert!(!l.record(t, &other, 9, timeout), "a server of no cluster");
+        assert!(
+            !l.record(t, &other, 9, timeout, ""),
+            "a server of no cluster"
+        );
         let mut usurper = heartbeat("a", &[(1, 3)]);
         usurper.server_id = 77;
         assert!(
-            !l.record(t, &usurper, 9, timeout),
+            !l.record(t, &usurper, 9, timeout, ""),
             "an address another server holds"
         );
         let c = meta.chunks.get(1).unwrap().clone();
         assert_eq!(l.replicas(t, timeout, &meta, 1, &c), ["a", "b"]);
         // A copy at the reserved version was granted after this state: it is the
         // newest, and the only one named.
-        l.record(t, &heartbeat("b", &[(1, 3)]), 9, timeout);
+        l.record(t, &heartbeat("b", &[(1, 3)]), 9, timeout, "");
         assert_eq!(l.replicas(t, timeout, &meta, 1, &c), ["b"]);
         // Quiet servers are not named; a server heard again is.
         let later = t + timeout;
         assert!(l.replicas(later, timeout, &meta, 1, &c).is_empty());
-        l.record(later, &heartbeat("a", &[(1, 2)]), 9, timeout);
+        l.record(later, &heartbeat("a", &[(1, 2)]), 9, timeout, "");
         assert_eq!(l.replicas(later, timeout, &meta, 1, &c), ["a"]);
         let r = l.report(later, timeout, &meta, 1024);
         assert_eq!(
@@ -285,5 +309,29 @@ mod tests {
             (1, 1, 1, 9)
         );
         assert_eq!(r.servers.iter().filter(|s| s.alive).count(), 1);
+    }
+
+    /// A shadow binds a server's address to the certificate its reports came with, as
+    /// the master does: another certificate cannot report chunks at that address while
+    /// it is heard from, nor one certificate speak for two addresses at once.
+    #[test]
+    fn a_report_is_taken_only_from_the_certificate_that_holds_its_address() {
+        let timeout = Duration::from_secs(3);
+        let mut l = Locations::default();
+        let t = Time(10_000);
+        assert!(l.record(t, &heartbeat("a", &[(1, 2)]), 9, timeout, "host-a"));
+        assert!(
+            !l.record(t, &heartbeat("a", &[(2, 2)]), 9, timeout, "host-b"),
+            "another certificate reported for a live server's address"
+        );
+        assert!(
+            !l.record(t, &heartbeat("b", &[(1, 2)]), 9, timeout, "host-a"),
+            "one certificate reported for a second address"
+        );
+        assert!(l.record(t, &heartbeat("b", &[(1, 2)]), 9, timeout, "host-b"));
+        // Silent past the timeout, an address and a certificate are free again.
+        let later = t + timeout;
+        assert!(l.record(later, &heartbeat("a", &[(1, 2)]), 9, timeout, "host-c"));
+        assert!(l.record(later, &heartbeat("c", &[(1, 2)]), 9, timeout, "host-b"));
     }
 }

@@ -625,14 +625,14 @@ impl Replica {
                 Some(Req::Heartbeat(ref hb)) if hb.copy => {
                     // For this replica's chunk locations only: the leader's master hears
                     // the server's own heartbeat, and answers it.
-                    self.record_heartbeat(hb);
+                    self.record_heartbeat(hb, &from);
                     self.out
                         .replies
                         .push((id, master::ok(Resp::Empty(pb::Empty {}))));
                 }
                 _ => {
                     if let Some(Req::Heartbeat(hb)) = &req.req {
-                        self.record_heartbeat(hb);
+                        self.record_heartbeat(hb, &from);
                     }
                     self.on_request(id, req, from)
                 }
@@ -738,12 +738,13 @@ impl Replica {
         }
     }
 
-    fn record_heartbeat(&mut self, hb: &pb::HeartbeatRequest) {
+    fn record_heartbeat(&mut self, hb: &pb::HeartbeatRequest, from: &Caller) {
         let recorded = self.locations.record(
             self.now,
             hb,
             self.shadow.meta.cluster_id,
             self.mcfg.heartbeat_timeout,
+            crate::master::cert_name(from),
         );
         if !recorded {
             tracing::debug!(server = %hb.address, "a heartbeat not taken for chunk locations");

@@ -522,7 +522,7 @@ impl Master {
 
 /// The name a chunkserver's certificate gives it; empty for an unauthenticated peer (an
 /// insecure cluster). `crate::auth` lets no other role send a heartbeat or a report.
-fn cert_name(from: &Caller) -> &str {
+pub(crate) fn cert_name(from: &Caller) -> &str {
     match from {
         Caller::Chunkserver { name } => name,
         _ => "",

@@ -139,9 +139,15 @@ impl Master {
         let mut sources: Vec<pb::MendSource> = Vec::new();
         for (addr, version) in named {
             if addr != *own && sources.iter().all(|s| s.address != addr) {
+                // A source this master knows no keys of (not registered since it
+                // started) is asked without: refused on a secured cluster, and skipped.
+                let capability = self.servers.find(&addr).and_then(|s| {
+                    self.peer_read_capability(h, version, s, server, self.cfg.clone_timeout)
+                });
                 sources.push(pb::MendSource {
                     address: addr,
                     version,
+                    capability,
                 });
             }
         }

@@ -18,6 +18,7 @@ mod config;
 mod fallback;
 mod gc;
 mod heartbeat;
+pub(crate) use heartbeat::cert_name;
 mod invariants;
 mod leases;
 mod locks;
@@ -51,8 +52,9 @@ use crate::capability;
 use crate::error::{FsError, RpcError};
 use crate::pb::{self, log_record::Op, master_request::Req, master_response::Resp};
 use crate::rng::Rng;
-use crate::types::{ChunkHandle, LogSeq, Time};
+use crate::types::{ChunkHandle, LogSeq, Time, Version};
 use perms::Check;
+use std::time::Duration;
 
 /// Names one inbound request, so its reply can find its way back. Chosen by the driver.
 pub type RequestId = u64;
@@ -554,6 +556,37 @@ impl Master {
 
     /// Signs the capabilities of the locations and write targets about to go out, for
     /// the callers that asked (`crate::capability`).
+    /// The leave for chunkserver `reader` to read chunk `h` at `version` from `holder`'s
+    /// copy (a clone's or a mend's source), for `life` at most (the key's own life bounds
+    /// it too); None on an insecure cluster, where the reader's certificate names
+    /// nobody. Signed with `holder`'s key, so it is good on that server alone.
+    pub(super) fn peer_read_capability(
+        &self,
+        h: ChunkHandle,
+        version: Version,
+        holder: ServerIdx,
+        reader: ServerIdx,
+        life: Duration,
+    ) -> Option<pb::Capability> {
+        let name = &self.servers.get(reader).cert;
+        if name.is_empty() {
+            return None;
+        }
+        let want = capability::Want {
+            handle: h,
+            version,
+            ops: capability::READ,
+        };
+        let subject = Caller::Chunkserver { name: name.clone() };
+        Some(self.servers.get(holder).keys.issue(
+            &self.meta.capability_secret,
+            self.now,
+            life,
+            want,
+            &subject,
+        ))
+    }
+
     fn sign_replies(&mut self) {
         if self.signing.is_empty() {
             return;

@@ -320,12 +320,15 @@ impl Master {
             .note_creation(target, self.now, self.cfg.creation_window);
         self.repl.in_flight.entry(h).or_default().push(target);
         self.repl.running += 1;
+        let source_capability =
+            self.peer_read_capability(h, version, source, target, self.cfg.clone_timeout);
         let req = CReq::Clone(pb::CloneChunkRequest {
             epoch: self.epoch,
             handle: h,
             version,
             source: self.servers.get(source).addr.clone(),
             cluster_id: self.meta.cluster_id,
+            source_capability,
         });
         self.call(
             target,
