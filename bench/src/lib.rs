@@ -1,5 +1,7 @@
 //! Shared helpers for Tessera's benchmarks: a harness that drives the pure master state
-//! machine the way its driver would, answering its calls to chunkservers at once.
+//! machine the way its driver would, answering its calls to chunkservers at once; and,
+//! for the benchmarks that start clusters of processes, credentials and the commands
+//! that run as their holders.
 
 use std::time::Duration;
 
@@ -153,4 +155,68 @@ impl MasterHarness {
             other => panic!("{other:?}"),
         }
     }
+}
+
+/// The binary run as the holder of `who`'s credentials in `pki` (a secured cluster's
+/// node or user, from [`make_pki`]), or as an insecure cluster's.
+pub fn as_holder(
+    bin: &std::path::Path,
+    pki: Option<&std::path::Path>,
+    who: &str,
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new(bin);
+    match pki {
+        Some(p) => {
+            cmd.env("TESSERA_CERTS", p.join(who))
+                .env_remove("TESSERA_INSECURE");
+        }
+        None => {
+            cmd.env("TESSERA_INSECURE", "true")
+                .env_remove("TESSERA_CERTS");
+        }
+    }
+    cmd
+}
+
+/// A certificate authority in `dir/pki/ca`, and credentials from it for each of
+/// `holders`, (role, name, directory under `dir/pki`) each, made with the binary's own
+/// `admin certs` commands. Returns `dir/pki`.
+pub fn make_pki(
+    bin: &std::path::Path,
+    dir: &std::path::Path,
+    holders: &[(&str, String, String)],
+) -> std::path::PathBuf {
+    let pki = dir.join("pki");
+    let ca = pki.join("ca");
+    let run = |args: &[&std::ffi::OsStr]| {
+        let out = std::process::Command::new(bin)
+            .args(args)
+            .output()
+            .expect("run tessera");
+        assert!(out.status.success(), "tessera {args:?}: {out:?}");
+    };
+    run(&[
+        "admin".as_ref(),
+        "certs".as_ref(),
+        "init".as_ref(),
+        "--ca".as_ref(),
+        ca.as_os_str(),
+    ]);
+    for (role, name, out) in holders {
+        let out = pki.join(out);
+        run(&[
+            "admin".as_ref(),
+            "certs".as_ref(),
+            "issue".as_ref(),
+            "--ca".as_ref(),
+            ca.as_os_str(),
+            "--role".as_ref(),
+            role.as_ref(),
+            "--name".as_ref(),
+            name.as_ref(),
+            "--out".as_ref(),
+            out.as_os_str(),
+        ]);
+    }
+    pki
 }

@@ -35,6 +35,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use tessera_bench::as_holder;
+
 const MIB: u64 = 1 << 20;
 
 struct Args {
@@ -188,39 +190,9 @@ fn start_cluster(bin: &Path, dir: &Path) -> Cluster {
     start_cluster_with(bin, dir, None, None)
 }
 
-/// The binary run as the holder of credentials `who` of `pki` (a secured cluster's
-/// node or user), or as an insecure cluster's.
-fn as_holder(bin: &Path, pki: Option<&Path>, who: &str) -> Command {
-    let mut cmd = Command::new(bin);
-    match pki {
-        Some(p) => {
-            cmd.env("TESSERA_CERTS", p.join(who))
-                .env_remove("TESSERA_INSECURE");
-        }
-        None => {
-            cmd.env("TESSERA_INSECURE", "true")
-                .env_remove("TESSERA_CERTS");
-        }
-    }
-    cmd
-}
-
 /// A certificate authority in `dir` and credentials from it for a master, three
 /// chunkservers, an admin (who waits for the cluster) and a user (who puts and gets).
 fn make_pki(bin: &Path, dir: &Path) -> PathBuf {
-    let pki = dir.join("pki");
-    let ca = pki.join("ca");
-    let run = |args: &[&std::ffi::OsStr]| {
-        let out = Command::new(bin).args(args).output().expect("run tessera");
-        assert!(out.status.success(), "tessera {args:?}: {out:?}");
-    };
-    run(&[
-        "admin".as_ref(),
-        "certs".as_ref(),
-        "init".as_ref(),
-        "--ca".as_ref(),
-        ca.as_os_str(),
-    ]);
     let mut holders = vec![
         ("master", "1".to_string(), "master".to_string()),
         ("admin", "root".into(), "admin".into()),
@@ -229,23 +201,7 @@ fn make_pki(bin: &Path, dir: &Path) -> PathBuf {
     for i in 0..3 {
         holders.push(("chunkserver", format!("host{i}"), format!("cs{i}")));
     }
-    for (role, name, out) in holders {
-        let out = pki.join(out);
-        run(&[
-            "admin".as_ref(),
-            "certs".as_ref(),
-            "issue".as_ref(),
-            "--ca".as_ref(),
-            ca.as_os_str(),
-            "--role".as_ref(),
-            role.as_ref(),
-            "--name".as_ref(),
-            name.as_ref(),
-            "--out".as_ref(),
-            out.as_os_str(),
-        ]);
-    }
-    pki
+    tessera_bench::make_pki(bin, dir, &holders)
 }
 
 /// A cluster whose servers record traces into `trace` when given (`--trace-dir`), and

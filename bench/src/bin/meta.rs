@@ -33,6 +33,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use tessera_bench::as_holder;
+
 struct Args {
     tessera: PathBuf,
     dir: PathBuf,
@@ -78,60 +80,14 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-/// The binary run as the holder of `who`'s credentials in `pki` (a secured cluster's
-/// node or admin), or as an insecure cluster's.
-fn as_holder(bin: &Path, pki: Option<&Path>, who: &str) -> Command {
-    let mut cmd = Command::new(bin);
-    match pki {
-        Some(p) => {
-            cmd.env("TESSERA_CERTS", p.join(who))
-                .env_remove("TESSERA_INSECURE");
-        }
-        None => {
-            cmd.env("TESSERA_INSECURE", "true")
-                .env_remove("TESSERA_CERTS");
-        }
-    }
-    cmd
-}
-
-/// A certificate authority in `dir`, and credentials from it for three master
-/// replicas (`master1`..`master3`) and an admin (who runs the benchmark's clients).
+/// A certificate authority and credentials for three master replicas (`master1`..
+/// `master3`) and an admin (who runs the benchmark's clients).
 fn make_pki(bin: &Path, dir: &Path) -> PathBuf {
-    let pki = dir.join("pki");
-    let ca = pki.join("ca");
-    let run = |args: &[&std::ffi::OsStr]| {
-        let out = Command::new(bin).args(args).output().expect("run tessera");
-        assert!(out.status.success(), "tessera {args:?}: {out:?}");
-    };
-    run(&[
-        "admin".as_ref(),
-        "certs".as_ref(),
-        "init".as_ref(),
-        "--ca".as_ref(),
-        ca.as_os_str(),
-    ]);
     let mut holders = vec![("admin", "root".to_string(), "admin".to_string())];
     for i in 1..=3 {
         holders.push(("master", i.to_string(), format!("master{i}")));
     }
-    for (role, name, out) in holders {
-        let out = pki.join(out);
-        run(&[
-            "admin".as_ref(),
-            "certs".as_ref(),
-            "issue".as_ref(),
-            "--ca".as_ref(),
-            ca.as_os_str(),
-            "--role".as_ref(),
-            role.as_ref(),
-            "--name".as_ref(),
-            name.as_ref(),
-            "--out".as_ref(),
-            out.as_os_str(),
-        ]);
-    }
-    pki
+    tessera_bench::make_pki(bin, dir, &holders)
 }
 
 /// Master processes: one alone, or the replicas of a group.
