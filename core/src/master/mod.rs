@@ -394,6 +394,26 @@ impl Master {
             );
             return;
         }
+        // Every live server must be able to follow: a chunkserver believes a term at most
+        // MAX_EPOCH_JUMP past the one it stored (`chunkserver`'s `epoch.rs`), so one
+        // server's report (a forgery from its certificate) may not take the epoch past
+        // what the lowest reported allows, or the rest would refuse this master for good.
+        let floor = self
+            .servers
+            .live()
+            .map(|(_, s)| s.epoch)
+            .filter(|&e| e > 0)
+            .min()
+            .unwrap_or(theirs);
+        if theirs >= floor.saturating_add(MAX_EPOCH_JUMP) {
+            tracing::error!(
+                ours = self.epoch,
+                theirs,
+                lowest = floor,
+                "a heartbeat reports a master epoch the other servers could not follow: ignored"
+            );
+            return;
+        }
         let Some(epoch) = theirs.max(latest).checked_add(1) else {
             return;
         };

@@ -5032,6 +5032,13 @@ fn a_restarted_master_alone_fences_with_a_new_epoch_instead_of_waiting() {
     assert_eq!(h3.m.epoch(), 6);
     h3.heartbeat_in_term(&f.primary, 6 + MAX_EPOCH_JUMP + 1, &[(f.handle, f.version)]);
     assert_eq!(h3.m.epoch(), 6, "an epoch far past the log's taken");
+    // Within the log's reach, but past what the others (at 3) could follow: refused too.
+    h3.heartbeat_in_term(&f.primary, 6 + MAX_EPOCH_JUMP - 1, &[(f.handle, f.version)]);
+    assert_eq!(
+        h3.m.epoch(),
+        6,
+        "an epoch the other servers would refuse taken"
+    );
     assert_eq!(epochs(&h3.log), vec![1, 2, 3, 6]);
     // By time, the period ends; the holders named in the run's first epoch are kept
     // (they may hold its leases), older ones forgotten.
