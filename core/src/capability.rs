@@ -206,8 +206,10 @@ impl KeyRing {
             ));
         }
         // A chunkserver relays a pusher's piece or a writer's mutation under the
-        // pusher's or the writer's capability; anyone else uses only their own.
-        if !matches!(caller, Caller::Chunkserver { .. }) && cap.subject != caller.label() {
+        // pusher's or the writer's capability; anyone else, and a chunkserver reading,
+        // uses only their own.
+        let relayed = matches!(caller, Caller::Chunkserver { .. }) && want.ops != READ;
+        if !relayed && cap.subject != caller.label() {
             return denied(format!(
                 "the capability was given to {}, not to {}",
                 cap.subject,
@@ -491,8 +493,12 @@ mod tests {
         assert_eq!(ring.check(t0, Some(&cap), WANT, &alice()), Ok(()));
         let later = t0 + life;
         assert_eq!(ring.check(later, Some(&cap), WANT, &alice()), Ok(()));
+        // A chunkserver relays alice's mutation under her capability, but reads only
+        // under its own.
         let relay = Caller::Chunkserver { name: "cs1".into() };
-        assert_eq!(ring.check(t0, Some(&cap), WANT, &relay), Ok(()));
+        let relayed = Want { ops: WRITE, ..WANT };
+        assert_eq!(ring.check(t0, Some(&cap), relayed, &relay), Ok(()));
+        assert!(ring.check(t0, Some(&cap), WANT, &relay).is_err());
         let refused = |now: Time, cap: Option<&pb::Capability>, want: Want, who: &Caller| match ring
             .check(now, cap, want, who)
         {

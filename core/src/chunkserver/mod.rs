@@ -638,8 +638,8 @@ impl Chunkserver {
     /// Whether the capability a read, a write, an append, a pushed piece or a forwarded
     /// mutation carries allows it (`crate::capability`), checked before anything is
     /// read, queued or buffered. A chunkserver reading another's copy (a clone's or a
-    /// mend's source, on its master's order) needs none; nor does anyone on an insecure
-    /// cluster.
+    /// mend's source) needs the one its master gave it with the order; nobody on an
+    /// insecure cluster needs one.
     fn check_capability(&self, from: &Caller, r: &Req) -> Result<(), FsError> {
         use capability::{APPEND, READ, WRITE, Want};
         let (cap, want) = match r {

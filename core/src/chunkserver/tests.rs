@@ -3434,7 +3434,7 @@ fn reads_writes_pushes_and_mutations_need_a_capability_for_their_sender() {
     assert!(r.error.is_none(), "{r:?}");
     // A chunkserver reading for a clone or a mend needs the master's leave as well,
     // one to read: with it, it reads.
-    for c in [None, cap(WRITE, &peer)] {
+    for c in [None, cap(WRITE, &peer), cap(READ, &alice)] {
         let e = h.req_from(read(c), peer.clone()).error.expect("refused");
         assert_eq!(e.code, pb::ErrorCode::PermissionDenied as i32, "{e:?}");
     }
