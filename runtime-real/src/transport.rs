@@ -321,6 +321,7 @@ impl Transport for GrpcTransport {
                     silent,
                     idle: this.limits.idle_timeout,
                     per_caller: this.limits.max_per_caller,
+                    handshakes: (this.limits.max_connections / 2).max(1),
                 },
                 this.tls.as_ref().map(|t| t.acceptor.clone()),
             );
@@ -371,6 +372,11 @@ struct Bounds {
     silent: Duration,
     idle: Duration,
     per_caller: usize,
+    /// TLS handshakes in progress from every peer at once: half the connection slots,
+    /// so that peers stalling in handshakes from many addresses (they need no
+    /// certificate for that) leave the rest to callers who finished theirs. A new
+    /// handshake past it ends the oldest one in progress ([`Shaking`]).
+    handshakes: usize,
 }
 
 impl Bounds {
@@ -378,6 +384,74 @@ impl Bounds {
     /// connection may stay silent for less.
     fn handshake(&self) -> Duration {
         HANDSHAKE_TIMEOUT.min(self.silent)
+    }
+}
+
+/// The TLS handshakes in progress on one listener, oldest first. Past the bound a new
+/// one ends the oldest rather than being refused: a peer stalling in handshakes from
+/// many addresses then holds no slot longer than it takes others to open as many
+/// connections, and a caller's handshake (a few milliseconds) is not held up.
+#[derive(Clone, Default)]
+struct Shaking(Arc<Mutex<InProgress>>);
+
+/// The next handshake's number, and how to end each in progress, by number.
+type InProgress = (u64, std::collections::BTreeMap<u64, oneshot::Sender<()>>);
+
+/// One handshake in [`Shaking`], gone from it when dropped.
+struct ShakingShare {
+    shaking: Shaking,
+    id: u64,
+}
+
+impl Shaking {
+    /// A handshake begins, ending the oldest if `max` are in progress; the receiver
+    /// fires if this one is ended so.
+    fn start(&self, max: usize) -> (ShakingShare, oneshot::Receiver<()>) {
+        let mut g = self.0.lock().expect("handshakes");
+        let (next, in_progress) = &mut *g;
+        while in_progress.len() >= max.max(1) {
+            if let Some((_, end)) = in_progress.pop_first() {
+                let _ = end.send(());
+            }
+        }
+        let id = *next;
+        *next += 1;
+        let (tx, rx) = oneshot::channel();
+        in_progress.insert(id, tx);
+        (
+            ShakingShare {
+                shaking: self.clone(),
+                id,
+            },
+            rx,
+        )
+    }
+}
+
+impl Drop for ShakingShare {
+    fn drop(&mut self) {
+        self.shaking
+            .0
+            .lock()
+            .expect("handshakes")
+            .1
+            .remove(&self.id);
+    }
+}
+
+/// Whose handshakes `ip`'s count among: its own address, or for IPv6 its /64 (one host
+/// is commonly given a whole /64, and would otherwise hold as many slots as it picks
+/// addresses).
+fn handshake_key(ip: std::net::IpAddr) -> String {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.to_string(),
+        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let s = v6.segments();
+                format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+            }
+        },
     }
 }
 
@@ -440,6 +514,7 @@ fn accept(
 ) -> impl futures::Stream<Item = Result<Conn, std::io::Error>> {
     let (tx, rx) = tokio::sync::mpsc::channel::<Conn>(64);
     let (handshakes, callers) = (Tally::default(), Tally::default());
+    let shaking_all = Shaking::default();
     tokio::spawn(async move {
         loop {
             // The semaphore is never closed, so this ends only if it were.
@@ -464,19 +539,26 @@ fn accept(
             let open = Open::count(open.clone());
             let (tx, tls) = (tx.clone(), tls.clone());
             let (handshakes, callers) = (handshakes.clone(), callers.clone());
+            let shaking_all = shaking_all.clone();
             tokio::spawn(async move {
                 let (io, caller, held) = match tls {
                     None => (ConnIo::Plain(io), Caller::Insecure, None),
                     Some(acceptor) => {
+                        let (all, mut ended) = shaking_all.start(bounds.handshakes);
                         let Some(shaking) =
-                            handshakes.take(remote.ip().to_string(), MAX_HANDSHAKES_PER_ADDRESS)
+                            handshakes.take(handshake_key(remote.ip()), MAX_HANDSHAKES_PER_ADDRESS)
                         else {
                             tracing::warn!(peer = %remote, "refused a connection: {MAX_HANDSHAKES_PER_ADDRESS} handshakes from its address are in progress");
                             return;
                         };
-                        let shook =
-                            tokio::time::timeout(bounds.handshake(), acceptor.accept(io)).await;
-                        drop(shaking);
+                        let shook = tokio::select! {
+                            shook = tokio::time::timeout(bounds.handshake(), acceptor.accept(io)) => shook,
+                            _ = &mut ended => {
+                                tracing::info!(peer = %remote, "closed a connection: its TLS handshake was the oldest of {} in progress", bounds.handshakes);
+                                return;
+                            }
+                        };
+                        drop((shaking, all));
                         match shook {
                             Ok(Ok(stream)) => match peer_caller(&stream) {
                                 Ok(c) => match callers.take(c.label(), bounds.per_caller) {
@@ -2052,7 +2134,8 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let creds = issued(d.path(), &[Caller::Master { replica: 1 }, user("alice")]);
         let limits = ServerLimits {
-            max_connections: MAX_HANDSHAKES_PER_ADDRESS + 32,
+            // Past twice the handshakes one address may have, which are half the slots.
+            max_connections: 2 * MAX_HANDSHAKES_PER_ADDRESS + 32,
             receive_timeout: Duration::from_secs(2),
             ..ServerLimits::default()
         };
@@ -2085,6 +2168,51 @@ mod tests {
         let hello = Bytes::from_static(b"hello");
         call_until_served(&alice, &addr, hello, Duration::from_secs(5)).await;
         drop(stalled);
+    }
+
+    /// Peers stalling in handshakes from many addresses, each within its own bound, hold
+    /// no more than half the connection slots between them (a new handshake ends the
+    /// oldest): a real caller is served while they stall. And an IPv6 host's handshakes
+    /// count as its /64's.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn stalled_handshakes_from_many_addresses_leave_slots_for_callers() {
+        let d = tempfile::tempdir().unwrap();
+        let creds = issued(d.path(), &[Caller::Master { replica: 1 }, user("alice")]);
+        let limits = ServerLimits {
+            max_connections: 40,
+            receive_timeout: Duration::from_secs(20),
+            ..ServerLimits::default()
+        };
+        let server = GrpcTransport::secured(limits, &creds[0]).unwrap();
+        let addr = node_on(&server, |req| Some(req.into())).await;
+        let to: std::net::SocketAddr = addr.parse().unwrap();
+        let mut stalled = Vec::new();
+        for from in 2..8u8 {
+            for _ in 0..8 {
+                let sock = tokio::net::TcpSocket::new_v4().unwrap();
+                sock.bind(std::net::SocketAddr::from(([127, 0, 0, from], 0)))
+                    .unwrap();
+                stalled.push(sock.connect(to).await.expect("tcp"));
+            }
+        }
+        eventually(
+            Duration::from_secs(2),
+            "the stalled handshakes are counted",
+            || server.connections() == 20,
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(server.connections(), 20, "more handshakes were kept");
+        // Well before any stalled handshake times out.
+        let alice = GrpcTransport::secured(Default::default(), &creds[1]).unwrap();
+        let hello = Bytes::from_static(b"hello");
+        call_until_served(&alice, &addr, hello, Duration::from_secs(5)).await;
+        drop(stalled);
+        let v6 = |s: &str| handshake_key(s.parse().unwrap());
+        assert_eq!(v6("2001:db8:1:2::1"), v6("2001:db8:1:2:ffff::9"));
+        assert_ne!(v6("2001:db8:1:2::1"), v6("2001:db8:1:3::1"));
+        assert_eq!(v6("::ffff:10.0.0.1"), v6("10.0.0.1"));
+        assert_ne!(v6("10.0.0.1"), v6("10.0.0.2"));
     }
 
     /// A call on `channel` whose reply's headers are awaited and its body left unread.
