@@ -16,13 +16,18 @@ use crate::types::{ChunkHandle, HashMap, Time, Version};
 /// A report older than this many liveness timeouts is forgotten.
 const FORGET_AFTER: u32 = 10;
 
-/// Servers reported at most: reports from more addresses are refused (a flood of
-/// forged ones must not grow a replica without bound).
-const MAX_SERVERS: usize = 10_000;
-
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Locations {
     servers: BTreeMap<String, Report>,
+    /// The address each certificate name last reported from: one lookup, not a pass
+    /// over every server, per heartbeat.
+    by_cert: HashMap<String, String>,
+    /// Servers reported at most (the master's registry bound,
+    /// `MasterConfig::max_servers`): reports from more addresses are refused, so that
+    /// a flood of forged ones cannot grow a replica without bound.
+    max: usize,
+    /// When reports were last swept for ones to forget.
+    swept: Time,
 }
 
 #[derive(Debug)]
@@ -41,6 +46,16 @@ struct Report {
 }
 
 impl Locations {
+    /// Holding reports of at most `max` servers.
+    pub fn new(max: usize) -> Locations {
+        Locations {
+            servers: BTreeMap::new(),
+            by_cert: HashMap::default(),
+            max,
+            swept: Time::ZERO,
+        }
+    }
+
     /// Takes in a heartbeat (a copy or not) that came with certificate name `cert`
     /// (empty: nobody is authenticated). Refused (returns false): a report without an
     /// address, of another cluster's server, of no cluster once this one has its id, of
@@ -60,23 +75,38 @@ impl Locations {
         if r.address.is_empty() || r.cluster_id != cluster_id {
             return false;
         }
-        self.servers
-            .retain(|_, s| now < s.at + timeout * FORGET_AFTER);
+        // Once a liveness timeout, not at every heartbeat: a pass over every server.
+        if now >= self.swept + timeout {
+            self.swept = now;
+            let by_cert = &mut self.by_cert;
+            self.servers.retain(|a, s| {
+                let keep = now < s.at + timeout * FORGET_AFTER;
+                if !keep && by_cert.get(&s.cert) == Some(a) {
+                    by_cert.remove(&s.cert);
+                }
+                keep
+            });
+        }
         match self.servers.get(&r.address) {
             Some(s) if s.id != r.server_id && now < s.at + timeout => return false,
             Some(s) if s.cert != cert && now < s.at + timeout => return false,
-            None if self.servers.len() >= MAX_SERVERS => return false,
+            None if self.servers.len() >= self.max => return false,
             _ => {}
         }
         if !cert.is_empty()
+            && let Some(a) = self.by_cert.get(cert)
+            && *a != r.address
             && self
                 .servers
-                .iter()
-                .any(|(a, s)| *a != r.address && s.cert == cert && now < s.at + timeout)
+                .get(a)
+                .is_some_and(|s| s.cert == cert && now < s.at + timeout)
         {
             return false;
         }
-        self.servers.insert(
+        if !cert.is_empty() {
+            self.by_cert.insert(cert.to_string(), r.address.clone());
+        }
+        let old = self.servers.insert(
             r.address.clone(),
             Report {
                 id: r.server_id,
@@ -89,6 +119,13 @@ impl Locations {
                 cert: cert.to_string(),
             },
         );
+        // A certificate that spoke for this address before and no longer does.
+        if let Some(old) = old
+            && old.cert != cert
+            && self.by_cert.get(&old.cert) == Some(&r.address)
+        {
+            self.by_cert.remove(&old.cert);
+        }
         true
     }
 
@@ -270,7 +307,7 @@ mod tests {
             meta.apply(&rec(op)).unwrap();
         }
         let timeout = Duration::from_secs(3);
-        let mut l = Locations::default();
+        let mut l = Locations::new(16_384);
         let t = Time(10_000);
         for (a, v) in [("a", 2), ("b", 2), ("c", 1), ("d", 7), ("e", 2)] {
             assert!(l.record(t, &heartbeat(a, &[(1, v)]), 9, timeout, ""));
@@ -317,7 +354,7 @@ mod tests {
     #[test]
     fn a_report_is_taken_only_from_the_certificate_that_holds_its_address() {
         let timeout = Duration::from_secs(3);
-        let mut l = Locations::default();
+        let mut l = Locations::new(16_384);
         let t = Time(10_000);
         assert!(l.record(t, &heartbeat("a", &[(1, 2)]), 9, timeout, "host-a"));
         assert!(
@@ -333,5 +370,31 @@ mod tests {
         let later = t + timeout;
         assert!(l.record(later, &heartbeat("a", &[(1, 2)]), 9, timeout, "host-c"));
         assert!(l.record(later, &heartbeat("c", &[(1, 2)]), 9, timeout, "host-b"));
+        // The certificate whose address another took speaks for a new one at once.
+        assert!(l.record(later, &heartbeat("z", &[(1, 2)]), 9, timeout, "host-a"));
+        assert!(
+            !l.record(later, &heartbeat("y", &[(1, 2)]), 9, timeout, "host-a"),
+            "one certificate reported for a second address"
+        );
+    }
+
+    /// A replica holds reports of no more servers than its bound; servers silent for
+    /// long are forgotten, and make room.
+    #[test]
+    fn a_replica_holds_reports_of_few_enough_servers() {
+        let timeout = Duration::from_secs(3);
+        let mut l = Locations::new(3);
+        let t = Time(10_000);
+        for a in ["a", "b", "c"] {
+            assert!(l.record(t, &heartbeat(a, &[(1, 2)]), 9, timeout, a));
+        }
+        assert!(
+            !l.record(t, &heartbeat("d", &[(1, 2)]), 9, timeout, "d"),
+            "a report past the bound"
+        );
+        assert!(l.record(t, &heartbeat("a", &[(1, 3)]), 9, timeout, "a"));
+        let much_later = t + timeout * (FORGET_AFTER + 1);
+        assert!(l.record(much_later, &heartbeat("d", &[(1, 2)]), 9, timeout, "d"));
+        assert_eq!((l.servers.len(), l.by_cert.len()), (1, 1));
     }
 }

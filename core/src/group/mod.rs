@@ -413,6 +413,7 @@ impl Replica {
         mcfg.checkpoint_every = u64::MAX;
         let last_snapshot_seq = shadow.seq;
         let vote_after = now + cfg.election_floor() + cfg.tick;
+        let locations = locations::Locations::new(mcfg.max_servers);
         let mut r = Replica {
             rng_seed: cfg.seed ^ cfg.id.wrapping_mul(0x9E37_79B9_7F4A_7C15),
             cfg,
@@ -440,7 +441,7 @@ impl Replica {
             restored: None,
             stopped: None,
             refused: 0,
-            locations: locations::Locations::default(),
+            locations,
             conf_asked: BTreeMap::new(),
             compact_now: adopted || unnamed,
             checkpointer: Some(checkpointer),
