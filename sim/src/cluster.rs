@@ -211,6 +211,16 @@ fn recorder(
     Some(Recorder::new(sink))
 }
 
+/// One message the rogue forges (`Cluster::rogue_orders`).
+struct Forgery {
+    /// Its fault kind, counted when it was answered.
+    kind: &'static str,
+    what: String,
+    to: String,
+    role: ServerRole,
+    body: Vec<u8>,
+}
+
 /// The third octet of chunkservers' addresses (masters' is 0, clients' 2).
 pub const CHUNKSERVER_NET: u8 = 1;
 
@@ -983,6 +993,7 @@ impl Cluster {
             ),
             ("a mutation at version 0".to_string(), apply),
         ];
+        let informed = self.rogue_orders(i, h, other);
         let with_capabilities = self.rogue_capabilities();
         self.rogue.spawn(async move {
             let deadline = rt.now() + std::time::Duration::from_secs(2);
@@ -1017,8 +1028,204 @@ impl Cluster {
                     _ => {}
                 }
             }
+            for f in informed {
+                let deadline = rt.now() + std::time::Duration::from_secs(5);
+                let Ok(answer) = net.call(&f.to, f.role, f.body.into(), deadline).await else {
+                    continue;
+                };
+                let ok = match f.role {
+                    ServerRole::Master => {
+                        pb::MasterResponse::decode(answer).is_ok_and(|r| r.error.is_none())
+                    }
+                    ServerRole::Chunkserver => {
+                        pb::ChunkResponse::decode(answer).is_ok_and(|r| r.error.is_none())
+                    }
+                };
+                let mut c = checks.lock().expect("checks");
+                c.fault(f.kind, 1);
+                if ok {
+                    c.violation(
+                        rt.true_ms(),
+                        format!("{} answered Ok to a client's forgery of {}", f.to, f.what),
+                    );
+                }
+            }
             with_capabilities.await;
         });
+    }
+
+    /// What the rogue forges knowing everything public, under its client certificate:
+    /// every message kind only a master, a chunkserver or an admin may send, about
+    /// chunk `h` of chunkserver `i` as it stands (its current version, the cluster id,
+    /// the server's id and address, the master term it follows: what `admin fsck
+    /// --list`, `admin report` and probing tell), so that nothing but the sender's role
+    /// refuses it. Counted per kind (`rogue_role_*`) when answered; an Ok answer is a
+    /// violation.
+    fn rogue_orders(&self, i: usize, h: u64, other: usize) -> Vec<Forgery> {
+        use prost::Message;
+        use tessera_core::chunkserver::IDENTITY_HANDLE;
+        use tessera_core::pb::{self, chunk_request::Req as CReq, master_request::Req as MReq};
+        let r = |n: u64| madsim::rand::random::<u64>() % n.max(1);
+        let s = &self.servers[i];
+        let (Some(id), Some(meta)) = (s.disk.meta(IDENTITY_HANDLE), s.disk.meta(h)) else {
+            return vec![];
+        };
+        let (cluster_id, epoch, version) = (id.cluster_id, id.master_epoch, meta.version);
+        let source = self.servers[other].addr.clone();
+        let chunk = |kind, what: String, req| Forgery {
+            kind,
+            what,
+            to: s.addr.clone(),
+            role: ServerRole::Chunkserver,
+            body: pb::ChunkRequest { req: Some(req) }.encode_to_vec(),
+        };
+        let masters: Vec<&str> = self.master_addr.split(',').collect();
+        let master = masters[r(masters.len() as u64) as usize].to_string();
+        let to_master = |kind, what: String, req| Forgery {
+            kind,
+            what,
+            to: master.clone(),
+            role: ServerRole::Master,
+            body: pb::MasterRequest {
+                req: Some(req),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        };
+        let members: Vec<u64> = self
+            .group_members
+            .lock()
+            .expect("members")
+            .keys()
+            .copied()
+            .collect();
+        let member = members
+            .get(r(members.len() as u64) as usize)
+            .copied()
+            .unwrap_or(1);
+        vec![
+            chunk(
+                "rogue_role_apply",
+                format!("a primary's mutation of chunk {h} at its version {version}"),
+                CReq::Apply(pb::ApplyMutationRequest {
+                    handle: h,
+                    version,
+                    serial: 1 + r(4000),
+                    offset: 0,
+                    data: bytes::Bytes::from_static(b"forged bytes no client wrote"),
+                    data_id: 0,
+                    capability: None,
+                }),
+            ),
+            chunk(
+                "rogue_role_set_version",
+                format!("the master's grant of chunk {h} at version {}", version + 1),
+                CReq::SetVersion(pb::SetVersionRequest {
+                    handle: h,
+                    version: version + 1 + r(1_000_000_000),
+                    create: false,
+                    lease_ms: 60_000,
+                    valid_ms: 60_000,
+                    cluster_id,
+                    epoch,
+                    ..Default::default()
+                }),
+            ),
+            chunk(
+                "rogue_role_revoke",
+                format!("the master's revocation of chunk {h}'s lease at version {version}"),
+                CReq::RevokeLease(pb::RevokeLeaseRequest {
+                    handle: h,
+                    cluster_id,
+                    epoch,
+                    version,
+                }),
+            ),
+            chunk(
+                "rogue_role_clone",
+                format!("the master's order to clone chunk {h} from {source}"),
+                CReq::Clone(pb::CloneChunkRequest {
+                    handle: h,
+                    version,
+                    source: source.clone(),
+                    cluster_id,
+                    epoch,
+                    source_capability: None,
+                }),
+            ),
+            chunk(
+                "rogue_role_mend",
+                format!("the master's order to mend chunk {h} from {source}"),
+                CReq::Mend(pb::MendChunkRequest {
+                    handle: h,
+                    version,
+                    sources: vec![pb::MendSource {
+                        address: source.clone(),
+                        version,
+                        capability: None,
+                    }],
+                    cluster_id,
+                    epoch,
+                }),
+            ),
+            to_master(
+                "rogue_role_heartbeat",
+                format!(
+                    "{}'s heartbeat, as server {}, reporting no chunks",
+                    s.addr, id.server_id
+                ),
+                MReq::Heartbeat(pb::HeartbeatRequest {
+                    address: s.addr.clone(),
+                    rack: "rack0".into(),
+                    capacity_bytes: 1 << 30,
+                    server_id: id.server_id,
+                    cluster_id,
+                    epoch,
+                    ..Default::default()
+                }),
+            ),
+            to_master(
+                "rogue_role_corrupt",
+                format!("{}'s report that its copy of chunk {h} is corrupt", s.addr),
+                MReq::ReportCorrupt(pb::ReportCorruptRequest {
+                    address: s.addr.clone(),
+                    handle: h,
+                    by_scrubber: true,
+                    server_id: id.server_id,
+                    cluster_id,
+                    version,
+                }),
+            ),
+            to_master(
+                "rogue_role_raft",
+                format!("replica {member}'s raft append at term {}", epoch + 1),
+                MReq::Raft(pb::RaftMessage {
+                    // An append (raft-rs's MsgAppend): a newer term deposes the leader.
+                    msg_type: 3,
+                    to: member % members.len().max(1) as u64 + 1,
+                    from: member,
+                    term: epoch + 1,
+                    ..Default::default()
+                }),
+            ),
+            to_master(
+                "rogue_role_members",
+                "an admin's addition of a learner replica".into(),
+                MReq::ChangeMembers(pb::ChangeMembersRequest {
+                    add: 1000 + r(1000),
+                    address: format!("{}:{PORT}", ip(3, 1)),
+                    remove: 0,
+                }),
+            ),
+            to_master(
+                "rogue_role_fsck",
+                "an admin's fsck".into(),
+                MReq::Fsck(pb::FsckRequest {
+                    path: "/".into(),
+                    ..Default::default()
+                }),
+            ),
+        ]
     }
 
     /// The rogue's clock and network. It holds a valid client certificate: what it

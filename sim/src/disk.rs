@@ -240,6 +240,13 @@ impl SimDisk {
         self.state().durable.get(&h).map(|c| c.data.clone())
     }
 
+    /// Chunk `h`'s metadata record as written (the identity record for
+    /// `IDENTITY_HANDLE`: cluster id, server id, master term): what an adversary learns
+    /// from `admin fsck --list`, `admin report` and probing.
+    pub fn meta(&self, h: ChunkHandle) -> Option<pb::ChunkMeta> {
+        self.state().written.get(&h).and_then(|c| c.meta.clone())
+    }
+
     /// Chunks on this disk with their data length (written view); not the server's
     /// identity record.
     pub fn chunks(&self) -> Vec<(ChunkHandle, usize)> {

@@ -88,7 +88,7 @@ impl FaultMix {
     /// The fault kinds (as counted in `faults=`) each kind of fault in the mix shows up
     /// as: a sweep in which one of them never happened did not test what it claims.
     pub fn kinds(&self) -> Vec<(&'static str, &'static [&'static str])> {
-        let all: [(bool, &'static str, &'static [&'static str]); 38] = [
+        let all: [(bool, &'static str, &'static [&'static str]); 48] = [
             (
                 self.minority_faults,
                 "two replicas impaired at once",
@@ -158,6 +158,53 @@ impl FaultMix {
                 &["rogue_cap_other_server"],
             ),
             (self.rogue, "expired capabilities", &["rogue_cap_expired"]),
+            // Each kind of message only another role may send, every one tried.
+            (
+                self.rogue,
+                "a client's forged forward of a mutation",
+                &["rogue_role_apply"],
+            ),
+            (
+                self.rogue,
+                "a client's forged heartbeat as a real server",
+                &["rogue_role_heartbeat"],
+            ),
+            (
+                self.rogue,
+                "a client's forged corruption report",
+                &["rogue_role_corrupt"],
+            ),
+            (
+                self.rogue,
+                "a client's forged version change",
+                &["rogue_role_set_version"],
+            ),
+            (
+                self.rogue,
+                "a client's forged lease revocation",
+                &["rogue_role_revoke"],
+            ),
+            (
+                self.rogue,
+                "a client's forged clone order",
+                &["rogue_role_clone"],
+            ),
+            (
+                self.rogue,
+                "a client's forged mend order",
+                &["rogue_role_mend"],
+            ),
+            (
+                self.rogue,
+                "a client's forged raft message",
+                &["rogue_role_raft"],
+            ),
+            (
+                self.rogue,
+                "a client's forged member change",
+                &["rogue_role_members"],
+            ),
+            (self.rogue, "a client's admin request", &["rogue_role_fsck"]),
             (
                 self.rogue,
                 "extensions past a file's chunks",
