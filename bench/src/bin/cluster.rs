@@ -249,6 +249,16 @@ fn start_cluster_with(bin: &Path, dir: &Path, trace: Option<&Path>, pki: Option<
         let out = tessera(bin, &c, "admin", &["admin", "report"]);
         let text = String::from_utf8_lossy(&out.stdout);
         if text.contains("live chunkservers: 3") {
+            if pki.is_some() {
+                // The benchmark's user writes at the root, as on an insecure cluster;
+                // a secured one's root is the admin's.
+                let out = tessera(bin, &c, "admin", &["chown", "bench", "/"]);
+                assert!(
+                    out.status.success(),
+                    "chown of / to the benchmark's user: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
             return c;
         }
         assert!(Instant::now() < until, "cluster did not come up:\n{text}");
