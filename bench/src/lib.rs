@@ -220,3 +220,44 @@ pub fn make_pki(
     }
     pki
 }
+
+/// CPU time (user and system) processes `pids` have used so far, in ms, read from /proc
+/// (0 for one that cannot be read).
+pub fn cpu_ms_of(pids: impl IntoIterator<Item = u32>) -> f64 {
+    let ticks: f64 = pids
+        .into_iter()
+        .filter_map(|pid| stat_ticks(&format!("/proc/{pid}/stat"), 11))
+        .sum();
+    ticks * 1000.0 / clock_ticks()
+}
+
+/// CPU time (user and system) of this process's children that have ended and been
+/// waited for, in ms: its change across one command run to completion is that
+/// command's.
+pub fn reaped_children_cpu_ms() -> f64 {
+    stat_ticks("/proc/self/stat", 13).unwrap_or(0.0) * 1000.0 / clock_ticks()
+}
+
+/// The sum of the two /proc stat fields from the `at`th after the command's closing
+/// parenthesis (11: utime and stime; 13: cutime and cstime), in clock ticks.
+fn stat_ticks(path: &str, at: usize) -> Option<f64> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(at)?.parse::<f64>().ok()? + f.get(at + 1)?.parse::<f64>().ok()?)
+}
+
+fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .filter(|&t| t > 0.0)
+        .unwrap_or(100.0)
+}

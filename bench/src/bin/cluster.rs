@@ -458,6 +458,22 @@ fn main() {
 /// On cluster `c` just started: a warm-up put, then (synced, rested) a timed put of
 /// `input` and a timed get of it to stdout.
 fn put_then_get(a: &Args, c: &Cluster, input: &Path, warm_input: &Path) -> (Duration, Duration) {
+    let ((put, _), (get, _)) = put_then_get_cpu(a, c, input, warm_input);
+    (put, get)
+}
+
+/// As [`put_then_get`], with the CPU time (ms) the put and the get each took of the
+/// client and every server.
+fn put_then_get_cpu(
+    a: &Args,
+    c: &Cluster,
+    input: &Path,
+    warm_input: &Path,
+) -> ((Duration, f64), (Duration, f64)) {
+    let cpu = || {
+        tessera_bench::cpu_ms_of(c.procs.iter().map(Child::id))
+            + tessera_bench::reaped_children_cpu_ms()
+    };
     timed(
         &a.tessera,
         c,
@@ -465,12 +481,15 @@ fn put_then_get(a: &Args, c: &Cluster, input: &Path, warm_input: &Path) -> (Dura
     );
     sync();
     std::thread::sleep(a.rest);
+    let before = cpu();
     let put = timed(
         &a.tessera,
         c,
         &["put", input.to_str().expect("utf-8 path"), "/f"],
     );
-    (put, timed(&a.tessera, c, &["get", "/f", "-"]))
+    let between = cpu();
+    let get = timed(&a.tessera, c, &["get", "/f", "-"]);
+    ((put, between - before), (get, cpu() - between))
 }
 
 /// The cost of authentication: put and get (to stdout) on fresh clusters, insecure,
@@ -480,18 +499,37 @@ fn put_then_get(a: &Args, c: &Cluster, input: &Path, warm_input: &Path) -> (Dura
 /// to minute).
 fn security_cost(a: &Args, bytes: u64, input: &Path, warm_input: &Path) {
     let pki = make_pki(&a.tessera, &a.dir);
-    let mut runs = Vec::new();
+    let (mut runs, mut cpu) = (Vec::new(), Vec::new());
     for (i, secured) in [false, true, false, true, false].into_iter().enumerate() {
         let data = a.dir.join(format!("security-cost{i}"));
         let _ = std::fs::remove_dir_all(&data);
         std::fs::create_dir_all(&data).expect("cluster dir");
         let c = start_cluster_with(&a.tessera, &data, None, secured.then_some(pki.as_path()));
-        let (put, get) = put_then_get(a, &c, input, warm_input);
+        let ((put, put_cpu), (get, get_cpu)) = put_then_get_cpu(a, &c, input, warm_input);
         drop(c);
         let _ = std::fs::remove_dir_all(&data);
         runs.push((mb_per_s(bytes, put), mb_per_s(bytes, get)));
+        cpu.push((put_cpu, get_cpu));
     }
     let _ = std::fs::remove_dir_all(&pki);
+    // CPU seconds per GiB moved, of the client and every server: on a machine of few
+    // cores, a get over loopback is bound by it, and encryption adds to it.
+    let gib = bytes as f64 / (1u64 << 30) as f64;
+    let per_gib = |ms: f64| ms / 1000.0 / gib;
+    for k in [1, 3] {
+        let mean = |f: fn(&(f64, f64)) -> f64| (f(&cpu[k - 1]) + f(&cpu[k + 1])) / 2.0;
+        let (ip, ig) = (mean(|c| c.0), mean(|c| c.1));
+        println!(
+            "security cost, CPU s per GiB (client and servers): put insecure {:.2}, secured {:.2} ({:.2}x); get insecure {:.2}, secured {:.2} ({:.2}x); {} cores",
+            per_gib(ip),
+            per_gib(cpu[k].0),
+            cpu[k].0 / ip,
+            per_gib(ig),
+            per_gib(cpu[k].1),
+            cpu[k].1 / ig,
+            std::thread::available_parallelism().map_or(0, |n| n.get())
+        );
+    }
     for k in [1, 3] {
         let (off_put, off_get) = (
             (runs[k - 1].0 + runs[k + 1].0) / 2.0,

@@ -206,34 +206,9 @@ impl Drop for Masters {
     }
 }
 
-/// CPU time (user and system) the running masters of `m` have used so far, in ms, read
-/// from /proc (0 where it cannot be read).
+/// CPU time (user and system) the running masters of `m` have used so far, in ms.
 fn cpu_ms(m: &Masters) -> f64 {
-    let tick = Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .trim()
-                .parse::<f64>()
-                .ok()
-        })
-        .unwrap_or(100.0);
-    m.procs
-        .iter()
-        .flatten()
-        .filter_map(|c| std::fs::read_to_string(format!("/proc/{}/stat", c.id())).ok())
-        .filter_map(|stat| {
-            // Fields after the command's closing parenthesis: utime is the 12th, stime
-            // the 13th.
-            let rest = stat.rsplit_once(')')?.1;
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            Some(f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?)
-        })
-        .sum::<f64>()
-        * 1000.0
-        / tick
+    tessera_bench::cpu_ms_of(m.procs.iter().flatten().map(Child::id))
 }
 
 /// `tessera bench meta` against `m`: its output, the creates per second with each
