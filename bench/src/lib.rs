@@ -247,17 +247,22 @@ fn stat_ticks(path: &str, at: usize) -> Option<f64> {
     Some(f.get(at)?.parse::<f64>().ok()? + f.get(at + 1)?.parse::<f64>().ok()?)
 }
 
+/// Clock ticks per second, asked of `getconf` once: a process run at each reading would
+/// count its own CPU time in the next one.
 fn clock_ticks() -> f64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .trim()
-                .parse::<f64>()
-                .ok()
-        })
-        .filter(|&t| t > 0.0)
-        .unwrap_or(100.0)
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+            })
+            .filter(|&t| t > 0.0)
+            .unwrap_or(100.0)
+    })
 }
