@@ -247,6 +247,7 @@ mod madsim_main {
             let (mut listings, mut ns_ops, mut ns_writes, mut ns_files) = (0, 0, 0, 0);
             let (mut shadow_reads, mut group_checkpoints, mut from_parts) = (0, 0, 0);
             let mut known_writes = 0;
+            let (mut copies_compared, mut copies_inconsistent) = (0, 0);
             let (mut master_checkpoints, mut checkpoint_parts, mut shrunk) = (0, 0, 0);
             let mut faults = std::collections::BTreeMap::<&str, u64>::new();
             for &seed in &seeds {
@@ -267,6 +268,8 @@ mod madsim_main {
                 ns_files += o.ns_files_checked;
                 shadow_reads += o.shadow_reads_checked;
                 known_writes += o.known_writes_checked;
+                copies_compared += o.copies_compared;
+                copies_inconsistent += o.copies_inconsistent;
                 group_checkpoints += o.group_checkpoints;
                 master_checkpoints += o.master_checkpoints;
                 checkpoint_parts += o.master_checkpoint_parts;
@@ -338,6 +341,7 @@ mod madsim_main {
                  reads_checked={reads} records_checked={records} listings_checked={listings} \
                  ns_ops_checked={ns_ops} ns_writes_checked={ns_writes} ns_files_checked={ns_files} \
                  shadow_reads_checked={shadow_reads} known_writes_checked={known_writes} \
+                 copies_compared={copies_compared} copies_inconsistent={copies_inconsistent} \
                  group_checkpoints={group_checkpoints} \
                  master_checkpoints={master_checkpoints} master_checkpoint_parts={checkpoint_parts} \
                  master_checkpoints_shrunk={shrunk} \

@@ -247,6 +247,11 @@ impl SimDisk {
         self.state().written.get(&h).and_then(|c| c.meta.clone())
     }
 
+    /// The bytes of chunk `h` as written (what the server reads back, before a crash).
+    pub fn written_data(&self, h: ChunkHandle) -> Option<Vec<u8>> {
+        self.state().written.get(&h).map(|c| c.data.clone())
+    }
+
     /// Chunks on this disk with their data length (written view); not the server's
     /// identity record.
     pub fn chunks(&self) -> Vec<(ChunkHandle, usize)> {

@@ -108,6 +108,10 @@ pub struct Outcome {
     pub shadow_reads_checked: u64,
     /// Writes to files their client knew were there, checked not to fail "not found".
     pub known_writes_checked: u64,
+    /// Chunks whose listed copies were compared byte for byte after healing.
+    pub copies_compared: u64,
+    /// Pairs of copies that differed only where failed mutations allow.
+    pub copies_inconsistent: u64,
     /// Checkpoints master replicas built beside their event loops and took back.
     pub group_checkpoints: u64,
     /// Checkpoints a master alone's driver built beside it and wrote.
@@ -340,6 +344,9 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
             }
         }
     }
+    if healed && !sc.faults.beyond_claim {
+        copies_identical(&cluster, &checks);
+    }
     // A run that never exercised its subject fails rather than passes unseen.
     if healed && !sc.faults.beyond_claim {
         let c = checks.lock().expect("checks");
@@ -409,6 +416,8 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         ns_files_checked: c.ns_files_checked,
         shadow_reads_checked: c.shadow_reads,
         known_writes_checked: c.known_writes_checked,
+        copies_compared: c.copies_compared,
+        copies_inconsistent: c.copies_inconsistent,
         group_checkpoints: c.group_checkpoints,
         master_checkpoints: c.master_checkpoints,
         master_checkpoint_parts: c.master_checkpoint_parts,
@@ -425,6 +434,119 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         knobs: format!("{knobs:?} faults={:?}", sched.mix()),
         faults: sched.log.clone(),
         fault_counts: c.faults.clone(),
+    }
+}
+
+/// After healing and reading back: every copy the master lists of a chunk, at the
+/// chunk's version, is byte for byte the others, of the same length, padding and all,
+/// except where a client's write or append of that chunk failed (GFS leaves such a
+/// region inconsistent; `check::copies` says exactly which differences each failed
+/// mutation accounts for). No copy may differ where no reader looks: past what a
+/// client read back, or in a record append's padding.
+fn copies_identical(cluster: &Cluster, checks: &Shared) {
+    use crate::check::copies::{bad_blocks, unexplained, without};
+    // Each listed chunk at the master's version, with its listed copies.
+    let listed: Vec<(u64, u64, Vec<String>)> = {
+        let c = checks.lock().expect("checks");
+        let mut l: Vec<_> = c
+            .listed
+            .iter()
+            .filter_map(|(h, a)| {
+                let v = c.versions.master_version(*h).filter(|&v| v > 0)?;
+                Some((*h, v, a.clone()))
+            })
+            .collect();
+        l.sort_unstable();
+        l
+    };
+    let (mut compared, mut inconsistent, mut several) = (0, 0, false);
+    let mut found = Vec::new();
+    for (h, version, addrs) in &listed {
+        let (h, version) = (h, *version);
+        several |= addrs.len() > 1;
+        let corrupted = checks.lock().expect("checks").corrupted.clone();
+        // Each copy: where, its bytes, and the ranges it may differ in for rot.
+        type Copy<'a> = (&'a String, Vec<u8>, Vec<(u64, u64)>);
+        let copies: Vec<Copy> = addrs
+            .iter()
+            .filter_map(|a| {
+                let s = cluster.servers.iter().find(|s| s.alive && &s.addr == a)?;
+                let meta = s.disk.meta(*h).filter(|m| m.version == version)?;
+                let mut data = s.disk.written_data(*h)?;
+                // Bytes past the recorded length were never acknowledged to anyone.
+                data.truncate(meta.length as usize);
+                // Where the run corrupted this copy on purpose, a block that fails its
+                // checksum is never served: it may differ (its mending is checked apart).
+                let rotted = if corrupted.contains(&(a.clone(), *h)) {
+                    bad_blocks(&data, &meta.checksums)
+                } else {
+                    Vec::new()
+                };
+                Some((a, data, rotted))
+            })
+            .collect();
+        let Some((first, want, rotted_first)) = copies.first() else {
+            continue;
+        };
+        if copies.len() > 1 {
+            compared += 1;
+        }
+        let decided = checks
+            .lock()
+            .expect("checks")
+            .mutations
+            .decided(*h)
+            .to_vec();
+        for (a, got, rotted) in &copies[1..] {
+            if got == want {
+                continue;
+            }
+            let left = unexplained(want, got, &decided);
+            let left = without(&without(&left, rotted_first), rotted);
+            inconsistent += u64::from(left.is_empty());
+            if let Some(&(at, to)) = left.first() {
+                let near: Vec<_> = decided
+                    .iter()
+                    .filter(|d| d.offset < to && d.offset.saturating_add(d.len.max(1)) > at)
+                    .take(8)
+                    .collect();
+                let show = |d: &[u8]| {
+                    let from = (at as usize).saturating_sub(8).min(d.len());
+                    let to = (at as usize + 40).min(d.len());
+                    format!("{from}: {:02x?}", &d[from..to])
+                };
+                tracing::warn!(
+                    chunk = h,
+                    "copies differ: {} has {}; {first} has {}",
+                    a,
+                    show(got),
+                    show(want)
+                );
+                found.push(format!(
+                    "chunk {h} at version {version}: the copy on {a} ({} bytes) differs from the one on {first} ({} bytes) from byte {at}",
+                    got.len(),
+                    want.len()
+                ) + &format!(
+                    "; differing at {:?}, which no failed mutation of it accounts for \
+                     (of its {} decided, those there: {near:?})",
+                    &left[..left.len().min(4)],
+                    decided.len(),
+                ));
+            }
+        }
+    }
+    let mut c = checks.lock().expect("checks");
+    if several && compared == 0 {
+        found.push(
+            "the run did not exercise its subject: chunks are listed with several copies, \
+             but no two were compared"
+                .to_string(),
+        );
+    }
+    c.copies_compared += compared;
+    c.copies_inconsistent += inconsistent;
+    for f in found {
+        c.violation(cluster.true_ms(), f);
     }
 }
 

@@ -732,6 +732,17 @@ impl Chunkserver {
             .map(|(h, c)| (*h, c.meta.version, c.meta.length))
     }
 
+    /// The request a mutation this server forwards as primary will answer, while it is
+    /// in flight (for checks: which request's answer acknowledges which mutation).
+    pub fn forwarded_for(
+        &self,
+        h: ChunkHandle,
+        version: Version,
+        serial: u64,
+    ) -> Option<RequestId> {
+        self.forwarding.get(&(h, version, serial)).map(|f| f.id)
+    }
+
     /// Chunks this server holds a lease on, with the lease's end on this server's clock.
     pub fn leases(&self) -> impl Iterator<Item = (ChunkHandle, Time)> + '_ {
         self.chunks

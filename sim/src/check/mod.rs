@@ -6,6 +6,7 @@
 //! and fails the run.
 
 pub mod appends;
+pub mod copies;
 pub mod corruption;
 pub mod history;
 pub mod leases;
@@ -75,6 +76,13 @@ pub struct Checks {
     /// moved them in place, with an acknowledged call, and nothing it did since left
     /// that in doubt): none may fail with "not found" (see `workload::known_file`).
     pub known_writes_checked: u64,
+    /// Chunks whose listed copies were compared byte for byte after healing.
+    pub copies_compared: u64,
+    /// Pairs of those copies that differed, each difference where a failed mutation
+    /// left its range inconsistent.
+    pub copies_inconsistent: u64,
+    /// Clients' writes and appends not answered Ok, by chunk (`copies.rs`).
+    pub mutations: copies::Mutations,
     /// Files many clients write at once, by path.
     pub histories: BTreeMap<String, history::History>,
     /// Files written by record append, by path.

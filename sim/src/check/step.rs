@@ -571,7 +571,9 @@ pub fn chunkserver_step(
             tr.add(error.as_bytes());
         }
     }
+    c.mutations.step(node, input, effects, server);
     for (id, r) in &effects.replies {
+        c.mutations.answered(node, *id, r);
         tr.add_u64(*id);
         tr.add_u64(r.encoded_len() as u64);
         tr.add_u64(r.error.as_ref().map_or(0, |e| e.code as u64));
