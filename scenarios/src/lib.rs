@@ -47,6 +47,7 @@ const NO_FAULTS: FaultMix = FaultMix {
     group_faults: false,
     replacements: false,
     minority_faults: false,
+    mid_write_crashes: false,
     beyond_claim: false,
 };
 

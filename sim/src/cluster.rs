@@ -808,6 +808,16 @@ impl Cluster {
 
     /// Kills chunkserver `i` (a crash: unsynced writes lost, the last one maybe torn).
     pub fn kill_server(&mut self, i: usize) {
+        self.crash_server(i, false);
+    }
+
+    /// Kills chunkserver `i` while a write is in flight on its disk: the write is torn
+    /// (some prefix of it lands, maybe none, maybe all), not left whole half the time.
+    pub fn kill_server_mid_write(&mut self, i: usize) {
+        self.crash_server(i, true);
+    }
+
+    fn crash_server(&mut self, i: usize, tear: bool) {
         let s = &mut self.servers[i];
         if !s.alive {
             return;
@@ -816,8 +826,7 @@ impl Cluster {
         let damage = s.disk.crash(
             || {
                 let r: u64 = madsim::rand::random();
-                r.is_multiple_of(2)
-                    .then(|| (r >> 8) as f64 / (1u64 << 56) as f64)
+                (tear || r.is_multiple_of(2)).then(|| (r >> 8) as f64 / (1u64 << 56) as f64)
             },
             || madsim::rand::random::<u64>().is_multiple_of(2),
         );

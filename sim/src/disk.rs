@@ -53,6 +53,8 @@ struct State {
     stuck_felt: bool,
     /// Data writes still to land in the wrong place.
     misdirect: u32,
+    /// Each sync takes 30 ms more (a crash is to land while a write is in flight).
+    slow_flush: bool,
     /// Where the disk reports damage it did by itself (a misdirected write, a stuck
     /// disk that held an operation): the run's checks, and the server's address.
     report: Option<(Shared, String)>,
@@ -86,6 +88,16 @@ impl SimDisk {
 
     pub fn set_delay(&self, d: Duration) {
         self.state().delay = d;
+    }
+
+    /// Slows every sync by 30 ms, or no longer (a crash ends it too).
+    pub fn slow_flush(&self, on: bool) {
+        self.state().slow_flush = on;
+    }
+
+    /// Whether a data write is on the disk and not yet synced: a crash now may tear it.
+    pub fn writing(&self) -> bool {
+        !self.state().last_write.is_empty()
     }
 
     /// Names the checks and server this disk reports the damage it does by itself to.
@@ -196,6 +208,7 @@ impl SimDisk {
         }
         s.durable = after.clone();
         s.written = after;
+        s.slow_flush = false;
         damage
     }
 
@@ -427,6 +440,12 @@ impl ChunkStore for SimDisk {
         } else {
             Duration::ZERO
         };
+        let flush = flush
+            + if self.state().slow_flush {
+                Duration::from_millis(30)
+            } else {
+                Duration::ZERO
+            };
         async move {
             after(this.delay() + flush, ()).await;
             let mut s = this.state();

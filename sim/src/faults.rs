@@ -55,6 +55,11 @@ pub struct FaultMix {
     /// A master group of five: two replicas impaired at once (a minority: the other
     /// three must elect and commit). Without it, one at a time.
     pub minority_faults: bool,
+    /// Of the chunkserver crashes, two in three are timed to land while the server has a write
+    /// on its disk not yet synced (its flush slowed meanwhile), so the crash may tear
+    /// it: at random times a write is in flight too rarely (about one run in 500 of a
+    /// full mix tore one).
+    pub mid_write_crashes: bool,
     pub beyond_claim: bool,
 }
 
@@ -80,6 +85,7 @@ impl FaultMix {
         group_faults: false,
         replacements: false,
         minority_faults: false,
+        mid_write_crashes: true,
         beyond_claim: false,
     };
 }
@@ -88,7 +94,7 @@ impl FaultMix {
     /// The fault kinds (as counted in `faults=`) each kind of fault in the mix shows up
     /// as: a sweep in which one of them never happened did not test what it claims.
     pub fn kinds(&self) -> Vec<(&'static str, &'static [&'static str])> {
-        let all: [(bool, &'static str, &'static [&'static str]); 48] = [
+        let all: [(bool, &'static str, &'static [&'static str]); 49] = [
             (
                 self.minority_faults,
                 "two replicas impaired at once",
@@ -117,6 +123,11 @@ impl FaultMix {
                 &["slow_master_checkpoint"],
             ),
             (self.server_crashes, "server_crashes", &["crash"]),
+            (
+                self.server_crashes && self.mid_write_crashes,
+                "crashes that tear a write",
+                &["torn_write"],
+            ),
             (self.partitions, "partitions", &["partition"]),
             (self.master_cut, "master_cut", &["partition", "one_way"]),
             (
@@ -280,6 +291,13 @@ impl FaultMix {
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Impairment {
+    /// To crash once its disk has a write in flight (or at `by` at the latest), then
+    /// stay down for `span`.
+    Arming {
+        by: i64,
+        span: i64,
+        lose: bool,
+    },
     Dead {
         until: i64,
         /// Comes back having lost a chunk file (see [`Scheduler::expire`]).
@@ -407,9 +425,48 @@ impl Scheduler {
     /// Whether [`Scheduler::watch`] has anything to watch for: a master group whose
     /// replicas take a while to make a new leader's master copy.
     pub fn watches(&self, cluster: &Cluster) -> bool {
-        self.mix.group_faults
-            && !cluster.replicas.is_empty()
-            && !cluster.knobs.checkpoint_delay.is_zero()
+        self.arming()
+            || (self.mix.group_faults
+                && !cluster.replicas.is_empty()
+                && !cluster.knobs.checkpoint_delay.is_zero())
+    }
+
+    /// A server is to crash at its next write: it is watched closely.
+    pub fn arming(&self) -> bool {
+        self.impaired
+            .iter()
+            .any(|i| matches!(i, Some(Impairment::Arming { .. })))
+    }
+
+    /// Crashes each arming server whose disk has a write in flight, or whose time is up.
+    fn crash_mid_write(&mut self, cluster: &mut Cluster) {
+        let now = cluster.true_ms();
+        for i in 0..self.impaired.len() {
+            let Some(Impairment::Arming { by, span, lose }) = self.impaired[i] else {
+                continue;
+            };
+            let writing = cluster.servers[i].disk.writing();
+            if !writing && now < by {
+                continue;
+            }
+            cluster.servers[i].disk.slow_flush(false);
+            if writing {
+                cluster.kill_server_mid_write(i);
+            } else {
+                cluster.kill_server(i);
+            }
+            cluster.count_fault("crash_mid_write", u64::from(writing));
+            self.impaired[i] = Some(Impairment::Dead {
+                until: now + span,
+                lose,
+            });
+            let when = if writing {
+                "mid-write"
+            } else {
+                "(no write came)"
+            };
+            self.note(cluster, format!("crash cs{i} {when} for {span}ms"));
+        }
     }
 
     /// Called between steps, often: cuts a leader off from the group while the copy its
@@ -419,6 +476,7 @@ impl Scheduler {
     /// few hundred milliseconds to two seconds after an election: sweeps counted no
     /// copy dropped.
     pub fn watch(&mut self, cluster: &mut Cluster) {
+        self.crash_mid_write(cluster);
         if !self.watches(cluster) || !self.replica.is_empty() || self.replacing.is_some() {
             return;
         }
@@ -644,6 +702,7 @@ impl Scheduler {
     }
 
     fn inject(&mut self, cluster: &mut Cluster) {
+        self.crash_mid_write(cluster);
         self.expire(cluster);
         let now = cluster.true_ms();
         let n = self.impaired.len();
@@ -744,12 +803,24 @@ impl Scheduler {
                 } else {
                     span
                 };
-                cluster.kill_server(pick);
-                self.impaired[pick] = Some(Impairment::Dead {
-                    until: now + span,
-                    lose,
-                });
-                self.note(cluster, format!("crash cs{pick} for {span}ms"));
+                // By the span's parity: no draw of its own, so the mix's other faults
+                // keep their seeds.
+                if m.mid_write_crashes && span % 3 != 0 {
+                    cluster.servers[pick].disk.slow_flush(true);
+                    self.impaired[pick] = Some(Impairment::Arming {
+                        by: now + 3_000,
+                        span,
+                        lose,
+                    });
+                    self.note(cluster, format!("crash cs{pick} at its next write"));
+                } else {
+                    cluster.kill_server(pick);
+                    self.impaired[pick] = Some(Impairment::Dead {
+                        until: now + span,
+                        lose,
+                    });
+                    self.note(cluster, format!("crash cs{pick} for {span}ms"));
+                }
             }
             1 => {
                 cluster.isolate(cluster.servers[pick].id);
@@ -1173,6 +1244,7 @@ impl Scheduler {
             let d = &cluster.servers[i].disk;
             d.set_capacity(cluster.knobs.disk_capacity);
             d.set_delay(Duration::ZERO);
+            d.slow_flush(false);
             self.impaired[i] = None;
         }
         for i in 0..self.impaired.len() {

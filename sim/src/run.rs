@@ -245,7 +245,10 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
             let until = madsim::time::Instant::now() + wait;
             while madsim::time::Instant::now() < until {
                 let left = until - madsim::time::Instant::now();
-                madsim::time::sleep(left.min(Duration::from_millis(50))).await;
+                // A crash to land mid-write is watched for every 2 ms (a write is in
+                // flight for a few).
+                let slice = if sched.arming() { 2 } else { 50 };
+                madsim::time::sleep(left.min(Duration::from_millis(slice))).await;
                 sched.watch(&mut cluster);
             }
         } else {
