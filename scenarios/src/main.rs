@@ -248,6 +248,7 @@ mod madsim_main {
             let (mut shadow_reads, mut group_checkpoints, mut from_parts) = (0, 0, 0);
             let mut known_writes = 0;
             let (mut copies_compared, mut copies_inconsistent) = (0, 0);
+            let (mut leader_reads, mut authorities, mut locations) = (0, 0, 0);
             let (mut master_checkpoints, mut checkpoint_parts, mut shrunk) = (0, 0, 0);
             let mut faults = std::collections::BTreeMap::<&str, u64>::new();
             for &seed in &seeds {
@@ -269,6 +270,9 @@ mod madsim_main {
                 shadow_reads += o.shadow_reads_checked;
                 known_writes += o.known_writes_checked;
                 copies_compared += o.copies_compared;
+                leader_reads += o.leader_reads_judged;
+                authorities += o.authorities_judged;
+                locations += o.locations_judged;
                 copies_inconsistent += o.copies_inconsistent;
                 group_checkpoints += o.group_checkpoints;
                 master_checkpoints += o.master_checkpoints;
@@ -342,6 +346,8 @@ mod madsim_main {
                  ns_ops_checked={ns_ops} ns_writes_checked={ns_writes} ns_files_checked={ns_files} \
                  shadow_reads_checked={shadow_reads} known_writes_checked={known_writes} \
                  copies_compared={copies_compared} copies_inconsistent={copies_inconsistent} \
+                 leader_reads_judged={leader_reads} authorities_judged={authorities} \
+                 locations_judged={locations} \
                  group_checkpoints={group_checkpoints} \
                  master_checkpoints={master_checkpoints} master_checkpoint_parts={checkpoint_parts} \
                  master_checkpoints_shrunk={shrunk} \

@@ -30,6 +30,7 @@ pub fn root_perms() -> tessera_core::pb::Permissions {
 #[cfg(madsim)]
 pub mod cluster;
 #[cfg(madsim)]
+pub mod deposed_reads;
 pub mod disk;
 #[cfg(madsim)]
 pub mod faults;

@@ -58,7 +58,7 @@ const DIR: &str = "/lost-remove";
 
 /// One call to master `to`, sent once (no retry after a crash may make it happen), with
 /// `patience` to answer: its answer, if one came.
-async fn once(
+pub(crate) async fn once(
     c: &workload::C,
     to: &str,
     req: MReq,

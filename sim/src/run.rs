@@ -110,6 +110,12 @@ pub struct Outcome {
     pub known_writes_checked: u64,
     /// Chunks whose listed copies were compared byte for byte after healing.
     pub copies_compared: u64,
+    /// Reads leaders answered, and leaders' authorities, judged in true time against
+    /// later elections (`check::authority`).
+    pub leader_reads_judged: u64,
+    pub authorities_judged: u64,
+    /// Chunks of leaders' location answers judged against acknowledged writes.
+    pub locations_judged: u64,
     /// Pairs of copies that differed only where failed mutations allow.
     pub copies_inconsistent: u64,
     /// Checkpoints master replicas built beside their event loops and took back.
@@ -313,6 +319,12 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
     } else {
         healed
     };
+    let healed = if healed && sc.shadow_write && !cluster.replicas.is_empty() {
+        crate::deposed_reads::deposed_reads(&cluster, &checks).await;
+        liveness(&cluster, &checks, &sc).await
+    } else {
+        healed
+    };
     let healed = if healed && sc.rename_onto {
         crate::rename_onto::rename_onto(&cluster, &checks).await;
         liveness(&cluster, &checks, &sc).await
@@ -381,6 +393,12 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         {
             missing.push("no read a shadow master answered checked".into());
         }
+        if sc.shape.masters > 1 && c.authority.reads_judged == 0 {
+            missing.push("no read a leader answered judged against the elections".into());
+        }
+        if sc.faults.group_faults && c.leaders.len() > 1 && c.authority.authorities_judged == 0 {
+            missing.push("no leader's authority judged against a later election".into());
+        }
         let acked = c.appends.values().any(|a| !a.acked.is_empty());
         if matches!(sc.workload.kind, workload::Kind::Appends { .. })
             && acked
@@ -420,6 +438,9 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         shadow_reads_checked: c.shadow_reads,
         known_writes_checked: c.known_writes_checked,
         copies_compared: c.copies_compared,
+        leader_reads_judged: c.authority.reads_judged,
+        authorities_judged: c.authority.authorities_judged,
+        locations_judged: c.authority.located_judged,
         copies_inconsistent: c.copies_inconsistent,
         group_checkpoints: c.group_checkpoints,
         master_checkpoints: c.master_checkpoints,

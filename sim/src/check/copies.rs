@@ -29,6 +29,9 @@ pub struct Decided {
     pub len: u64,
     /// The primary answered it Ok: every copy of its lease applied it.
     pub acked: bool,
+    /// The chunk version it was made at, and when it was answered Ok (true ms).
+    pub version: u64,
+    pub acked_at: Option<i64>,
 }
 
 impl Decided {
@@ -60,6 +63,7 @@ impl Mutations {
         input: &cs::Input,
         effects: &cs::Effects,
         server: &cs::Chunkserver,
+        t: i64,
     ) {
         if let cs::Input::Request { id, req, .. } = input {
             // A request id is a server's own, and a restarted server counts from the start.
@@ -101,21 +105,37 @@ impl Mutations {
                 offset: a.offset,
                 len,
                 acked: false,
+                version: a.version,
+                acked_at: None,
             });
             self.pending
                 .insert((node.to_string(), id), (a.handle, list.len() - 1));
         }
+        for (id, r) in &effects.replies {
+            self.answered(node, *id, r, t);
+        }
     }
 
     /// Chunkserver `node` answered request `id`.
-    pub fn answered(&mut self, node: &str, id: u64, answer: &pb::ChunkResponse) {
+    fn answered(&mut self, node: &str, id: u64, answer: &pb::ChunkResponse, t: i64) {
         let Some((h, i)) = self.pending.remove(&(node.to_string(), id)) else {
             return;
         };
         if answer.error.is_some() {
             return;
         }
-        self.decided.get_mut(&h).expect("decided")[i].acked = true;
+        let d = &mut self.decided.get_mut(&h).expect("decided")[i];
+        d.acked = true;
+        d.acked_at = Some(t);
+    }
+
+    /// The highest version of chunk `h` a mutation was acknowledged at before true ms
+    /// `t`, and when.
+    pub fn acked_before(&self, h: u64, t: i64) -> Option<(u64, i64)> {
+        self.decided(h)
+            .iter()
+            .filter_map(|d| d.acked_at.filter(|&a| a < t).map(|a| (d.version, a)))
+            .max()
     }
 
     /// Chunk `h`'s decided mutations, in order.
@@ -234,6 +254,8 @@ mod tests {
             offset,
             len,
             acked,
+            version: 1,
+            acked_at: None,
         }
     }
 

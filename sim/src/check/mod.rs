@@ -6,6 +6,7 @@
 //! and fails the run.
 
 pub mod appends;
+pub mod authority;
 pub mod copies;
 pub mod corruption;
 pub mod history;
@@ -142,6 +143,9 @@ pub struct Checks {
     /// checks judge only its master: a deposed leader still running has an old view,
     /// and what it does is judged where it lands (the chunkservers' checks).
     pub top_epoch: u64,
+    /// A master group: leaders' read authority and the reads they answered, in true
+    /// time (`authority.rs`).
+    pub authority: authority::Authority,
     /// A master group: the replica that led each term (at most one may).
     pub leaders: HashMap<u64, String>,
     /// A master group: which replicas run a master now, by node.

@@ -75,12 +75,22 @@ impl Observer for SimObserver {
         &mut self,
         now: Time,
         input: &tessera_core::group::Input,
-        _effects: &tessera_core::group::Effects,
+        effects: &tessera_core::group::Effects,
         replica: &tessera_core::group::Replica,
     ) {
         let t = self.true_ms();
+        let (clock, jump) = (self.clock, self.jump.get());
         let mut c = self.checks.lock().expect("checks lock");
-        step::replica_step(&mut c, &self.node, t, now, input, replica);
+        step::replica_step(
+            &mut c,
+            &self.node,
+            t,
+            now,
+            input,
+            effects,
+            replica,
+            |local| clock.true_time(local - jump),
+        );
     }
 
     fn chunkserver_step(

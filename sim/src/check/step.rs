@@ -15,15 +15,52 @@ use super::{Checks, NS_DIR, references, replication::ReplicationReport};
 /// `to_true` turns a reading of the node's clock into true time.
 /// A master replica's step: at most one leader per term, and a master that stops
 /// leaves its unsynced version records behind (as a crash would).
+#[allow(clippy::too_many_arguments)]
 pub fn replica_step(
     c: &mut Checks,
     node: &str,
     t: i64,
     now: Time,
     input: &tessera_core::group::Input,
+    effects: &tessera_core::group::Effects,
     replica: &tessera_core::group::Replica,
+    to_true: impl Fn(i64) -> i64,
 ) {
     let s = replica.status();
+    // Read authority, in true time (`authority.rs`).
+    {
+        let until = replica.authority_until();
+        let authority = (until > Time::ZERO).then(|| to_true(until.0 as i64));
+        let request = match input {
+            tessera_core::group::Input::Request { id, req, .. } => Some((*id, req)),
+            _ => None,
+        };
+        let leading = s.role == "leader";
+        for v in c
+            .authority
+            .step(node, t, s.term, leading, authority, request, effects)
+        {
+            c.violation(t, v);
+        }
+        // A leader's locations name each chunk at a version no older than any write
+        // acknowledged before the read arrived: the grant's version was committed
+        // before that write's lease went out.
+        for (arrived, chunks) in std::mem::take(&mut c.authority.located) {
+            for (h, v) in chunks {
+                c.authority.located_judged += 1;
+                if let Some((m, at)) = c.mutations.acked_before(h, arrived)
+                    && m > v
+                {
+                    let what = format!(
+                        "{node} answered the locations of chunk {h} at version {v} to a read \
+                         that arrived at {arrived} ms (true time), though a write at version \
+                         {m} was acknowledged at {at} ms: its copies there miss it"
+                    );
+                    c.violation(t, what);
+                }
+            }
+        }
+    }
     let tr = &mut c.trace;
     tr.add(node.as_bytes());
     tr.add_u64(now.0);
@@ -571,9 +608,8 @@ pub fn chunkserver_step(
             tr.add(error.as_bytes());
         }
     }
-    c.mutations.step(node, input, effects, server);
+    c.mutations.step(node, input, effects, server, t);
     for (id, r) in &effects.replies {
-        c.mutations.answered(node, *id, r);
         tr.add_u64(*id);
         tr.add_u64(r.encoded_len() as u64);
         tr.add_u64(r.error.as_ref().map_or(0, |e| e.code as u64));
