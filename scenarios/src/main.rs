@@ -249,6 +249,7 @@ mod madsim_main {
             let mut known_writes = 0;
             let (mut copies_compared, mut copies_inconsistent) = (0, 0);
             let (mut leader_reads, mut authorities, mut locations) = (0, 0, 0);
+            let (mut declared_dead, mut clones_ordered) = (0, 0);
             let (mut master_checkpoints, mut checkpoint_parts, mut shrunk) = (0, 0, 0);
             let mut faults = std::collections::BTreeMap::<&str, u64>::new();
             for &seed in &seeds {
@@ -273,6 +274,8 @@ mod madsim_main {
                 leader_reads += o.leader_reads_judged;
                 authorities += o.authorities_judged;
                 locations += o.locations_judged;
+                declared_dead += o.declared_dead;
+                clones_ordered += o.clones_ordered;
                 copies_inconsistent += o.copies_inconsistent;
                 group_checkpoints += o.group_checkpoints;
                 master_checkpoints += o.master_checkpoints;
@@ -348,6 +351,7 @@ mod madsim_main {
                  copies_compared={copies_compared} copies_inconsistent={copies_inconsistent} \
                  leader_reads_judged={leader_reads} authorities_judged={authorities} \
                  locations_judged={locations} \
+                 churn_declared_dead={declared_dead} churn_clones_ordered={clones_ordered} \
                  group_checkpoints={group_checkpoints} \
                  master_checkpoints={master_checkpoints} master_checkpoint_parts={checkpoint_parts} \
                  master_checkpoints_shrunk={shrunk} \

@@ -116,6 +116,9 @@ pub struct Outcome {
     pub authorities_judged: u64,
     /// Chunks of leaders' location answers judged against acknowledged writes.
     pub locations_judged: u64,
+    /// Churn: servers masters declared dead, and clones they ordered (`check::churn`).
+    pub declared_dead: u64,
+    pub clones_ordered: u64,
     /// Pairs of copies that differed only where failed mutations allow.
     pub copies_inconsistent: u64,
     /// Checkpoints master replicas built beside their event loops and took back.
@@ -197,6 +200,8 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         knobs.clock_drift_ppm,
         2 * knobs.clock_jump_ms + knobs.rpc_timeout.as_millis() as i64 + 100,
     );
+    // Without faults, no server may be declared dead and no chunk cloned (churn).
+    checks.lock().expect("checks").churn.fault_free = sc.faults.is_empty();
     let mut cluster = Cluster::start(sc.shape, knobs.clone(), checks.clone());
     madsim::time::sleep(Duration::from_secs(2)).await;
 
@@ -441,6 +446,8 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         leader_reads_judged: c.authority.reads_judged,
         authorities_judged: c.authority.authorities_judged,
         locations_judged: c.authority.located_judged,
+        declared_dead: c.churn.declared_dead,
+        clones_ordered: c.churn.clones_ordered,
         copies_inconsistent: c.copies_inconsistent,
         group_checkpoints: c.group_checkpoints,
         master_checkpoints: c.master_checkpoints,

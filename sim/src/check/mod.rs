@@ -7,6 +7,7 @@
 
 pub mod appends;
 pub mod authority;
+pub mod churn;
 pub mod copies;
 pub mod corruption;
 pub mod history;
@@ -77,6 +78,8 @@ pub struct Checks {
     /// moved them in place, with an acknowledged call, and nothing it did since left
     /// that in doubt): none may fail with "not found" (see `workload::known_file`).
     pub known_writes_checked: u64,
+    /// Servers a master declared dead and clones it ordered (`churn.rs`).
+    pub churn: churn::Churn,
     /// Chunks whose listed copies were compared byte for byte after healing.
     pub copies_compared: u64,
     /// Pairs of those copies that differed, each difference where a failed mutation

@@ -320,6 +320,9 @@ pub fn master_step(
             },
         );
     }
+    for v in c.churn.master_step(node, master, effects) {
+        c.violation(t, v);
+    }
     // What any master (a deposed leader too) took: heartbeats judged, removes logged,
     // removes of deleted files clients asked for.
     if let ms::Input::Request { req, .. } = input {
