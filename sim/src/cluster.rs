@@ -368,6 +368,20 @@ fn start_group(
 impl Cluster {
     /// The replica whose master serves now, if one does (as its last step showed); of
     /// two (a deposed leader not yet stepped down), the one of the later term.
+    /// The group's leader, waited for up to a minute (healed, a group elects one soon).
+    pub async fn leader_soon(&self) -> Option<usize> {
+        let give_up = madsim::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(l) = self.leader() {
+                return Some(l);
+            }
+            if madsim::time::Instant::now() >= give_up {
+                return None;
+            }
+            madsim::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     pub fn leader(&self) -> Option<usize> {
         let c = self.checks.lock().expect("checks");
         let serving = |i: usize| {

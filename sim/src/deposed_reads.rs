@@ -39,20 +39,13 @@ use crate::workload::{self, patiently};
 const DIR: &str = "/deposed-reads";
 
 pub async fn deposed_reads(cluster: &Cluster, checks: &Shared) {
-    let give_up = madsim::time::Instant::now() + Duration::from_secs(60);
-    let leader = loop {
-        if let Some(l) = cluster.leader() {
-            break l;
-        }
-        if madsim::time::Instant::now() >= give_up {
-            fail(
-                checks,
-                cluster,
-                "deposed reads: no leader after healing".into(),
-            );
-            return;
-        }
-        madsim::time::sleep(Duration::from_millis(100)).await;
+    let Some(leader) = cluster.leader_soon().await else {
+        fail(
+            checks,
+            cluster,
+            "deposed reads: no leader after healing".into(),
+        );
+        return;
     };
     let client = madsim::rand::random::<u64>() as usize % cluster.clients.len();
     let node = cluster.clients[client].0.clone();

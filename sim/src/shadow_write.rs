@@ -59,21 +59,13 @@ pub async fn shadow_write(cluster: &Cluster, checks: &Shared) {
         );
         return;
     }
-    // Healed, the group elects a leader soon; a moment without one is waited out.
-    let give_up = madsim::time::Instant::now() + Duration::from_secs(60);
-    let leader = loop {
-        if let Some(l) = cluster.leader() {
-            break l;
-        }
-        if madsim::time::Instant::now() >= give_up {
-            fail(
-                checks,
-                cluster,
-                "the shadow-write phase found no leader".into(),
-            );
-            return;
-        }
-        madsim::time::sleep(Duration::from_millis(100)).await;
+    let Some(leader) = cluster.leader_soon().await else {
+        fail(
+            checks,
+            cluster,
+            "the shadow-write phase found no leader".into(),
+        );
+        return;
     };
     let behind = (leader + 1 + (rand() % (n as u64 - 1)) as usize) % n;
     let others: Vec<usize> = (0..n).filter(|&i| i != behind).collect();
