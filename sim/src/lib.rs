@@ -31,6 +31,7 @@ pub fn root_perms() -> tessera_core::pb::Permissions {
 pub mod cluster;
 #[cfg(madsim)]
 pub mod deposed_reads;
+#[cfg(madsim)]
 pub mod disk;
 #[cfg(madsim)]
 pub mod faults;
