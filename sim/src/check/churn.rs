@@ -3,7 +3,9 @@
 //! run's faults); in a run without faults every server heartbeats and every chunk was
 //! made whole, so either is a failure: a liveness timeout too short for the heartbeats,
 //! or a replication count that takes healthy chunks for short, churns data for nothing
-//! and passes every check of the data.
+//! and passes every check of the data. The one exception is a chunk whose copy the run
+//! itself damaged on purpose (the `scrub` scenario flips bits for the scrubber to find):
+//! its clone is the repair, and is allowed exactly for that chunk.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -22,7 +24,14 @@ pub struct Churn {
 
 impl Churn {
     /// A master's step: who it holds live now, and the clones it ordered.
-    pub fn master_step(&mut self, node: &str, master: &Master, effects: &Effects) -> Vec<String> {
+    /// `damaged` says whether the run damaged a copy of a chunk on purpose.
+    pub fn master_step(
+        &mut self,
+        node: &str,
+        master: &Master,
+        effects: &Effects,
+        damaged: impl Fn(u64) -> bool,
+    ) -> Vec<String> {
         let mut found = Vec::new();
         let now: BTreeSet<String> = master
             .servers()
@@ -45,7 +54,7 @@ impl Churn {
             } = &call.req
             {
                 self.clones_ordered += 1;
-                if self.fault_free {
+                if self.fault_free && !damaged(cl.handle) {
                     found.push(format!(
                         "{node} ordered chunk {} cloned to {} in a run without faults: \
                          every chunk was made whole",

@@ -320,7 +320,11 @@ pub fn master_step(
             },
         );
     }
-    for v in c.churn.master_step(node, master, effects) {
+    let damaged = &c.corrupted;
+    let found = c.churn.master_step(node, master, effects, |h| {
+        damaged.iter().any(|(_, d)| *d == h)
+    });
+    for v in found {
         c.violation(t, v);
     }
     // What any master (a deposed leader too) took: heartbeats judged, removes logged,
