@@ -68,6 +68,7 @@ impl MasterHarness {
                     let ok = pb::ChunkResponse {
                         error: None,
                         resp: Some(pb::chunk_response::Resp::Empty(pb::Empty {})),
+                        ..Default::default()
                     };
                     let mut more = self.master.handle(
                         self.now,

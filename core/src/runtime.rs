@@ -318,6 +318,7 @@ mod tests {
                     data: data.into(),
                     chunk_length,
                 })),
+                ..Default::default()
             };
             let whole = Bytes::from(msg.encode_to_vec());
             let mut at: Vec<usize> = cuts.iter().map(|i| i.index(whole.len() + 1)).collect();

@@ -25,13 +25,20 @@ pub fn reply_parts(resp: pb::ChunkResponse) -> Parts {
         pb::ChunkResponse {
             error: None,
             resp: Some(pb::chunk_response::Resp::Read(r)),
+            report_seq,
         } if r.data.len() >= SPLIT_AT => {
-            // ChunkResponse.read = 3 { data = 1, chunk_length = 2 }.
+            // ChunkResponse { read = 3 { data = 1, chunk_length = 2 }, report_seq = 5 }.
             let after = pb::ReadChunkResponse {
                 data: Bytes::new(),
                 ..r
             };
-            around(3, Vec::new(), 1, r.data, after.encode_to_vec())
+            let mut parts = around(3, Vec::new(), 1, r.data, after.encode_to_vec());
+            let tail = pb::ChunkResponse {
+                report_seq,
+                ..Default::default()
+            };
+            parts.0.push(tail.encode_to_vec().into());
+            parts
         }
         other => other.encode_to_vec().into(),
     }
@@ -86,16 +93,23 @@ mod tests {
     #[test]
     fn a_read_reply_in_pieces_is_the_message_prost_encodes() {
         for n in SIZES {
-            for chunk_length in [0, 1, 300, 64 << 20, u64::MAX] {
+            for (chunk_length, report_seq) in [
+                (0, 0),
+                (1, 1),
+                (300, 77),
+                (64 << 20, 0),
+                (u64::MAX, u64::MAX),
+            ] {
                 let resp = pb::ChunkResponse {
                     error: None,
                     resp: Some(pb::chunk_response::Resp::Read(pb::ReadChunkResponse {
                         data: Bytes::from(vec![7u8; n]),
                         chunk_length,
                     })),
+                    report_seq,
                 };
                 let parts = reply_parts(resp.clone());
-                assert_eq!(parts.0.len(), if n >= SPLIT_AT { 3 } else { 1 });
+                assert_eq!(parts.0.len(), if n >= SPLIT_AT { 4 } else { 1 });
                 assert_eq!(
                     parts.concat(),
                     resp.encode_to_vec(),
@@ -153,6 +167,7 @@ mod tests {
                 data: data.clone(),
                 chunk_length: 64 << 20,
             })),
+            ..Default::default()
         };
         let got = pb::ChunkResponse::decode(PartsReader::from(reply_parts(resp.clone())))
             .expect("decodes");

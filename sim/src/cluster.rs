@@ -161,6 +161,10 @@ pub struct ReplicaNode {
     pub joining: Arc<AtomicBool>,
 }
 
+/// How much of a chunk a clone reads at once: less than a chunk, so a clone takes
+/// several reads (and the clone race can rot a block after the first).
+pub const CLONE_PIECE: u64 = 64 << 10;
+
 pub struct Cluster {
     pub handle: Handle,
     pub start: Instant,
@@ -653,7 +657,7 @@ impl Cluster {
                             address: addr2.clone(),
                             rack: rack.clone(),
                             capacity_bytes: knobs2.disk_capacity,
-                            clone_piece: 64 << 10,
+                            clone_piece: CLONE_PIECE,
                             scrub_interval: knobs2.scrub_interval,
                             scrub_idle: knobs2.scrub_idle,
                             // Shorter than a forward's deadline, so a held mutation is
@@ -952,6 +956,7 @@ impl Cluster {
                     // Heartbeats are not authenticated: a forged term could end a new
                     // leader's quiet period for the server it names (a known limit).
                     epoch: 0,
+                    report_seq: madsim::rand::random(),
                 })),
                 ..Default::default()
             };

@@ -2397,6 +2397,7 @@ async fn read_replica(
         Ok(pb::ChunkResponse {
             error: None,
             resp: Some(Resp::Read(r)),
+            ..
         }) => Ok(r.data),
         Ok(r) => Err(format!("it answered {:?}", r.error)),
         Err(e) => Err(e.to_string()),

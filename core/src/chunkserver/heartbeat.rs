@@ -84,6 +84,7 @@ impl Chunkserver {
                 epoch: self.epoch,
                 boot: self.cfg.boot,
                 capability_keys: self.keys.held(now),
+                report_seq: self.step,
             })),
             ..Default::default()
         };

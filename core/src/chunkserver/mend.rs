@@ -204,6 +204,7 @@ impl Chunkserver {
             Ok(Reply::Chunk(pb::ChunkResponse {
                 error: None,
                 resp: Some(Resp::Read(r)),
+                ..
             })) if r.data.len() <= len => {
                 let mut candidate = m.data[start..start + len].to_vec();
                 candidate[..r.data.len()].copy_from_slice(&r.data);

@@ -508,6 +508,9 @@ pub struct Chunkserver {
     /// Requests refused because their sender's role does not allow them (`crate::auth`),
     /// or their capability does not (`crate::capability`).
     refused: u64,
+    /// Steps taken since start: stamped on every answer and heartbeat, so the master can
+    /// tell a report composed before an answer from one composed after it.
+    step: u64,
     /// The capability keys this run was given (`crate::capability`).
     keys: capability::KeyRing,
     out: Effects,
@@ -517,6 +520,7 @@ fn ok(resp: Resp) -> pb::ChunkResponse {
     pb::ChunkResponse {
         error: None,
         resp: Some(resp),
+        ..Default::default()
     }
 }
 
@@ -528,6 +532,7 @@ fn err(e: FsError) -> pb::ChunkResponse {
     pb::ChunkResponse {
         error: Some(e.to_pb()),
         resp: None,
+        ..Default::default()
     }
 }
 
@@ -567,6 +572,7 @@ impl Chunkserver {
             term_leader: None,
             next_id: 1,
             refused: 0,
+            step: 0,
             keys: capability::KeyRing::default(),
             out: Effects::default(),
         };
@@ -758,6 +764,15 @@ impl Chunkserver {
     }
 
     pub fn handle(&mut self, now: Time, input: Input) -> Effects {
+        self.step += 1;
+        let mut out = self.take_input(now, input);
+        for (_, r) in &mut out.replies {
+            r.report_seq = self.step;
+        }
+        out
+    }
+
+    fn take_input(&mut self, now: Time, input: Input) -> Effects {
         self.now = self.now.max(now);
         if !self.started {
             // Repairs found by recovery run first, before anything else on their chunks.

@@ -1531,6 +1531,7 @@ fn applied() -> Result<Reply, RpcError> {
     Ok(Reply::Chunk(pb::ChunkResponse {
         error: None,
         resp: Some(Resp::Empty(pb::Empty {})),
+        ..Default::default()
     }))
 }
 

@@ -169,6 +169,7 @@ impl Chunkserver {
             Ok(Reply::Chunk(pb::ChunkResponse {
                 error: None,
                 resp: Some(Resp::Read(r)),
+                ..
             })) => r,
             Ok(Reply::Chunk(pb::ChunkResponse { error: Some(e), .. })) => {
                 return self.done(h, id, err(FsError::from_pb(&e)));

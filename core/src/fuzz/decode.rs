@@ -760,6 +760,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
             data: vec![1; 30].into(),
             chunk_length: 100,
         })),
+        ..Default::default()
     };
     out.push(input(Kind::ChunkResponse, &read.encode_to_vec()));
     let rec = pb::LogRecord {

@@ -131,6 +131,11 @@ impl Master {
                 return;
             }
         };
+        // Answers are counted within one run of the server.
+        let seen = self.answered.entry(idx).or_default();
+        if seen.0 != r.boot {
+            *seen = (r.boot, 0);
+        }
         // The term of the very server registered there; a reordered report lowers nothing.
         let s = self.servers.get_mut(idx);
         s.keys = crate::capability::ServerKeys::from_heartbeat(self.now, r);
@@ -325,9 +330,26 @@ impl Master {
             matched += 1;
         }
         if matched < self.servers.get(idx).replicas {
-            // The master lists this server for chunks it no longer reports.
-            self.drop_replicas_where(idx, |h| !reported.contains(&h));
+            // The master lists this server for chunks it no longer reports; but one listed
+            // on an answer it gave after composing this report is simply not in it yet.
+            let unseen: HashSet<ChunkHandle> = self
+                .listed_on_answer
+                .iter()
+                .filter(|&(&(_, s), &(boot, step))| {
+                    s == idx && boot == r.boot && r.report_seq < step
+                })
+                .map(|(&(h, _), _)| h)
+                .collect();
+            let dropped =
+                self.drop_replicas_where(idx, |h| !reported.contains(&h) && !unseen.contains(&h));
+            if !dropped.is_empty() {
+                tracing::info!(server = %r.address, chunks = ?dropped, "copies listed but not reported; no longer listed");
+            }
         }
+        // Copies listed on answers this report was composed after: shown by it, or gone.
+        self.listed_on_answer.retain(|&(_, s), &mut (boot, step)| {
+            s != idx || (boot == r.boot && r.report_seq < step)
+        });
         let ordered = !delete.is_empty();
         if delete.is_empty() {
             self.gc.deleting.remove(&idx);
@@ -461,6 +483,7 @@ impl Master {
         for idx in self.servers.expire(self.now, self.cfg.heartbeat_timeout) {
             tracing::warn!(server = %self.servers.get(idx).addr, "chunkserver down");
             self.gc.deleting.remove(&idx);
+            self.listed_on_answer.retain(|&(_, s), _| s != idx);
             for h in self.drop_replicas_where(idx, |_| true) {
                 self.holder_died(h, idx);
             }
@@ -496,6 +519,12 @@ impl Master {
             .get_mut(h)
             .expect("adding a replica of a known chunk");
         if c.replicas.insert(s) {
+            // Listed on its word: a report it composed before that word lacks the copy.
+            if let Some(&seen) = self.answered.get(&s)
+                && seen.1 > 0
+            {
+                self.listed_on_answer.insert((h, s), seen);
+            }
             if let Some(found) = self.found_corrupt.get_mut(&h) {
                 found.retain(|&x| x != s);
             }

@@ -174,6 +174,15 @@ pub struct Master {
     /// are told how many of a chunk's copies were found corrupt, so a chunk with no
     /// good copy left reads as corrupt, not merely missing.
     found_corrupt: HashMap<ChunkHandle, Vec<ServerIdx>>,
+    /// Each server's run (`boot`) as its last heartbeat gave it, and the latest step
+    /// stamped on an answer it gave in that run (`ChunkResponse::report_seq`).
+    answered: HashMap<ServerIdx, (u64, u64)>,
+    /// Copies listed on a server's answer (a grant's, a clone's), with its run and step
+    /// then: its heartbeat of that run composed at an earlier step does not show them
+    /// yet, and their absence from it is no loss (`heartbeat.rs`). Cleared by its next
+    /// report composed later, and when it is declared dead: bounded by the copies
+    /// listed since a server's last heartbeat.
+    listed_on_answer: HashMap<(ChunkHandle, ServerIdx), (u64, u64)>,
     checkpoint_seq: LogSeq,
     /// Write-target requests waiting for their chunk's allocation to be durable:
     /// (request, chunk, its index in the file, the file's chunk size).
@@ -265,6 +274,8 @@ impl Master {
             mended: 0,
             refused: 0,
             found_corrupt: HashMap::default(),
+            answered: HashMap::default(),
+            listed_on_answer: HashMap::default(),
             checkpoint_seq: seq,
             retired_at: HashMap::default(),
             deferred_targets: BTreeMap::new(),
@@ -1215,6 +1226,16 @@ impl Master {
             Ok(resp) => resp.error.is_none(),
             Err(_) => false,
         };
+        if let Ok(resp) = &result {
+            let server = match ctx {
+                CallCtx::SetVersion { server, .. }
+                | CallCtx::Revoke { server, .. }
+                | CallCtx::Mend { server, .. } => server,
+                CallCtx::Clone { target, .. } => target,
+            };
+            let seen = self.answered.entry(server).or_default();
+            seen.1 = seen.1.max(resp.report_seq);
+        }
         match ctx {
             CallCtx::SetVersion { handle, server } => {
                 self.on_set_version_result(handle, server, ok)

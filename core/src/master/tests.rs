@@ -16,6 +16,8 @@ struct H {
     /// Every record logged, as the driver would have stored it.
     log: Vec<(LogSeq, pb::LogRecord)>,
     calls: Vec<Call>,
+    /// The step the chunkservers stamp on the answers `answer_calls` gives.
+    answer_step: u64,
 }
 
 fn cfg() -> MasterConfig {
@@ -46,6 +48,7 @@ impl H {
             next_id: 1,
             log: Vec::new(),
             calls: Vec::new(),
+            answer_step: 0,
         };
         h.sync();
         h
@@ -148,6 +151,31 @@ impl H {
         }
     }
 
+    /// A heartbeat of run `boot` of a server, composed at its step `step`.
+    fn heartbeat_at_step(
+        &mut self,
+        addr: &str,
+        boot: u64,
+        step: u64,
+        chunks: &[(u64, u64)],
+    ) -> pb::HeartbeatResponse {
+        let r = self.call(MReq::Heartbeat(pb::HeartbeatRequest {
+            address: addr.into(),
+            rack: "r".into(),
+            capacity_bytes: 1 << 30,
+            server_id: server_id(addr),
+            cluster_id: self.m.cluster_id(),
+            chunks: reports(chunks),
+            boot,
+            report_seq: step,
+            ..Default::default()
+        }));
+        match r.resp {
+            Some(Resp::Heartbeat(h)) => h,
+            other => panic!("heartbeat reply {other:?}"),
+        }
+    }
+
     /// A heartbeat naming any server and cluster id; the master's whole answer.
     fn heartbeat_as(
         &mut self,
@@ -191,6 +219,7 @@ impl H {
             cluster_id,
             changing: changing.to_vec(),
             epoch: 0,
+            ..Default::default()
         }))
     }
 
@@ -226,6 +255,7 @@ impl H {
                 Ok(pb::ChunkResponse {
                     error: None,
                     resp: Some(pb::chunk_response::Resp::Empty(pb::Empty {})),
+                    report_seq: self.answer_step,
                 })
             };
             let e = self.step(Input::CallResult { id: c.id, result });
@@ -977,6 +1007,7 @@ fn no_write_target_before_the_grants_retirements_are_durable() {
             Ok(pb::ChunkResponse {
                 error: None,
                 resp: Some(pb::chunk_response::Resp::Empty(pb::Empty {})),
+                ..Default::default()
             })
         };
         e.replies
@@ -1175,6 +1206,36 @@ fn failed_replica_is_stale_after_grant() {
     assert!(!chunk_replicas(&mut h, "/f").contains(&lagging));
 }
 
+#[test]
+fn a_report_composed_before_a_copy_was_made_does_not_unlist_it() {
+    let mut h = H::new();
+    for i in 0..3 {
+        h.heartbeat_at_step(&format!("cs{i}"), 7, 1, &[]);
+    }
+    h.call(create("/f"));
+    // Every server answers the chunk's creation at its step 10.
+    h.answer_step = 10;
+    let t = h.write_target("/f", 0).unwrap();
+    let c = t.handle;
+    assert_eq!(chunk_replicas(&mut h, "/f").len(), 3);
+    // cs0's report composed at step 9, before it answered, arrives after: it lacks the
+    // copy only because it is older.
+    h.heartbeat_at_step("cs0", 7, 9, &[]);
+    assert!(
+        chunk_replicas(&mut h, "/f").contains(&"cs0".to_string()),
+        "a copy unlisted on a report older than the answer that listed it"
+    );
+    // One composed after the answer that lacks it: the copy is gone.
+    h.heartbeat_at_step("cs0", 7, 11, &[]);
+    assert!(!chunk_replicas(&mut h, "/f").contains(&"cs0".to_string()));
+    // A report of a later run, whatever its step, shows everything that run holds.
+    h.heartbeat_at_step("cs1", 8, 2, &[]);
+    assert!(!chunk_replicas(&mut h, "/f").contains(&"cs1".to_string()));
+    // And a report that shows it keeps it, as ever.
+    h.heartbeat_at_step("cs2", 7, 12, &[(c, 1)]);
+    assert_eq!(chunk_replicas(&mut h, "/f"), vec!["cs2".to_string()]);
+}
+
 fn cluster_report(h: &mut H, reports: &[(&str, u64, u64)]) {
     for (a, hd, v) in reports {
         h.heartbeat(a, "r", &[(*hd, *v)]);
@@ -1223,6 +1284,7 @@ fn newer_version_reported_is_adopted() {
         next_id: 1,
         log: vec![],
         calls: vec![],
+        answer_step: 0,
     };
     let hb = h.heartbeat(&t.primary, "r", &[(t.handle, 2)]);
     assert!(hb.delete_chunks.is_empty());
@@ -1277,6 +1339,7 @@ fn restarted_master_waits_a_lease_period() {
         next_id: 1,
         log: vec![],
         calls: vec![],
+        answer_step: 0,
     };
     cluster_report(
         &mut h2,
@@ -1589,6 +1652,7 @@ fn recovered(m: Master, now: Time) -> H {
         next_id: 1,
         log: vec![],
         calls: vec![],
+        answer_step: 0,
     }
 }
 
@@ -2010,6 +2074,7 @@ fn a_grant_taken_too_late_is_not_trusted() {
         next_id: 1,
         log: vec![],
         calls: vec![],
+        answer_step: 0,
     };
     let hb = h2.heartbeat("cs2", "r", &[(t.handle, 1)]);
     assert_eq!(
@@ -2090,6 +2155,7 @@ fn recovered_master_repairs_chunks_reported_short() {
         next_id: 1,
         log: vec![],
         calls: vec![],
+        answer_step: 0,
     };
     // Only two of the three holders come back.
     let report = |h2: &mut H| {
@@ -2141,6 +2207,7 @@ fn no_copy_is_trimmed_while_a_lease_from_before_a_restart_may_be_out() {
         next_id: 1,
         log: vec![],
         calls: vec![],
+        answer_step: 0,
     };
     // All four servers report the chunk at the current version: one copy too many.
     let all = |h2: &mut H| {
@@ -2293,6 +2360,7 @@ fn a_first_grant_lost_in_a_crash_still_waits_out_the_quiet_period() {
         next_id: 1,
         log: vec![],
         calls: vec![],
+        answer_step: 0,
     };
     cluster(&mut h2, 3, 3);
     assert!(
@@ -2338,6 +2406,7 @@ fn a_new_leader_grants_once_every_older_lease_holder_shows_its_term() {
         next_id: 1,
         log: vec![],
         calls: vec![],
+        answer_step: 0,
     };
     // A log from before holders were named, with a lease out.
     let mut h0 = H::new();
@@ -2497,6 +2566,7 @@ fn a_second_master_of_one_term_waits_the_quiet_period_out() {
         next_id: 1,
         log: vec![],
         calls: vec![],
+        answer_step: 0,
     };
     for i in 0..3 {
         h2.heartbeat_in_term(&format!("cs{i}"), 3, &[]);
@@ -2523,6 +2593,7 @@ fn a_lone_master_restarted_waits_out_the_quiet_period_whatever_heartbeats_say() 
         next_id: 1,
         log: vec![],
         calls: vec![],
+        answer_step: 0,
     };
     for i in 0..3 {
         h2.heartbeat_in_term(&format!("cs{i}"), 0, &[]);
@@ -2571,6 +2642,7 @@ fn a_version_handed_out_before_a_crash_is_never_handed_out_again() {
         next_id: 1,
         log: vec![],
         calls: vec![],
+        answer_step: 0,
     };
     // The replica that took version 2 stays away; the others report version 1.
     let (away, _) = sv[0].clone();
@@ -3474,6 +3546,7 @@ fn stale_copies_are_revived_when_every_current_copy_is_destroyed() {
     let failed = pb::ChunkResponse {
         error: Some(FsError::Corrupt("block 0 matches no other copy".into()).to_pb()),
         resp: None,
+        ..Default::default()
     };
     h.step(Input::CallResult {
         id: call,
@@ -3676,6 +3749,7 @@ fn the_last_corrupt_copy_of_a_version_is_mended_not_deleted() {
         result: Ok(pb::ChunkResponse {
             error: None,
             resp: Some(pb::chunk_response::Resp::Empty(pb::Empty {})),
+            ..Default::default()
         }),
     });
     assert_eq!(h.m.mends(), (1, 0));
@@ -3727,6 +3801,7 @@ fn an_unanswered_mend_is_ordered_again_from_heartbeats_then_given_up() {
             Ok(pb::ChunkResponse {
                 error: Some(FsError::Unavailable("busy".into()).to_pb()),
                 resp: None,
+                ..Default::default()
             })
         };
         h.step(Input::CallResult { id: call, result });
@@ -3949,6 +4024,7 @@ fn corrupt(h: &mut H, server: &str, handle: u64) {
         let failed = pb::ChunkResponse {
             error: Some(FsError::Corrupt("a block matches no other copy".into()).to_pb()),
             resp: None,
+            ..Default::default()
         };
         h.step(Input::CallResult {
             id,
@@ -4292,6 +4368,7 @@ fn copies_left_by_an_adopted_version_are_demoted() {
                     ..Default::default()
                 }),
                 resp: None,
+                ..Default::default()
             }),
         });
     }
@@ -4775,6 +4852,7 @@ fn answer_ok(h: &mut H, id: CallId) {
     let ok = pb::ChunkResponse {
         error: None,
         resp: Some(pb::chunk_response::Resp::Empty(pb::Empty {})),
+        ..Default::default()
     };
     h.step(Input::CallResult { id, result: Ok(ok) });
 }
@@ -4934,6 +5012,7 @@ fn a_restarted_master_alone_fences_with_a_new_epoch_instead_of_waiting() {
             next_id: 1,
             log: log.to_vec(),
             calls: vec![],
+            answer_step: 0,
         };
         h.sync();
         h
