@@ -108,6 +108,7 @@ const fn scenario(name: &'static str, faults: FaultMix) -> Scenario {
         silent_corruption: false,
         last_copy_rot: false,
         lost_remove: false,
+        clone_race: false,
         shadow_write: false,
         rename_onto: false,
         stale_collected: false,
@@ -233,8 +234,12 @@ pub fn all() -> Vec<Scenario> {
                 },
             )
         },
+        // Servers crash and come back stale; after healing every stale copy must be
+        // collected, and clones race rot at their source's read and a version bump at
+        // their completion (`tessera_sim::clone_race`).
         Scenario {
             stale_collected: true,
+            clone_race: true,
             ..scenario(
                 "stale-replica",
                 FaultMix {

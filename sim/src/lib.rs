@@ -28,6 +28,8 @@ pub fn root_perms() -> tessera_core::pb::Permissions {
     }
 }
 #[cfg(madsim)]
+pub mod clone_race;
+#[cfg(madsim)]
 pub mod cluster;
 #[cfg(madsim)]
 pub mod deposed_reads;

@@ -48,7 +48,7 @@ fn restart(cluster: &mut Cluster, which: &[usize]) {
 }
 
 /// Runs `op` on client `run`'s node, with the run (its model) lent to it and given back.
-async fn on_client<T, F, Fut>(cluster: &Cluster, run: &mut ClientRun, op: F) -> T
+pub(crate) async fn on_client<T, F, Fut>(cluster: &Cluster, run: &mut ClientRun, op: F) -> T
 where
     T: Send + 'static,
     F: FnOnce(workload::C, ClientRun) -> Fut,

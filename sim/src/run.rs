@@ -29,6 +29,10 @@ pub struct Scenario {
     /// remove of a deleted file it took after its holders reported; the file, undeleted,
     /// must read back whole (`lost_remove.rs`).
     pub lost_remove: bool,
+    /// After healing, a clone's source rots in a block as the clone reads it, and a
+    /// write moves a chunk's version on while a clone of it is under way
+    /// (`clone_race.rs`).
+    pub clone_race: bool,
     /// After healing, a master group's client writes a file it just made while the only
     /// replica it reaches is a shadow behind the create (`shadow_write.rs`).
     pub shadow_write: bool,
@@ -293,9 +297,10 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         fail(&checks, &cluster, e);
     }
     let healed = liveness(&cluster, &checks, &sc).await;
-    // The scripted phases, on the healed cluster (`rot.rs`, `lost_remove.rs`); then
+    // The scripted phases, on the healed cluster (`rot.rs`, `lost_remove.rs`,
+    // `clone_race.rs`); then
     // healed again (every chunk back at its goal) before everything is read back.
-    let healed = if healed && (sc.last_copy_rot || sc.lost_remove) {
+    let healed = if healed && (sc.last_copy_rot || sc.lost_remove || sc.clone_race) {
         match runs.first_mut() {
             Some(run) if !shared => {
                 if sc.last_copy_rot {
@@ -303,6 +308,9 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
                 }
                 if sc.lost_remove {
                     crate::lost_remove::lost_remove(&mut cluster, &checks, run).await;
+                }
+                if sc.clone_race {
+                    crate::clone_race::clone_race(&mut cluster, &checks, run).await;
                 }
                 liveness(&cluster, &checks, &sc).await
             }

@@ -8,6 +8,7 @@
 pub mod appends;
 pub mod authority;
 pub mod churn;
+pub mod clones;
 pub mod copies;
 pub mod corruption;
 pub mod history;
@@ -80,6 +81,8 @@ pub struct Checks {
     pub known_writes_checked: u64,
     /// Servers a master declared dead and clones it ordered (`churn.rs`).
     pub churn: churn::Churn,
+    /// One chunk's clones, while the clone-race phase watches them (`clones.rs`).
+    pub clones: Option<clones::CloneWatch>,
     /// Chunks whose listed copies were compared byte for byte after healing.
     pub copies_compared: u64,
     /// Pairs of those copies that differed, each difference where a failed mutation

@@ -320,6 +320,9 @@ pub fn master_step(
             },
         );
     }
+    if let Some(w) = &mut c.clones {
+        w.master_step(node, t, input, effects, master);
+    }
     let damaged = &c.corrupted;
     let found = c.churn.master_step(node, master, effects, |h| {
         damaged.iter().any(|(_, d)| *d == h)
@@ -616,6 +619,15 @@ pub fn chunkserver_step(
         }
     }
     c.mutations.step(node, input, effects, server, t);
+    if let Some((at, _)) = c
+        .clones
+        .as_mut()
+        .and_then(|w| w.chunkserver_step(node, t, input, effects, server))
+    {
+        let h = c.clones.as_ref().map_or(0, |w| w.handle);
+        *c.faults.entry("clone_read_rot").or_default() += 1;
+        c.corrupted.insert((at.clone(), h));
+    }
     for (id, r) in &effects.replies {
         tr.add_u64(*id);
         tr.add_u64(r.encoded_len() as u64);
