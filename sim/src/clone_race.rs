@@ -36,7 +36,7 @@ use tessera_core::pb::ChunkLocation;
 use crate::check::Shared;
 use crate::check::clones::{ArmedHold, ArmedRot, CloneWatch, Flip, Stick};
 use crate::cluster::{CLONE_PIECE, Cluster};
-use crate::rot::on_client;
+use crate::rot::{made_whole, on_client};
 use crate::run::rand;
 use crate::workload::{self, ClientRun};
 
@@ -174,23 +174,7 @@ pub async fn clone_race(cluster: &mut Cluster, checks: &Shared, run: &mut Client
     let data = workload::pattern(run.id, 8_000_000, len);
     let (p, d) = (path.clone(), data.clone());
     let made = on_client(cluster, run, |c, mut run| async move {
-        let out = async {
-            let dir = p.rsplit_once('/').map_or("/", |x| x.0).to_string();
-            workload::patiently(|| c.mkdir(&dir, true)).await?;
-            workload::made(&c, &p).await?;
-            run.model.files.insert(p.clone(), Default::default());
-            let wrote = workload::patiently(|| c.write(&p, 0, d.clone())).await;
-            let f = run.model.files.get_mut(&p).expect("just made");
-            match wrote {
-                Ok(()) => f.write_ok(0, &d),
-                Err(e) => {
-                    f.write_failed(0, &d);
-                    return Err(e);
-                }
-            }
-            Ok(())
-        }
-        .await;
+        let out = made_whole(&c, &mut run, &p, &d).await;
         (out, run)
     })
     .await;

@@ -61,6 +61,30 @@ where
     out
 }
 
+/// Makes the file `path` (and its directory) and writes `data` into it whole, patiently,
+/// the file joining `run`'s model.
+pub(crate) async fn made_whole(
+    c: &workload::C,
+    run: &mut ClientRun,
+    path: &str,
+    data: &bytes::Bytes,
+) -> Result<(), tessera_core::FsError> {
+    let dir = path.rsplit_once('/').map_or("/", |x| x.0).to_string();
+    workload::patiently(|| c.mkdir(&dir, true)).await?;
+    workload::made(c, path).await?;
+    run.model.files.insert(path.to_string(), Default::default());
+    let wrote = workload::patiently(|| c.write(path, 0, data.clone())).await;
+    let f = run.model.files.get_mut(path).expect("just made");
+    match wrote {
+        Ok(()) => f.write_ok(0, data),
+        Err(e) => {
+            f.write_failed(0, data);
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
 /// The phase (see the module's doc). `run` is a client's run whose model the file joins,
 /// so the checks after healing judge it too.
 pub async fn last_copy_rot(cluster: &mut Cluster, checks: &Shared, run: &mut ClientRun) {
@@ -85,19 +109,7 @@ pub async fn last_copy_rot(cluster: &mut Cluster, checks: &Shared, run: &mut Cli
     let (p, d) = (path.clone(), data.clone());
     let made = on_client(cluster, run, |c, mut run| async move {
         let out = async {
-            let dir = p.rsplit_once('/').map_or("/", |x| x.0).to_string();
-            workload::patiently(|| c.mkdir(&dir, true)).await?;
-            workload::made(&c, &p).await?;
-            run.model.files.insert(p.clone(), Default::default());
-            let wrote = workload::patiently(|| c.write(&p, 0, d.clone())).await;
-            let f = run.model.files.get_mut(&p).expect("just made");
-            match wrote {
-                Ok(()) => f.write_ok(0, &d),
-                Err(e) => {
-                    f.write_failed(0, &d);
-                    return Err(e);
-                }
-            }
+            made_whole(&c, &mut run, &p, &d).await?;
             workload::get_chunks(&c, &p)
                 .await
                 .map_err(tessera_core::FsError::Unavailable)
