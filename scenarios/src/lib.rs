@@ -280,8 +280,8 @@ pub fn all() -> Vec<Scenario> {
         },
         // The master loses power while the remove of a deleted file is still unsynced,
         // its holders having reported their copies meanwhile: no copy may have been
-        // ordered deleted, and the file, undeleted, reads back whole
-        // (`tessera_sim::lost_remove`).
+        // ordered deleted, and the file, undeleted, reads back whole; then a rename lost
+        // the same way, which no call may have seen (`tessera_sim::lost_remove`).
         Scenario {
             lost_remove: true,
             tweak: lost_remove_knobs,

@@ -249,6 +249,7 @@ mod madsim_main {
             let mut known_writes = 0;
             let (mut copies_compared, mut copies_inconsistent) = (0, 0);
             let (mut leader_reads, mut authorities, mut locations) = (0, 0, 0);
+            let (mut refusals, mut races) = (0, 0);
             let (mut declared_dead, mut clones_ordered) = (0, 0);
             let (mut master_checkpoints, mut checkpoint_parts, mut shrunk) = (0, 0, 0);
             let mut faults = std::collections::BTreeMap::<&str, u64>::new();
@@ -268,12 +269,14 @@ mod madsim_main {
                 ns_ops += o.ns_ops_checked;
                 ns_writes += o.ns_writes_checked;
                 ns_files += o.ns_files_checked;
+                races += o.ns_races_met;
                 shadow_reads += o.shadow_reads_checked;
                 known_writes += o.known_writes_checked;
                 copies_compared += o.copies_compared;
                 leader_reads += o.leader_reads_judged;
                 authorities += o.authorities_judged;
                 locations += o.locations_judged;
+                refusals += o.refusals_judged;
                 declared_dead += o.declared_dead;
                 clones_ordered += o.clones_ordered;
                 copies_inconsistent += o.copies_inconsistent;
@@ -346,11 +349,11 @@ mod madsim_main {
             eprintln!(
                 "scenario={} seeds={} wall={wall:.1}s seeds_per_min={:.1} sim_per_wall={:.0}x \
                  reads_checked={reads} records_checked={records} listings_checked={listings} \
-                 ns_ops_checked={ns_ops} ns_writes_checked={ns_writes} ns_files_checked={ns_files} \
+                 ns_ops_checked={ns_ops} ns_writes_checked={ns_writes} ns_files_checked={ns_files} ns_races_met={races} \
                  shadow_reads_checked={shadow_reads} known_writes_checked={known_writes} \
                  copies_compared={copies_compared} copies_inconsistent={copies_inconsistent} \
                  leader_reads_judged={leader_reads} authorities_judged={authorities} \
-                 locations_judged={locations} \
+                 locations_judged={locations} refusals_judged={refusals} \
                  churn_declared_dead={declared_dead} churn_clones_ordered={clones_ordered} \
                  group_checkpoints={group_checkpoints} \
                  master_checkpoints={master_checkpoints} master_checkpoint_parts={checkpoint_parts} \

@@ -108,6 +108,8 @@ pub struct Outcome {
     pub ns_writes_checked: u64,
     /// Files of the shared directory checked to end in the bytes of a write.
     pub ns_files_checked: u64,
+    /// Races at one name that two clients or more struck at once.
+    pub ns_races_met: u64,
     /// Reads of the shared directory a shadow master answered, judged as stale reads.
     pub shadow_reads_checked: u64,
     /// Writes to files their client knew were there, checked not to fail "not found".
@@ -120,6 +122,8 @@ pub struct Outcome {
     pub authorities_judged: u64,
     /// Chunks of leaders' location answers judged against acknowledged writes.
     pub locations_judged: u64,
+    /// Refusals for the state of a name judged against unsynced records (`check::refusals`).
+    pub refusals_judged: u64,
     /// Churn: servers masters declared dead, and clones they ordered (`check::churn`).
     pub declared_dead: u64,
     pub clones_ordered: u64,
@@ -308,6 +312,7 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
                 }
                 if sc.lost_remove {
                     crate::lost_remove::lost_remove(&mut cluster, &checks, run).await;
+                    crate::lost_remove::lost_rename(&mut cluster, &checks, run).await;
                 }
                 if sc.clone_race {
                     crate::clone_race::clone_race(&mut cluster, &checks, run).await;
@@ -448,12 +453,14 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         ns_ops_checked: c.ns_ops_checked,
         ns_writes_checked: c.ns_writes_checked,
         ns_files_checked: c.ns_files_checked,
+        ns_races_met: c.ns_races.values().filter(|&&n| n >= 2).count() as u64,
         shadow_reads_checked: c.shadow_reads,
         known_writes_checked: c.known_writes_checked,
         copies_compared: c.copies_compared,
         leader_reads_judged: c.authority.reads_judged,
         authorities_judged: c.authority.authorities_judged,
         locations_judged: c.authority.located_judged,
+        refusals_judged: c.refusals.judged,
         declared_dead: c.churn.declared_dead,
         clones_ordered: c.churn.clones_ordered,
         copies_inconsistent: c.copies_inconsistent,

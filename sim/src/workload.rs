@@ -87,6 +87,8 @@ pub struct ClientRun {
     /// stat or listing), which its writes go to most of the time: others may have
     /// moved or deleted them since.
     pub ns_files: Vec<String>,
+    /// The last race at one name this client struck in (`ns_race`).
+    pub ns_raced: Option<u64>,
     /// Directories a replay's operations went to (listed after healing); empty for
     /// other workloads, whose files are in `/c<id>`.
     pub dirs: std::collections::BTreeSet<String>,
@@ -112,6 +114,7 @@ impl ClientRun {
             ok: 0,
             errors: 0,
             ns_files: Vec::new(),
+            ns_raced: None,
             dirs: Default::default(),
             known: Default::default(),
             append_files: Vec::new(),
@@ -1126,6 +1129,15 @@ async fn shared_run(
     let stripe = (w.max_file / 8).max(1);
     for seq in 0..w.ops as u64 {
         madsim::time::sleep(w.think).await;
+        // A race at one name is called: join it.
+        let race = checks.lock().expect("checks").ns_race;
+        if let Some((k, at)) = race
+            && at > now_ms(start)
+            && run.ns_raced != Some(k)
+        {
+            ns_race(client, run, checks, start, k).await;
+            continue;
+        }
         let path = pick(&paths);
         let roll = rand() % 1000;
         if roll >= 700 {
@@ -1191,6 +1203,10 @@ async fn shared_run(
 
 /// The directory shared clients create, delete, rename, stat and list names in.
 pub use crate::check::NS_DIR;
+
+/// How long before a race at one name strikes it is called (`ns_race`): a little more
+/// than a client's think time and an operation, so that every client joins.
+const RACE_LEAD: Duration = Duration::from_millis(700);
 
 fn ns_name(n: u8) -> String {
     format!("{NS_DIR}/n{n}")
@@ -1313,6 +1329,24 @@ async fn ns_op(client: &C, run: &mut ClientRun, checks: &Shared, start: madsim::
         10 => NsOp::Stat(a),
         11 => NsOp::StatIn(a),
         12 => NsOp::List,
+        13 | 14 => {
+            // A race at one name: call one (unless one is called), then strike with
+            // whoever joins (`ns_race`).
+            let k = {
+                let mut c = checks.lock().expect("checks");
+                let now = now_ms(start);
+                match c.ns_race {
+                    Some((k, at)) if at > now => k,
+                    _ => {
+                        let k = c.ns_races.keys().next_back().map_or(1, |k| k + 1);
+                        c.ns_race = Some((k, now + RACE_LEAD.as_millis() as i64));
+                        c.ns_races.insert(k, 0);
+                        k
+                    }
+                }
+            };
+            return ns_race(client, run, checks, start, k).await;
+        }
         _ => {
             let path = match rand() % 4 {
                 0 => ns_name(a),
@@ -1336,6 +1370,42 @@ async fn ns_op(client: &C, run: &mut ClientRun, checks: &Shared, start: madsim::
     if matches!(op, NsOp::Rename(..)) && outcome == Outcome::Ok && rand().is_multiple_of(2) {
         ns_do(client, run, checks, start, NsOp::Create(a)).await;
     }
+}
+
+/// A race at one name: every client that joins the race called last (`Checks::ns_race`)
+/// waits for its moment and strikes the name it picks, as the others racing then do:
+/// renames onto it from other names, creates, directories and deletes of it, at once.
+/// The master must order them as its locks say (a rename onto a name whose create is
+/// not yet durable waits for it, `check::refusals`).
+async fn ns_race(
+    client: &C,
+    run: &mut ClientRun,
+    checks: &Shared,
+    start: madsim::time::Instant,
+    k: u64,
+) {
+    let at = {
+        let mut c = checks.lock().expect("checks");
+        let Some((called, at)) = c.ns_race else {
+            return;
+        };
+        if called != k || run.ns_raced == Some(k) {
+            return;
+        }
+        run.ns_raced = Some(k);
+        *c.ns_races.entry(k).or_default() += 1;
+        at
+    };
+    madsim::time::sleep_until(start + Duration::from_millis(at.max(0) as u64)).await;
+    let d = (k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u8 % NAMES;
+    let from = (d + 1 + (rand() % u64::from(NAMES - 1)) as u8) % NAMES;
+    let op = match rand() % 6 {
+        0..=2 => NsOp::Rename(from, d),
+        3 => NsOp::Create(d),
+        4 => NsOp::Mkdir(d),
+        _ => NsOp::Delete(d, rand().is_multiple_of(2)),
+    };
+    ns_do(client, run, checks, start, op).await;
 }
 
 /// A stat or listing of [`NS_DIR`] asked of a master replica the seed picks, letting a

@@ -21,6 +21,7 @@ pub mod observer;
 pub mod plain_appends;
 pub mod puts;
 pub mod references;
+pub mod refusals;
 pub mod replication;
 pub mod step;
 pub mod trace;
@@ -58,6 +59,10 @@ pub struct Checks {
     /// `workload::ns_write`), those acknowledged (path, offset, bytes, true ms begun),
     /// and how many were found after healing.
     pub ns_slots: u64,
+    /// Races at one name (`workload::ns_race`): for each, the clients that struck; and
+    /// the race called last, with the true ms it strikes at.
+    pub ns_races: BTreeMap<u64, u32>,
+    pub ns_race: Option<(u64, i64)>,
     pub ns_writes: Vec<(String, u64, bytes::Bytes, i64)>,
     pub ns_writes_checked: u64,
     /// Copies the master lists on live servers that do not hold them (`locations.rs`).
@@ -79,6 +84,9 @@ pub struct Checks {
     /// moved them in place, with an acknowledged call, and nothing it did since left
     /// that in doubt): none may fail with "not found" (see `workload::known_file`).
     pub known_writes_checked: u64,
+    /// Refusals judged against the records their master had not made durable
+    /// (`refusals.rs`).
+    pub refusals: refusals::Refusals,
     /// Servers a master declared dead and clones it ordered (`churn.rs`).
     pub churn: churn::Churn,
     /// One chunk's clones, while the clone-race phase watches them (`clones.rs`).
@@ -111,6 +119,9 @@ pub struct Checks {
     /// Paths a master logged removed (by its node), and when (the step count): the
     /// lost-remove phase's evidence that the master took the remove it then loses.
     pub removes_logged: HashMap<String, (String, u64)>,
+    /// Sources of renames a master logged (by its node), and when (the step count): the
+    /// lost-rename phase's evidence that the master took the rename it then loses.
+    pub renames_logged: HashMap<String, (String, u64)>,
     /// (master node, term) whose quiet period ended early (`master/leases.rs`).
     pub quiet_ended: std::collections::HashSet<(String, u64)>,
     /// When each (master node, chunkserver address) heartbeat was last judged by a
@@ -193,6 +204,7 @@ impl Checks {
     pub fn master_started(&mut self, node: &str) {
         self.checkpoints_due.retain(|(n, _), _| n != node);
         self.answers_due.retain(|(n, _), _| n != node);
+        self.refusals.master_started(node);
     }
 
     /// Judges a shadow master's answer, given at true time `t`: from record `seq`, its

@@ -330,6 +330,9 @@ pub fn master_step(
     for v in found {
         c.violation(t, v);
     }
+    for v in c.refusals.master_step(node, input, effects, master) {
+        c.violation(t, v);
+    }
     // What any master (a deposed leader too) took: heartbeats judged, removes logged,
     // removes of deleted files clients asked for.
     if let ms::Input::Request { req, .. } = input {
@@ -352,8 +355,9 @@ pub fn master_step(
     }
     // The master's first ordering rule, judged from outside: a namespace request is
     // answered Ok only once everything its master had logged when it took the request is
-    // durable (its own record, and any record its answer could reflect). Errors may go at
-    // once. Any master, a deposed leader's too.
+    // durable (its own record, and any record its answer could reflect). Other errors may
+    // go at once, but a refusal for the state of a name only once that state is durable
+    // (`refusals.rs`). Any master, a deposed leader's too.
     if let ms::Input::Request { id, req, .. } = input {
         use tessera_core::pb::master_request::Req as MReq;
         if matches!(
@@ -394,6 +398,10 @@ pub fn master_step(
     // it had jumped back).
     let master_now = master.now().as_millis();
     for (_, rec) in &effects.log {
+        if let Some(tessera_core::pb::log_record::Op::Rename(o)) = &rec.op {
+            c.renames_logged
+                .insert(o.src.clone(), (node.to_string(), c.steps));
+        }
         if let Some(tessera_core::pb::log_record::Op::Remove(o)) = &rec.op {
             c.removes_logged
                 .insert(o.path.clone(), (node.to_string(), c.steps));
