@@ -769,6 +769,8 @@ impl<R: Runtime, T: Transport> Client<R, T> {
         let mut out = BytesMut::new();
         let mut pos = offset;
         let mut retry = self.retry();
+        // Whether `info` came from the master since the last failure, not the cache.
+        let mut fresh = false;
         while pos < end {
             let cs = info.chunk_size;
             let idx = pos / cs;
@@ -779,11 +781,17 @@ impl<R: Runtime, T: Transport> Client<R, T> {
                 // be learning locations after a restart): wait, ask the master again and
                 // place the position anew (the path may name another file by now, laid
                 // out in other chunks).
+                //
+                // Locations from the cache may only be stale (every replica it knew
+                // gone, and the chunk copied elsewhere): those get one fresh look even
+                // when the time to retry is spent, since trying each gone replica
+                // can take it all.
                 Err(e) if e.is_retryable() => {
-                    if !retry.pause(&self.rt, "read", &e).await {
+                    if !retry.pause(&self.rt, "read", &e).await && fresh {
                         return Err(e);
                     }
                     info = self.locations(path, true).await?;
+                    fresh = true;
                     continue;
                 }
                 Err(e) => return Err(e),
