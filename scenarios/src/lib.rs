@@ -107,6 +107,7 @@ const fn scenario(name: &'static str, faults: FaultMix) -> Scenario {
         heal_within: Duration::from_secs(180),
         silent_corruption: false,
         last_copy_rot: false,
+        long_lived: false,
         lost_remove: false,
         clone_race: false,
         shadow_write: false,
@@ -129,16 +130,21 @@ pub fn all() -> Vec<Scenario> {
             rename_onto: true,
             ..scenario("steady", NO_FAULTS)
         },
-        scenario(
-            "chunkserver-crash",
-            FaultMix {
-                server_crashes: true,
-                power_cuts: true,
-                rogue: true,
-                slow_disks: true,
-                ..NO_FAULTS
-            },
-        ),
+        // After healing, also a client that outlives every replica of a file it knew
+        // (`tessera_sim::long_lived`).
+        Scenario {
+            long_lived: true,
+            ..scenario(
+                "chunkserver-crash",
+                FaultMix {
+                    server_crashes: true,
+                    power_cuts: true,
+                    rogue: true,
+                    slow_disks: true,
+                    ..NO_FAULTS
+                },
+            )
+        },
         scenario(
             "partition",
             FaultMix {

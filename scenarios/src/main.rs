@@ -249,7 +249,7 @@ mod madsim_main {
             let mut known_writes = 0;
             let (mut copies_compared, mut copies_inconsistent) = (0, 0);
             let (mut leader_reads, mut authorities, mut locations) = (0, 0, 0);
-            let (mut refusals, mut races) = (0, 0);
+            let (mut refusals, mut races, mut long_lived) = (0, 0, 0);
             let (mut declared_dead, mut clones_ordered) = (0, 0);
             let (mut master_checkpoints, mut checkpoint_parts, mut shrunk) = (0, 0, 0);
             let mut faults = std::collections::BTreeMap::<&str, u64>::new();
@@ -270,6 +270,7 @@ mod madsim_main {
                 ns_writes += o.ns_writes_checked;
                 ns_files += o.ns_files_checked;
                 races += o.ns_races_met;
+                long_lived = long_lived.max(o.long_lived_max_ms);
                 shadow_reads += o.shadow_reads_checked;
                 known_writes += o.known_writes_checked;
                 copies_compared += o.copies_compared;
@@ -349,7 +350,7 @@ mod madsim_main {
             eprintln!(
                 "scenario={} seeds={} wall={wall:.1}s seeds_per_min={:.1} sim_per_wall={:.0}x \
                  reads_checked={reads} records_checked={records} listings_checked={listings} \
-                 ns_ops_checked={ns_ops} ns_writes_checked={ns_writes} ns_files_checked={ns_files} ns_races_met={races} \
+                 ns_ops_checked={ns_ops} ns_writes_checked={ns_writes} ns_files_checked={ns_files} ns_races_met={races} long_lived_max_ms={long_lived} \
                  shadow_reads_checked={shadow_reads} known_writes_checked={known_writes} \
                  copies_compared={copies_compared} copies_inconsistent={copies_inconsistent} \
                  leader_reads_judged={leader_reads} authorities_judged={authorities} \

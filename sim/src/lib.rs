@@ -39,6 +39,8 @@ pub mod disk;
 pub mod faults;
 pub mod fuzz;
 #[cfg(madsim)]
+pub mod long_lived;
+#[cfg(madsim)]
 pub mod lost_remove;
 #[cfg(madsim)]
 pub mod metastore;
@@ -48,6 +50,8 @@ pub mod net;
 pub mod rename_onto;
 #[cfg(madsim)]
 pub mod replace;
+#[cfg(madsim)]
+pub mod revival;
 #[cfg(madsim)]
 pub mod rot;
 #[cfg(madsim)]

@@ -85,6 +85,47 @@ pub(crate) async fn made_whole(
     Ok(())
 }
 
+/// The first chunk of `path` once all `r` of its copies are listed (`info` is what the
+/// master answered first): a copy that failed to be made with the chunk (a slow disk, a
+/// call timed out) is made by re-replication, within two minutes. Gives the chunk and
+/// the indices of its holders among the cluster's chunkservers.
+pub(crate) async fn every_copy_listed(
+    cluster: &Cluster,
+    run: &mut ClientRun,
+    path: &str,
+    mut info: tessera_core::pb::GetChunksResponse,
+    r: usize,
+) -> Result<(tessera_core::pb::ChunkLocation, Vec<usize>), String> {
+    let deadline = cluster.true_ms() + 120_000;
+    let index = |addr: &str| cluster.servers.iter().position(|s| s.addr == addr);
+    loop {
+        let chunk = info.chunks.iter().find(|c| c.index == 0).cloned();
+        let holders: Vec<usize> = chunk
+            .iter()
+            .flat_map(|c| c.replicas.iter().filter_map(|a| index(a)))
+            .collect();
+        if let Some(chunk) = chunk
+            && holders.len() == r
+        {
+            return Ok((chunk, holders));
+        }
+        if cluster.true_ms() > deadline {
+            return Err(format!(
+                "{path}'s first chunk has not {r} copies listed within 120 s: {info:?}"
+            ));
+        }
+        madsim::time::sleep(Duration::from_secs(1)).await;
+        let p = path.to_string();
+        if let Ok(i) = on_client(cluster, run, |c, run| async move {
+            (workload::get_chunks(&c, &p).await, run)
+        })
+        .await
+        {
+            info = i;
+        }
+    }
+}
+
 /// The phase (see the module's doc). `run` is a client's run whose model the file joins,
 /// so the checks after healing judge it too.
 pub async fn last_copy_rot(cluster: &mut Cluster, checks: &Shared, run: &mut ClientRun) {
@@ -129,39 +170,11 @@ pub async fn last_copy_rot(cluster: &mut Cluster, checks: &Shared, run: &mut Cli
             return;
         }
     };
-    // Every copy listed: a copy that failed to be made with the chunk (a slow disk, a
-    // call timed out) is made by re-replication, within two minutes.
-    let mut info = info;
-    let deadline = cluster.true_ms() + 120_000;
-    let index = |addr: &str| cluster.servers.iter().position(|s| s.addr == addr);
-    let (chunk, holders) = loop {
-        let chunk = info.chunks.iter().find(|c| c.index == 0).cloned();
-        let holders: Vec<usize> = chunk
-            .iter()
-            .flat_map(|c| c.replicas.iter().filter_map(|a| index(a)))
-            .collect();
-        if let Some(chunk) = chunk
-            && holders.len() == r
-        {
-            break (chunk, holders);
-        }
-        if cluster.true_ms() > deadline {
-            fail(
-                checks,
-                cluster,
-                format!("{path}'s first chunk has not {r} copies listed within 120 s: {info:?}"),
-            );
+    let (chunk, holders) = match every_copy_listed(cluster, run, &path, info, r).await {
+        Ok(x) => x,
+        Err(e) => {
+            fail(checks, cluster, e);
             return;
-        }
-        madsim::time::sleep(Duration::from_secs(1)).await;
-        let p = path.clone();
-        match on_client(cluster, run, |c, run| async move {
-            (workload::get_chunks(&c, &p).await, run)
-        })
-        .await
-        {
-            Ok(i) => info = i,
-            Err(_) => continue,
         }
     };
     let h = chunk.handle;

@@ -23,8 +23,12 @@ pub struct Scenario {
     /// servers' copies; the scrubber must report every one.
     pub silent_corruption: bool,
     /// After healing, the only current copy of a chunk rots in a block its older copies
-    /// hold, and must be mended (`rot.rs`).
+    /// hold, and must be mended (`rot.rs`); then a chunk's current copies are lost with
+    /// two demoted levels kept, and the newest must be revived (`revival.rs`).
     pub last_copy_rot: bool,
+    /// After healing, one client outlives every replica of a file it knew, and must read
+    /// and write it within a bound (`long_lived.rs`).
+    pub long_lived: bool,
     /// After healing, the master (a single one, or a group's cut-off leader) loses the
     /// remove of a deleted file it took after its holders reported; the file, undeleted,
     /// must read back whole (`lost_remove.rs`).
@@ -110,6 +114,8 @@ pub struct Outcome {
     pub ns_files_checked: u64,
     /// Races at one name that two clients or more struck at once.
     pub ns_races_met: u64,
+    /// The longest operation of the long-lived client after its replicas went, in ms.
+    pub long_lived_max_ms: u64,
     /// Reads of the shared directory a shadow master answered, judged as stale reads.
     pub shadow_reads_checked: u64,
     /// Writes to files their client knew were there, checked not to fail "not found".
@@ -304,11 +310,13 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
     // The scripted phases, on the healed cluster (`rot.rs`, `lost_remove.rs`,
     // `clone_race.rs`); then
     // healed again (every chunk back at its goal) before everything is read back.
-    let healed = if healed && (sc.last_copy_rot || sc.lost_remove || sc.clone_race) {
+    let healed = if healed && (sc.last_copy_rot || sc.lost_remove || sc.clone_race || sc.long_lived)
+    {
         match runs.first_mut() {
             Some(run) if !shared => {
                 if sc.last_copy_rot {
                     crate::rot::last_copy_rot(&mut cluster, &checks, run).await;
+                    crate::revival::revival(&mut cluster, &checks, run).await;
                 }
                 if sc.lost_remove {
                     crate::lost_remove::lost_remove(&mut cluster, &checks, run).await;
@@ -316,6 +324,9 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
                 }
                 if sc.clone_race {
                     crate::clone_race::clone_race(&mut cluster, &checks, run).await;
+                }
+                if sc.long_lived {
+                    crate::long_lived::long_lived(&mut cluster, &checks, run).await;
                 }
                 liveness(&cluster, &checks, &sc).await
             }
@@ -454,6 +465,7 @@ async fn world(sc: Scenario, seed: u64, trace_dir: Option<std::path::PathBuf>) -
         ns_writes_checked: c.ns_writes_checked,
         ns_files_checked: c.ns_files_checked,
         ns_races_met: c.ns_races.values().filter(|&&n| n >= 2).count() as u64,
+        long_lived_max_ms: c.long_lived_max_ms,
         shadow_reads_checked: c.shadow_reads,
         known_writes_checked: c.known_writes_checked,
         copies_compared: c.copies_compared,

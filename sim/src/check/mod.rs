@@ -63,6 +63,8 @@ pub struct Checks {
     /// the race called last, with the true ms it strikes at.
     pub ns_races: BTreeMap<u64, u32>,
     pub ns_race: Option<(u64, i64)>,
+    /// The longest operation of the long-lived client (`long_lived.rs`), in ms.
+    pub long_lived_max_ms: u64,
     pub ns_writes: Vec<(String, u64, bytes::Bytes, i64)>,
     pub ns_writes_checked: u64,
     /// Copies the master lists on live servers that do not hold them (`locations.rs`).
