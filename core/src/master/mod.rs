@@ -956,8 +956,11 @@ impl Master {
         match last {
             Some(seq) => self.hold(seq, reply, Some(set)),
             None => {
+                // Every directory there already: answered, as a stat is, once everything
+                // logged so far is durable (a record its answer reflects may not be yet).
                 self.locks.release(&set);
-                self.out.replies.extend(reply);
+                let seq = self.last_seq;
+                self.hold(seq, reply, None);
             }
         }
         Ok(true)

@@ -133,9 +133,9 @@ pub struct Checks {
     /// remove before the collector's delay is up.
     pub removes_asked: HashSet<String>,
     /// Namespace requests a master took and has not answered, by (master, request): the
-    /// last record it had logged once it took each. An Ok answer leaves only once that
-    /// record is durable (`step::master_step`).
-    pub answers_due: HashMap<(String, u64), u64>,
+    /// last record it had logged once it took each, and the request (for messages). An
+    /// Ok answer leaves only once that record is durable (`step::master_step`).
+    pub answers_due: HashMap<(String, u64), (u64, String)>,
     /// Copies seen on a chunkserver at a version below the master's: (server, chunk,
     /// version), each counted once.
     pub stale_seen: HashSet<(String, u64, u64)>,

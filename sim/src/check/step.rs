@@ -373,19 +373,20 @@ pub fn master_step(
                     | MReq::ReserveAppend(_)
             )
         ) {
+            let asked = format!("{:?}", req.req).chars().take(200).collect();
             c.answers_due
-                .insert((node.to_string(), *id), master.last_seq());
+                .insert((node.to_string(), *id), (master.last_seq(), asked));
         }
     }
     for (id, resp) in &effects.replies {
-        let Some(need) = c.answers_due.remove(&(node.to_string(), *id)) else {
+        let Some((need, asked)) = c.answers_due.remove(&(node.to_string(), *id)) else {
             continue;
         };
         if resp.error.is_none() && master.synced_seq() < need {
             let v = format!(
                 "{node} answered request {id} Ok while its log was durable only through \
                  record {}, before record {need}, the last it had logged when it took the \
-                 request",
+                 request ({asked})",
                 master.synced_seq()
             );
             c.violation(t, v);
