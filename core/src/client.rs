@@ -301,8 +301,22 @@ impl<R: Runtime, T: Transport> Client<R, T> {
                 return Err(unavailable(e));
             }
         };
-        let resp = pb::MasterResponse::decode(bytes)
-            .map_err(|e| FsError::Internal(format!("malformed reply from master: {e}")))?;
+        let resp = match pb::MasterResponse::decode(bytes.clone()) {
+            Ok(r) => r,
+            Err(e) => {
+                // A chunkserver's address given for the master's: its answer, which need
+                // not decode as a master's, says what answered.
+                if let Ok(pb::ChunkResponse {
+                    error: Some(err), ..
+                }) = pb::ChunkResponse::decode(bytes)
+                {
+                    return Err(FsError::from_pb(&err));
+                }
+                return Err(FsError::Internal(format!(
+                    "malformed reply from master: {e}"
+                )));
+            }
+        };
         if let Some(s) = &resp.shadow {
             let mut worst = self.shadow.lock().expect("shadow lock");
             if worst
